@@ -1,0 +1,66 @@
+"""Row ranges of groups and the map from launched tiles to (segment, row block).
+
+The rows [0, m) are cut into contiguous *segments*:
+
+  segment 0             rows before the local groups (other shards' groups) -> zeros
+  segments 1..g_local   local group i-1 (rhs[i-1])
+  segment g_local+1     rows after the local groups, including rows past sum(group_sizes) -> zeros
+
+A row block of size block_m that straddles a segment boundary is visited once per
+segment it touches, each visit writing only its own rows. So a boundary costs at most
+one extra (partial) tile, an empty segment costs none, and every output row is written
+exactly once: no memset, no races.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def num_tiles_bound(m: int, block_m: int, g_local: int) -> int:
+  """Static launch size: row blocks plus one extra tile per internal segment boundary."""
+  return -(-m // block_m) + g_local + 1
+
+
+def group_row_bounds(group_sizes: jax.Array, m: int, group_offset: jax.Array, g_local: int):
+  """[start, end) rows of each local group, clamped to [0, m); int32 [g_local] each."""
+  sizes = group_sizes.astype(jnp.int32)
+  ends = jnp.minimum(jnp.cumsum(sizes), m)
+  starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+  # Pad so a dynamic slice of g_local groups starting at group_offset never clamps.
+  total = ends[-1] if sizes.shape[0] else jnp.int32(0)
+  pad = jnp.full((g_local,), total, jnp.int32)
+  starts = jax.lax.dynamic_slice(jnp.concatenate([starts, pad]), (group_offset,), (g_local,))
+  ends = jax.lax.dynamic_slice(jnp.concatenate([ends, pad]), (group_offset,), (g_local,))
+  return starts, ends
+
+
+def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
+  """[start, end) of the g_local + 2 segments described in the module docstring."""
+  starts, ends = group_row_bounds(group_sizes, m, group_offset, g_local)
+  lo = starts[0] if g_local else jnp.int32(0)
+  hi = ends[-1] if g_local else jnp.int32(0)
+  seg_starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), starts, hi[None]])
+  seg_ends = jnp.concatenate([lo[None], ends, jnp.full((1,), m, jnp.int32)])
+  return seg_starts, seg_ends
+
+
+def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int):
+  """For each launched tile t: its segment, its row block, and how many tiles are real.
+
+  Returns (tile_segment[num_tiles], tile_row_block[num_tiles], active[1]). Tiles t >=
+  active are spare launch slots that return at once.
+  """
+  nonempty = seg_ends > seg_starts
+  first_block = seg_starts // block_m
+  last_block = (seg_ends + block_m - 1) // block_m
+  tiles_per_seg = jnp.where(nonempty, last_block - first_block, 0).astype(jnp.int32)
+  tiles_end = jnp.cumsum(tiles_per_seg)
+  tiles_begin = tiles_end - tiles_per_seg
+  t = jnp.arange(num_tiles, dtype=jnp.int32)
+  seg = jnp.searchsorted(tiles_end, t, side="right").astype(jnp.int32)
+  seg = jnp.minimum(seg, seg_starts.shape[0] - 1)
+  row_block = first_block[seg] + (t - tiles_begin[seg])
+  active = tiles_end[-1:].astype(jnp.int32)
+  return seg, row_block.astype(jnp.int32), active

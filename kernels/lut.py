@@ -1,0 +1,290 @@
+"""Tuned-config lookup tables: file format, loading, and lookup.
+
+File format (JSON, one file per device kind, named ``<device-slug>.json``)::
+
+  {
+    "schema": "ragtune-lut",
+    "schema_version": 1,
+    "device_kind": "NVIDIA H100 80GB HBM3",      # jax.devices()[0].device_kind
+    "jax_version": "0.11.2", "created": "2026-11-21T10:00:00Z",
+    "entries": [
+      {"op": "fwd", "backend": "pallas_gpu", "dtype": "bfloat16",
+       "m": 8192, "k": 4096, "n": 14336, "g": 8,       # always the forward problem
+       "config": {"block_m": 128, ...},                # in the op's own frame
+       "time_s": 0.0015, "tflops": 640.1,
+       "baselines": {"xla_s": 0.0092, "default_s": 0.0021},
+       "speedup_vs_xla": 6.1, "speedup_vs_default": 1.4,
+       "timer": "...", "group_dist": "multinomial(seed=0)"}
+    ]
+  }
+
+Only ``op, backend, dtype, m, k, n, g, config`` are required in an entry; the rest is
+provenance. Nearest-shape rule: see ``Lut.lookup``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from kernels.config import BACKENDS, DTYPES, OPS, Config, config_from_dict, op_dims
+
+SCHEMA = "ragtune-lut"
+SCHEMA_VERSION = 1
+ENV_VAR = "RAGTUNE_LUT"
+BUNDLED_DIR = Path(__file__).parent / "luts"
+# Log2-distance beyond which a tuned shape says nothing useful about the query.
+MAX_DISTANCE = 12.0
+
+LutFn = Callable[[int, int, int], "tuple[int, int, int] | None"]
+
+
+class LutError(ValueError):
+  """A LUT file that cannot be used: corrupt, unknown schema, or for another device."""
+
+
+def device_slug(device_kind: str) -> str:
+  """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+  return re.sub(r"[^a-z0-9]+", "-", device_kind.lower()).strip("-") or "unknown"
+
+
+def current_device_kind() -> str:
+  import jax
+  return jax.devices()[0].device_kind
+
+
+def canonical_dtype(dtype: Any) -> str:
+  """'bfloat16' for jnp.bfloat16, np.dtype('bfloat16') or the string."""
+  import jax.numpy as jnp
+  return jnp.dtype(dtype).name
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  op: str
+  backend: str
+  dtype: str
+  m: int
+  k: int
+  n: int
+  g: int
+  config: Config | None
+  extra: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False)
+
+  @property
+  def key(self) -> tuple:
+    return (self.op, self.backend, self.dtype, self.m, self.k, self.n, self.g)
+
+  def to_dict(self) -> dict[str, Any]:
+    d = {"op": self.op, "backend": self.backend, "dtype": self.dtype, "m": self.m, "k": self.k,
+         "n": self.n, "g": self.g, "config": self.config.to_dict() if self.config else {}}
+    d.update(self.extra)
+    return d
+
+
+def _entry_from_dict(d: Any, where: str) -> Entry:
+  if not isinstance(d, dict):
+    raise LutError(f"{where}: expected an object, got {type(d).__name__}")
+  missing = [f for f in ("op", "backend", "dtype", "m", "k", "n", "g", "config") if f not in d]
+  if missing:
+    raise LutError(f"{where}: missing key(s) {missing}")
+  if d["op"] not in OPS:
+    raise LutError(f"{where}.op: expected one of {OPS}, got {d['op']!r}")
+  if d["backend"] not in BACKENDS:
+    raise LutError(f"{where}.backend: expected one of {BACKENDS}, got {d['backend']!r}")
+  if d["dtype"] not in DTYPES:
+    raise LutError(f"{where}.dtype: expected one of {DTYPES}, got {d['dtype']!r}")
+  for dim in ("m", "k", "n", "g"):
+    if not isinstance(d[dim], int) or isinstance(d[dim], bool) or d[dim] <= 0:
+      raise LutError(f"{where}.{dim}: expected a positive integer, got {d[dim]!r}")
+  if not isinstance(d["config"], dict):
+    raise LutError(f"{where}.config: expected an object, got {type(d['config']).__name__}")
+  try:
+    cfg = config_from_dict(d["backend"], d["config"])
+  except (TypeError, ValueError) as e:
+    raise LutError(f"{where}.config: {e}") from None
+  extra = {k: v for k, v in d.items() if k not in ("op", "backend", "dtype", "m", "k", "n", "g", "config")}
+  return Entry(d["op"], d["backend"], d["dtype"], d["m"], d["k"], d["n"], d["g"], cfg, extra)
+
+
+def _log2_ratio(a: int, b: int) -> float:
+  return abs(math.log2(a / b))
+
+
+class Lut:
+  """A loaded LUT for one device kind."""
+
+  def __init__(self, device_kind: str, entries: Iterable[Entry] = (), *, meta: dict | None = None,
+               source: str | None = None):
+    self.device_kind = device_kind
+    self.meta = dict(meta or {})
+    self.source = source
+    self._entries: dict[tuple, Entry] = {}
+    for e in entries:
+      self._entries[e.key] = e
+
+  # --- construction / serialisation ---------------------------------------------------
+  @classmethod
+  def from_dict(cls, data: Any, source: str = "<dict>") -> "Lut":
+    if not isinstance(data, dict):
+      raise LutError(f"{source}: not a ragtune LUT (top level is {type(data).__name__}, expected an object)")
+    if data.get("schema") != SCHEMA:
+      raise LutError(f"{source}: not a ragtune LUT (schema is {data.get('schema')!r}, expected {SCHEMA!r})")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+      raise LutError(f"{source}: schema_version {version!r} is not supported (this kernels package reads "
+                     f"version {SCHEMA_VERSION}); upgrade ragtune/kernels or re-export the LUT")
+    kind = data.get("device_kind")
+    if not isinstance(kind, str) or not kind:
+      raise LutError(f"{source}: device_kind must be a non-empty string")
+    entries = data.get("entries")
+    if not isinstance(entries, list):
+      raise LutError(f"{source}: entries must be a list")
+    parsed = [_entry_from_dict(e, f"{source}: entries[{i}]") for i, e in enumerate(entries)]
+    meta = {k: v for k, v in data.items() if k not in ("entries",)}
+    return cls(kind, parsed, meta=meta, source=source)
+
+  @classmethod
+  def from_file(cls, path: str | os.PathLike) -> "Lut":
+    p = Path(path)
+    try:
+      text = p.read_text()
+    except OSError as e:
+      raise LutError(f"{p}: cannot read LUT ({e.strerror or e})") from None
+    try:
+      data = json.loads(text)
+    except json.JSONDecodeError as e:
+      raise LutError(f"{p}:{e.lineno}: corrupt LUT, invalid JSON ({e.msg})") from None
+    return cls.from_dict(data, source=str(p))
+
+  def to_dict(self) -> dict[str, Any]:
+    meta = {k: v for k, v in self.meta.items() if k not in ("schema", "schema_version", "device_kind")}
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "device_kind": self.device_kind,
+            **meta, "entries": [e.to_dict() for e in sorted(self._entries.values(), key=lambda e: e.key)]}
+
+  # --- queries ------------------------------------------------------------------------
+  def __len__(self) -> int:
+    return len(self._entries)
+
+  def entries(self) -> list[Entry]:
+    return sorted(self._entries.values(), key=lambda e: e.key)
+
+  def shapes(self) -> list[tuple[int, int, int]]:
+    return sorted({(e.m, e.k, e.n) for e in self._entries.values()})
+
+  def nearest(self, op: str, m: int, k: int, n: int, g: int | None, dtype: Any = None,
+              backend: str | None = None) -> Entry | None:
+    """The entry to use for a query, or None.
+
+    Rule: among entries with the same op (and dtype/backend when given) whose config fits
+    the query (shared-memory/VMEM estimate), take the exact (m,k,n,g) match if present,
+    else the one minimising
+        |log2 m/m'| + 4 (|log2 k/k'| + |log2 n/n'|) + 0.5 |log2 g/g'|
+    (k and n are a model's fixed dims, m moves with the token count). Ties go to the
+    larger tuned m. Beyond a distance of MAX_DISTANCE nothing is returned.
+    """
+    dt = canonical_dtype(dtype) if dtype is not None else None
+    best, best_d = None, math.inf
+    for e in self._entries.values():
+      if e.op != op or (dt and e.dtype != dt) or (backend and e.backend != backend):
+        continue
+      if e.config is not None and not e.config.fits(op, e.dtype, m, k, n):
+        continue
+      d = _log2_ratio(m, e.m) + 4 * (_log2_ratio(k, e.k) + _log2_ratio(n, e.n))
+      if g is not None:
+        d += 0.5 * _log2_ratio(g, e.g)
+      if d < best_d or (d == best_d and best is not None and e.m > best.m):
+        best, best_d = e, d
+    return best if best_d <= MAX_DISTANCE else None
+
+  def lookup(self, op: str, m: int, k: int, n: int, g: int, dtype: Any, *,
+             backend: str | None = None) -> Config | None:
+    """Config for the forward problem (m, k, n, g) as `op`, by the rule of `nearest`."""
+    e = self.nearest(op, m, k, n, g, dtype, backend)
+    return e.config if e else None
+
+  def lut_fn(self, op: str = "fwd", *, dtype: Any = None, g: int | None = None) -> LutFn:
+    """A megablox-compatible LutFn over this LUT's pallas_tpu entries for `op`.
+
+    It takes the op's own (m, k, n), as megablox passes them: (m, k, n) for fwd and
+    tgmm, (m, n, k) for dlhs; and returns plain-int (tm, tk, tn) or None.
+    """
+    if op not in OPS:
+      raise ValueError(f"op must be one of {OPS}, got {op!r}")
+
+    def fn(m: int, k: int, n: int):
+      fm, fk, fn_ = op_dims(op, int(m), int(k), int(n))  # op_dims is its own inverse
+      cfg = self.lookup(op, fm, fk, fn_, g, dtype, backend="pallas_tpu")
+      return None if cfg is None else tuple(int(x) for x in cfg.tiling())
+
+    return fn
+
+  def __repr__(self) -> str:
+    return f"Lut(device_kind={self.device_kind!r}, entries={len(self)}, source={self.source!r})"
+
+
+# --- locating and activating a LUT --------------------------------------------------
+
+_active: Lut | None = None
+_active_resolved = False
+
+
+def _resolve_path(path: Path, device_kind: str) -> Path:
+  if path.is_dir():
+    cand = path / f"{device_slug(device_kind)}.json"
+    if cand.is_file():
+      return cand
+    found = sorted(p.name for p in path.glob("*.json"))
+    raise LutError(f"{path}: no LUT for device {device_kind!r} (looked for {cand.name}; "
+                   f"found {found or 'no .json files'})")
+  if not path.exists():
+    raise LutError(f"{path}: no such LUT file or folder")
+  return path
+
+
+def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> Lut:
+  """Load a LUT and make it the one `kernels.ragged_dot` uses when config is None.
+
+  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the env var
+  RAGTUNE_LUT, then the LUTs bundled in ``kernels/luts/``; if neither has one for this
+  device, an empty LUT (so the built-in heuristics apply).
+  A LUT made for another device kind raises LutError unless force=True.
+  """
+  global _active, _active_resolved
+  kind = current_device_kind()
+  if path is None and os.environ.get(ENV_VAR):
+    path = os.environ[ENV_VAR]
+  if path is None:
+    bundled = BUNDLED_DIR / f"{device_slug(kind)}.json"
+    lut = Lut.from_file(bundled) if bundled.is_file() else Lut(kind, source=None)
+  else:
+    lut = Lut.from_file(_resolve_path(Path(path), kind))
+  if lut.device_kind != kind and not force:
+    raise LutError(f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}; "
+                   f"pass force=True to use it anyway")
+  _active, _active_resolved = lut, True
+  return lut
+
+
+def set_active_lut(lut: Lut | None) -> None:
+  """Use `lut` (or, with None, no LUT: heuristics only) for config=None calls."""
+  global _active, _active_resolved
+  _active, _active_resolved = lut, True
+
+
+def active_lut() -> Lut | None:
+  """The LUT in use, loading the default one on first call."""
+  if not _active_resolved:
+    load_lut()
+  return _active
+
+
+def reset_active_lut() -> None:
+  """Forget the active LUT; the next call loads the default again."""
+  global _active, _active_resolved
+  _active, _active_resolved = None, False

@@ -1,0 +1,57 @@
+"""Pallas TPU grouped matmuls: jax's megablox gmm/tgmm kernels, made to agree with lax.
+
+Megablox needs m % tm == 0 and leaves rows outside the local groups uninitialised
+(NaN under interpret). Here m is padded up to tm and those rows are zeroed, so results
+equal jax.lax.ragged_dot. The tiling is a TpuConfig in the op's own (m, k, n) frame.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+
+from kernels import group_metadata
+from kernels.config import TpuConfig
+
+# `megablox.gmm` the attribute is the custom_vjp op; we want the kernel module.
+_megablox = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
+
+
+def _pad_rows(x: jax.Array, multiple: int) -> jax.Array:
+  pad = -x.shape[0] % multiple
+  return x if pad == 0 else jnp.pad(x, ((0, pad), (0, 0)))
+
+
+def local_row_mask(group_sizes, m: int, group_offset, g_local: int) -> jax.Array:
+  """True for rows that belong to one of the local groups."""
+  starts, ends = group_metadata.group_row_bounds(group_sizes, m, group_offset, g_local)
+  rows = jnp.arange(m, dtype=jnp.int32)
+  lo = starts[0] if g_local else jnp.int32(0)
+  hi = ends[-1] if g_local else jnp.int32(0)
+  return (rows >= lo) & (rows < hi)
+
+
+def gmm(lhs, rhs, group_sizes, *, config: TpuConfig, out_dtype, transpose_rhs=False,
+        group_offset=None, interpret=False):
+  m = lhs.shape[0]
+  offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
+  out = _megablox.gmm(
+      _pad_rows(lhs, config.tm), rhs, group_sizes.astype(jnp.int32), out_dtype,
+      tiling=config.tiling(), group_offset=offset, transpose_rhs=transpose_rhs,
+      interpret=interpret)[:m]
+  keep = local_row_mask(group_sizes, m, offset, rhs.shape[0])
+  return jnp.where(keep[:, None], out, jnp.zeros((), out.dtype))
+
+
+def tgmm(lhs, rhs, group_sizes, *, num_groups: int, config: TpuConfig, out_dtype,
+         group_offset=None, interpret=False):
+  """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n]."""
+  offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
+  # Zero-padded rows lie past sum(group_sizes), so no group reduces over them.
+  lhs_t = _pad_rows(lhs, config.tm).swapaxes(0, 1)
+  return _megablox.tgmm(
+      lhs_t, _pad_rows(rhs, config.tm), group_sizes.astype(jnp.int32), out_dtype,
+      tiling=config.tiling(), group_offset=offset, num_actual_groups=num_groups,
+      interpret=interpret)

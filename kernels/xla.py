@@ -1,0 +1,66 @@
+"""XLA path: jax.lax.ragged_dot, with transpose_rhs and group_offset added.
+
+lax's own group_offset is unusable (see ANCHORS), so expert parallelism is done by
+folding the rows of non-local groups into the first/last local group and zeroing them.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from kernels import group_metadata
+
+_TRANSPOSED_RHS = jax.lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(([1], [2]), ([], [])),
+    lhs_ragged_dimensions=[0],
+    rhs_group_dimensions=[0],
+)
+
+
+def gmm(lhs, rhs, group_sizes, *, out_dtype, transpose_rhs=False, group_offset=None,
+        precision=None):
+  m = lhs.shape[0]
+  g_local = rhs.shape[0]
+  sizes = group_sizes.astype(jnp.int32)
+  keep = None
+  if group_offset is not None or sizes.shape[0] != g_local:
+    offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
+    starts, ends = group_metadata.group_row_bounds(sizes, m, offset, g_local)
+    local = ends - starts
+    # Rows before the shard go to its first group, rows after to its last; zeroed below.
+    sizes = local.at[0].add(starts[0]).at[-1].add(m - ends[-1])
+    rows = jnp.arange(m, dtype=jnp.int32)
+    keep = (rows >= starts[0]) & (rows < ends[-1])
+  if transpose_rhs:
+    out = jax.lax.ragged_dot_general(lhs, rhs, sizes, _TRANSPOSED_RHS, precision=precision,
+                                     preferred_element_type=out_dtype)
+  else:
+    out = jax.lax.ragged_dot(lhs, rhs, sizes, precision=precision, preferred_element_type=out_dtype)
+  if keep is not None:
+    out = jnp.where(keep[:, None], out, jnp.zeros((), out.dtype))
+  return out.astype(out_dtype)
+
+
+_RAGGED_CONTRACTION = jax.lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(([0], [0]), ([], [])),
+    lhs_ragged_dimensions=[0],
+    rhs_group_dimensions=[],
+)
+
+
+def tgmm(lhs, rhs, group_sizes, *, num_groups, out_dtype, group_offset=None, precision=None):
+  """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n] (ragged contraction)."""
+  m = lhs.shape[0]
+  sizes = group_sizes.astype(jnp.int32)
+  sliced = group_offset is not None or sizes.shape[0] != num_groups
+  if sliced:
+    offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
+    starts, ends = group_metadata.group_row_bounds(sizes, m, offset, num_groups)
+    # Non-local rows form a leading and a trailing pseudo-group, dropped afterwards.
+    sizes = jnp.concatenate([starts[:1], ends - starts, (m - ends[-1])[None]])
+  out = jax.lax.ragged_dot_general(lhs, rhs, sizes, _RAGGED_CONTRACTION, precision=precision,
+                                   preferred_element_type=jnp.float32)
+  if sliced:
+    out = out[1:-1]
+  return out.astype(out_dtype)
