@@ -1,0 +1,3 @@
+from ragtune.cli import main
+
+main()

@@ -1,0 +1,255 @@
+"""`ragtune` command line: thin wrappers over the importable steps.
+
+  ragtune sweep shapes/smoke.yaml     shapes -> checked, timed candidates (results/<device>/records.jsonl)
+  ragtune verify results/<device>     re-check the best configs on fresh, adversarial inputs
+  ragtune export-lut results/<device> write the kernels LUT (<device>.json)
+  ragtune show results/<device>       tables of the results
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+import kernels
+from ragtune.errors import RagtuneError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.")
+# Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def _fail(msg: str, code: int = 2):
+  err_console.print(f"error: {msg}", markup=False, highlight=False, soft_wrap=True)
+  raise typer.Exit(code)
+
+
+def user_errors(fn):
+  """Turn expected failures into one line on stderr and a non-zero exit, no traceback."""
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    try:
+      return fn(*args, **kwargs)
+    except (RagtuneError, kernels.LutError) as e:
+      _fail(str(e))
+  return wrapper
+
+
+def _split(values: Optional[list[str]]) -> Optional[list[str]]:
+  if not values:
+    return None
+  return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _resolve_interpret(interpret: Optional[bool]) -> bool:
+  import jax
+
+  on_cpu = jax.default_backend() == "cpu"
+  if interpret is None:
+    interpret = on_cpu
+  if interpret and on_cpu:
+    err_console.print("[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. "
+                      "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only.")
+  return interpret
+
+
+class _RichProgress:
+  def __init__(self, progress: Progress):
+    self.progress, self.task, self.current = progress, None, ""
+
+  def start(self, total: int, skipped: int) -> None:
+    if skipped:
+      console.print(f"resuming: {skipped} measurements already in the results file are skipped")
+    self.task = self.progress.add_task("sweep", total=total, best="")
+
+  def problem(self, p) -> None:
+    self.current = f"{p.op} {p.backend} {p.dtype} {p.shape_label}"
+    self.progress.update(self.task, description=self.current, best="")
+
+  def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None:
+    text = f"best {best['time_s'] * 1e3:.3f} ms ({best['tflops']:.2f} TF/s)" if best else ""
+    self.progress.update(self.task, advance=1, best=text)
+
+
+def _summary_table(summaries) -> Table:
+  t = Table(title="sweep summary (best correct config per problem)")
+  for col in ("op", "backend", "dtype", "shape [m,k]x[g,k,n]", "best ms", "TF/s", "xla ms", "default ms",
+              "vs xla", "vs default", "ok", "failed", "best config"):
+    t.add_column(col, overflow="fold")
+  from ragtune.report import _short
+
+  for s in summaries:
+    p, b = s.problem, s.best
+    fmt = lambda v: f"{v * 1e3:.3f}" if v else "-"
+    failed = sum(v for k, v in s.counts.items() if k != "ok")
+    t.add_row(p.op, p.backend, p.dtype, p.shape_label, fmt(b["time_s"]) if b else "-",
+              f"{b['tflops']:.2f}" if b else "-", fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
+              f"{s.baselines['xla'] / b['time_s']:.2f}x" if b and s.baselines.get("xla") else "-",
+              f"{s.baselines['default'] / b['time_s']:.2f}x" if b and s.baselines.get("default") else "-",
+              str(s.counts.get("ok", 0)), str(failed), _short(b["candidate"]) if b else "none correct")
+  return t
+
+
+@app.command(epilog="Example: ragtune sweep shapes/smoke.yaml --max-candidates 4")
+@user_errors
+def sweep(
+    shapes_file: Path = typer.Argument(..., help="Shape set YAML (see README: 'Shape sets')."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results folder [default: results/<device-slug>/]."),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", help="Backends (repeat or comma-separate): pallas_gpu, pallas_tpu, xla. Default: the file's."),
+    ops: Optional[list[str]] = typer.Option(None, "--ops", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
+    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, help="Candidates per problem (default config first)."),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds allowed to compile, and to run, one candidate."),
+    interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
+    jobs: int = typer.Option(max(1, min(8, __import__("os").cpu_count() or 1)), "--jobs", "-j", min=1, help="Parallel compiles."),
+):
+  """Measure every candidate config of every problem in SHAPES_FILE: compile, check against
+  jax.lax.ragged_dot, time. Rows are appended as they finish; rerunning resumes."""
+  from ragtune import shapes as shapes_mod
+  from ragtune import sweep as sweep_mod
+
+  spec = shapes_mod.load_shape_set(shapes_file)
+  problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
+  opts = sweep_mod.SweepOptions(out_dir=out or sweep_mod.default_results_dir(),
+                                max_candidates=max_candidates or spec.max_candidates, timeout_s=timeout,
+                                interpret=_resolve_interpret(interpret), jobs=jobs)
+  console.print(f"{len(problems)} problems from {shapes_file} -> {opts.out_dir}/records.jsonl")
+  t0 = time.perf_counter()
+  columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
+  with Progress(*columns, console=console, transient=False) as progress:
+    summaries = sweep_mod.run_sweep(problems, opts, _RichProgress(progress))
+  console.print(_summary_table(summaries))
+  console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {opts.out_dir / 'records.jsonl'}")
+  if any(s.best is None for s in summaries if s.problem.backend != "xla"):
+    err_console.print("warning: some problems have no correct candidate; they will be missing from the LUT")
+
+
+@app.command(epilog="Example: ragtune verify results/cpu   (or a LUT file: ragtune verify kernels/luts/nvidia-h100-80gb-hbm3.json)")
+@user_errors
+def verify(
+    target: Optional[Path] = typer.Argument(None, help="LUT file, or results folder [default: results/<device-slug>/]."),
+    seed: int = typer.Option(1234, "--seed", help="Seed for the fresh inputs and group-size draws."),
+    force: bool = typer.Option(False, "--force", help="Verify a LUT made for another device kind."),
+    interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="[default: on when there is no accelerator]."),
+    full: bool = typer.Option(False, "--full", help="Print the numerics report of every draw, not only the worst."),
+):
+  """Re-run every LUT entry on fresh inputs and adversarial group sizes (empty groups,
+  sum < m, one group holding all rows); exit 1 if any fails."""
+  from ragtune import sweep as sweep_mod
+  from ragtune import verify as verify_mod
+
+  target = target or sweep_mod.default_results_dir()
+  lut = verify_mod.load_lut_for_verify(target)
+  here = kernels.current_device_kind()
+  if lut.device_kind != here and not force:
+    raise RagtuneError(f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {here!r} "
+                       "(use --force to check its numerics here anyway)")
+  interp = _resolve_interpret(interpret)
+  entries = lut.entries()
+  if not entries:
+    raise RagtuneError(f"{target}: LUT has no entries")
+  failures, t0 = 0, time.perf_counter()
+  for i, e in enumerate(entries, 1):
+    res = verify_mod.verify_entry(e, seed=seed, interpret=interp)
+    failures += not res.passed
+    tag = "[green]PASS[/]" if res.passed else "[red]FAIL[/]"
+    console.print(f"[{i}/{len(entries)}] {tag} {e.op} {e.backend} {e.dtype} m={e.m} k={e.k} n={e.n} g={e.g} "
+                  f"config={e.config.to_dict() if e.config else None}")
+    for d in res.draws:
+      line = d.numerics.summary() if d.numerics else f"ERROR {d.error}"
+      console.print(f"    {d.draw:<13} {line}", markup=False, highlight=False)
+    shown = res.draws if full else [res.worst()]
+    for d in shown:
+      if d.numerics is not None:
+        console.print(f"  report for draw '{d.draw}' (group_sizes={d.group_sizes[:8]}{'...' if len(d.group_sizes) > 8 else ''}):",
+                      markup=False, highlight=False)
+        console.print(str(d.numerics), markup=False, highlight=False)
+  console.print(f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
+                f"{len(entries) - failures} passed, {failures} failed")
+  if failures:
+    raise typer.Exit(1)
+
+
+@app.command("export-lut", epilog="Example: ragtune export-lut results/nvidia-h100-80gb-hbm3 results/nvidia-h200 -o kernels/luts/")
+@user_errors
+def export_lut(
+    dirs: Optional[list[Path]] = typer.Argument(None, help="Results folders to merge [default: results/<device-slug>/]."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results folder]."),
+    fmt: str = typer.Option("json", "--format", help="json, or python (also writes an importable <slug>.py)."),
+):
+  """Pick the fastest correct config per (device, op, backend, dtype, shape) and write the LUT atomically."""
+  from ragtune import export, store
+  from ragtune import sweep as sweep_mod
+
+  dirs = dirs or [sweep_mod.default_results_dir()]
+  luts = export.build_luts(store.load_results(dirs))
+  written = export.write_luts(luts, output or dirs[0], fmt)
+  for kind, lut in sorted(luts.items()):
+    console.print(f"{kind}: {len(lut)} entries")
+  for p in written:
+    console.print(f"wrote {p}")
+
+
+def _show_frames(dirs: list[Path], all_rows: bool):
+  from ragtune import report, store
+
+  rows = store.load_results(dirs)
+  return report.rows_frame(rows) if all_rows else report.best_frame(rows)
+
+
+@app.command(epilog="Example: ragtune show results/cpu --all")
+@user_errors
+def show(
+    dirs: Optional[list[Path]] = typer.Argument(None, help="Results folders [default: results/<device-slug>/]."),
+    all_rows: bool = typer.Option(False, "--all", help="Every measured row, not only the best per problem."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Also write the table as CSV."),
+):
+  """Print results as a table (best per problem by default)."""
+  import pandas as pd
+
+  from ragtune import sweep as sweep_mod
+  from ragtune.store import write_atomic
+
+  df = _show_frames(dirs or [sweep_mod.default_results_dir()], all_rows)
+  with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 250,
+                         "display.float_format", "{:.4g}".format):
+    console.print(df.to_string(index=False), markup=False, highlight=False, soft_wrap=True)
+  if csv:
+    write_atomic(csv, df.to_csv(index=False))
+    console.print(f"wrote {csv}")
+
+
+@app.command(epilog="Example: ragtune report results/cpu -o report/")
+@user_errors
+def report(
+    dirs: Optional[list[Path]] = typer.Argument(None, help="Results folders [default: results/<device-slug>/]."),
+    output: Path = typer.Option(Path("."), "--output", "-o", help="Folder for best.csv and rows.csv."),
+):
+  """Write best.csv (best per problem with baselines) and rows.csv (every row)."""
+  from ragtune import report as report_mod
+  from ragtune import store
+  from ragtune import sweep as sweep_mod
+  from ragtune.store import write_atomic
+
+  rows = store.load_results(dirs or [sweep_mod.default_results_dir()])
+  for name, df in (("best.csv", report_mod.best_frame(rows)), ("rows.csv", report_mod.rows_frame(rows))):
+    write_atomic(output / name, df.to_csv(index=False))
+    console.print(f"wrote {output / name} ({len(df)} rows)")
+
+
+def main():
+  app(prog_name="ragtune")
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,167 @@
+"""Measuring one problem: inputs, reference, compile under a timeout, check, time.
+
+Timing: on an accelerator, tune-jax times the compiled candidates from profiler events
+on the device (it is given concrete inputs, so group_sizes are the real ones, never
+zeros). On a CPU host, wall-clock median of blocked calls; those timings are of the
+Pallas *interpreter* and say nothing about GPU speed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import statistics
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import kernels
+from ragtune.numerics import TOLERANCE, NumericsResult, compare
+from ragtune.shapes import Problem
+
+OpBuilder = Callable[[Problem, str, Any, bool], Callable[..., jax.Array]]
+
+
+def _seed(p: Problem, salt: str) -> int:
+  return int.from_bytes(hashlib.sha1(f"{p.key}|{salt}".encode()).digest()[:4], "little")
+
+
+def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str, jax.Array]:
+  """Fresh random lhs, rhs, dout (never zeros), scaled so outputs stay O(1)."""
+  key = jax.random.key(_seed(p, salt))
+  k1, k2, k3 = jax.random.split(key, 3)
+  dt = jnp.dtype(p.dtype)
+  gs = np.asarray(p.group_sizes if group_sizes is None else group_sizes, np.int32)
+  return {
+      "lhs": jax.random.normal(k1, (p.m, p.k), jnp.float32).astype(dt),
+      "rhs": (jax.random.normal(k2, (p.g, p.k, p.n), jnp.float32) / np.sqrt(p.k)).astype(dt),
+      "dout": jax.random.normal(k3, (p.m, p.n), jnp.float32).astype(dt),
+      "group_sizes": jnp.asarray(gs),
+  }
+
+
+def op_args(op: str, x: dict[str, jax.Array]) -> tuple:
+  if op == "fwd":
+    return (x["lhs"], x["rhs"], x["group_sizes"])
+  if op == "dlhs":
+    return (x["dout"], x["rhs"], x["group_sizes"])
+  return (x["lhs"], x["dout"], x["group_sizes"])
+
+
+def reference(op: str, x: dict[str, jax.Array]) -> np.ndarray:
+  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision."""
+  f32 = lambda a: a.astype(jnp.float32)
+  lhs, rhs, dout, gs = f32(x["lhs"]), f32(x["rhs"]), f32(x["dout"]), x["group_sizes"]
+  hi = jax.lax.Precision.HIGHEST
+  fwd = lambda a, b: jax.lax.ragged_dot(a, b, gs, precision=hi)
+  if op == "fwd":
+    return np.asarray(fwd(lhs, rhs))
+  _, vjp = jax.vjp(fwd, lhs, rhs)
+  dlhs, drhs = vjp(dout)
+  return np.asarray(dlhs if op == "dlhs" else drhs)
+
+
+def build_op(p: Problem, backend: str, config, interpret: bool) -> Callable[..., jax.Array]:
+  """The callable that runs `p.op` with `config`, taking op_args(p.op, ...)."""
+  common = dict(backend=backend, config=config, out_dtype=jnp.dtype(p.dtype),
+                interpret=interpret and backend != "xla")
+  if p.op == "fwd":
+    return lambda a, b, gs: kernels.forward(a, b, gs, **common)
+  if p.op == "dlhs":
+    return lambda d, b, gs: kernels.grad_lhs(d, b, gs, **common)
+  return lambda a, d, gs: kernels.grad_rhs(a, d, gs, num_groups=p.g, **common)
+
+
+def dense_args(p: Problem, x: dict[str, jax.Array]) -> tuple:
+  """Dense operands with the same FLOPs as the problem: rows = sum(group_sizes)."""
+  rows = max(1, int(sum(p.group_sizes)))
+  a = x["lhs"][:rows] if p.op != "dlhs" else x["dout"][:rows]
+  b = x["rhs"][0] if p.op == "fwd" else (x["rhs"][0].T if p.op == "dlhs" else x["dout"][:rows])
+  if p.op == "drhs":
+    a = a.T  # [k, rows] x [rows, n]
+  return (jnp.asarray(a), jnp.asarray(b))
+
+
+def dense_matmul(a, b):
+  return jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+
+
+def flops(p: Problem) -> float:
+  return 2.0 * sum(p.group_sizes) * p.k * p.n
+
+
+def bytes_moved(p: Problem) -> float:
+  b = jnp.dtype(p.dtype).itemsize
+  w = p.g * p.k * p.n
+  io = {"fwd": p.m * p.k + p.m * p.n, "dlhs": p.m * p.n + p.m * p.k, "drhs": p.m * p.k + p.m * p.n}[p.op]
+  return float(b * (w + io))
+
+
+def compile_fn(fn: Callable, args: tuple):
+  return jax.jit(fn).lower(*args).compile()
+
+
+def await_result(fut: cf.Future, timeout: float, error_status: str = "compile_error"):
+  """(value, None) or (None, (status, message)); a timed-out call is abandoned."""
+  try:
+    return fut.result(timeout=timeout), None
+  except cf.TimeoutError:
+    return None, ("timeout", f"did not finish within {timeout:g}s")
+  except Exception as e:  # noqa: BLE001 - any failure of a candidate is data, not a crash
+    msg = f"{type(e).__name__}: {e}".strip().splitlines()
+    return None, (error_status, " ".join(msg)[:500])
+
+
+def check(p: Problem, out, ref: np.ndarray) -> NumericsResult:
+  return compare(ref, np.asarray(jnp.asarray(out).astype(jnp.float32)), rtol=TOLERANCE[p.dtype])
+
+
+# --- timing ---------------------------------------------------------------------------
+
+def _wallclock_median(fn: Callable, args: tuple, warmup: int, iters: int) -> float:
+  for _ in range(warmup):
+    jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(iters):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times)
+
+
+def _tune_jax_times(fns: dict[str, tuple[Callable, tuple, Any]]) -> dict[str, float]:
+  import logging
+
+  import tune_jax
+
+  tune_jax.logger.setLevel(logging.ERROR)
+  names = list(fns)
+  flat_args = tuple(a for name in names for a in fns[name][1])
+  spans, pos = {}, 0
+  for name in names:
+    spans[name] = (pos, pos + len(fns[name][1]))
+    pos = spans[name][1]
+
+  def run(*args, variant):
+    fn = fns[variant][0]
+    lo, hi = spans[variant]
+    return fn(*args[lo:hi])
+
+  tuned = tune_jax.tune(run, hyperparams={"variant": names}, example_args=flat_args)
+  tuned(*flat_args)
+  return {r.hyperparams["variant"]: float(r.t_mean) for _, r in tuned.timing_results.items()}
+
+
+def time_variants(fns: dict[str, tuple[Callable, tuple, Any]], *, on_device: bool, warmup: int = 1,
+                  iters: int = 3) -> tuple[dict[str, float], str]:
+  """Seconds per call of each named (fn, args, compiled), all measured in the same run."""
+  if on_device:
+    try:
+      return _tune_jax_times(fns), "tune-jax"
+    except Exception:  # noqa: BLE001 - fall back to the host clock, and say so
+      pass
+  return ({name: _wallclock_median(compiled, args, warmup, iters) for name, (_, args, compiled) in fns.items()},
+          f"wallclock-median(warmup={warmup},iters={iters})")

@@ -1,0 +1,95 @@
+"""Sweep records: one JSON object per line in <dir>/records.jsonl, appended and fsynced.
+
+A killed sweep can leave at most one partial last line; it is cut off on the next open,
+so every complete line is kept and nothing finished is measured twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from ragtune.errors import RagtuneError
+
+RECORDS = "records.jsonl"
+
+
+def row_id(problem_key: str, candidate: str) -> str:
+  return f"{problem_key}|{candidate}"
+
+
+class ResultsStore:
+  def __init__(self, directory: str | Path):
+    self.dir = Path(directory)
+    self.path = self.dir / RECORDS
+
+  def _repair_tail(self) -> None:
+    if not self.path.exists():
+      return
+    with open(self.path, "rb+") as f:
+      data = f.read()
+      if data and not data.endswith(b"\n"):
+        f.truncate(data.rfind(b"\n") + 1)
+
+  def rows(self) -> list[dict[str, Any]]:
+    return read_rows(self.path) if self.path.exists() else []
+
+  def done_ids(self) -> set[str]:
+    return {r["id"] for r in self.rows() if "id" in r}
+
+  def append(self, row: dict[str, Any]) -> None:
+    self.dir.mkdir(parents=True, exist_ok=True)
+    if not getattr(self, "_repaired", False):
+      self._repair_tail()
+      self._repaired = True
+    line = json.dumps(row, sort_keys=True, default=str) + "\n"
+    with open(self.path, "a") as f:
+      f.write(line)
+      f.flush()
+      os.fsync(f.fileno())
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+  rows = []
+  with open(path) as f:
+    lines = f.read().split("\n")
+  for i, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      rows.append(json.loads(line))
+    except json.JSONDecodeError:
+      if i == len(lines):  # a partial last line from a killed sweep
+        continue
+      raise RagtuneError(f"{path}:{i}: corrupt record (not JSON)") from None
+  return rows
+
+
+def load_results(dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
+  """All rows of the given results folders (or records files); each row gets `_source`."""
+  out = []
+  for d in dirs:
+    p = Path(d)
+    path = p / RECORDS if p.is_dir() else p
+    if not path.exists():
+      raise RagtuneError(f"{p}: no {RECORDS} here (is it a results folder written by `ragtune sweep`?)")
+    rows = read_rows(path)
+    if not rows:
+      raise RagtuneError(f"{path}: results file is empty")
+    for r in rows:
+      r["_source"] = str(p)
+    out.extend(rows)
+  return out
+
+
+def write_atomic(path: Path, text: str) -> None:
+  """Write via a temp file in the same folder and rename, so readers never see half a file."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+  with open(tmp, "w") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
