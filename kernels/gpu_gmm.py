@@ -58,7 +58,7 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end
       else:
         b = plgpu.load(rhs_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(j * block_n, block_n)],
                        mask=k_in[:, None] & (cols < n)[None, :], other=0.0)
-      return acc + pl.dot(a, b, trans_b=transpose_rhs, precision=precision)
+      return acc + plgpu.dot(a, b, trans_b=transpose_rhs, precision=precision)
 
     acc = jax.lax.fori_loop(0, pl.cdiv(k, block_k), step, jnp.zeros((block_m, block_n), jnp.float32))
     plgpu.store(out_block, acc.astype(out_ref.dtype), mask=out_mask)

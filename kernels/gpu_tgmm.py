@@ -33,7 +33,7 @@ def _tgmm_kernel(start_ref, end_ref, lhs_ref, rhs_ref, out_ref, *, k, n, block_m
                    mask=in_group[:, None] & k_in[None, :], other=0.0)
     b = plgpu.load(rhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(nb * block_n, block_n)],
                    mask=in_group[:, None] & n_in[None, :], other=0.0)
-    return acc + pl.dot(a, b, trans_a=True, precision=precision)
+    return acc + plgpu.dot(a, b, trans_a=True, precision=precision)
 
   first = start // block_m
   last = jnp.where(end > start, (end + block_m - 1) // block_m, first)

@@ -21,7 +21,8 @@ from kernels import gpu_gmm, gpu_tgmm, tpu_gmm, xla
 from kernels import lut as lut_mod
 from kernels.config import BACKENDS, CONFIG_TYPES, OPS, Config, default_config
 
-PALLAS_DTYPES = ("bfloat16", "float16", "float32")
+# Input dtypes each Pallas backend computes in (megablox/TPU has no float16 matmul).
+PALLAS_DTYPES = {"pallas_gpu": ("bfloat16", "float16", "float32"), "pallas_tpu": ("bfloat16", "float32")}
 
 
 # --- argument handling ----------------------------------------------------------------
@@ -233,8 +234,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       jax.ShapeDtypeStruct((rhs.shape[0], lhs.shape[1], rhs.shape[1] if transpose_rhs else rhs.shape[2]), rhs.dtype),
       jax.ShapeDtypeStruct((rhs.shape[0],), jnp.int32)).dtype
   compute_dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
-  if backend != "xla" and compute_dtype.name not in PALLAS_DTYPES:
-    raise TypeError(f"backend {backend!r} supports lhs/rhs dtypes {PALLAS_DTYPES}, got "
+  if backend != "xla" and compute_dtype.name not in PALLAS_DTYPES[backend]:
+    raise TypeError(f"backend {backend!r} supports lhs/rhs dtypes {PALLAS_DTYPES[backend]}, got "
                     f"{lhs.dtype} x {rhs.dtype}; use backend='xla'")
   m, k = lhs.shape
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]

@@ -1,0 +1,41 @@
+import os
+
+# Two host devices so shard_map tests have a real 2-way mesh on CPU. Must precede jax import.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+os.environ.pop("RAGTUNE_LUT", None)
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import kernels  # noqa: E402
+
+
+def np_ragged_dot(lhs, rhs, group_sizes, *, transpose_rhs=False, group_offset=0):
+  """float64 reference; rhs holds groups [group_offset, group_offset + g_local)."""
+  lhs = np.asarray(lhs, np.float64)
+  rhs = np.asarray(rhs, np.float64)
+  if transpose_rhs:
+    rhs = rhs.transpose(0, 2, 1)
+  m = lhs.shape[0]
+  out = np.zeros((m, rhs.shape[2]))
+  start = 0
+  for gi, size in enumerate(np.asarray(group_sizes)):
+    end = min(start + int(size), m)
+    local = gi - group_offset
+    if 0 <= local < rhs.shape[0]:
+      out[start:end] = lhs[start:end] @ rhs[local]
+    start = end
+  return out
+
+
+def rand(key, shape, dtype):
+  return (jax.random.normal(jax.random.key(key), shape) / np.sqrt(shape[-1])).astype(dtype) + 0.01
+
+
+@pytest.fixture(autouse=True)
+def _no_lut():
+  """Tests start with no active LUT (heuristic configs) unless they load one."""
+  kernels.set_active_lut(None)
+  yield
+  kernels.reset_active_lut()

@@ -1,0 +1,116 @@
+"""LUT format: round trip, nearest-shape lookup, LutFn for megablox, device checks, corrupt files."""
+
+import importlib
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kernels
+from conftest import rand
+
+KIND = jax.devices()[0].device_kind
+
+
+def _lut(kind=KIND):
+  G = kernels.GpuConfig
+  T = kernels.TpuConfig
+  entries = [
+      kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(128, 64, 128, 8, 4), {"time_s": 1e-3}),
+      kernels.Entry("fwd", "pallas_gpu", "bfloat16", 64, 4096, 14336, 8, G(16, 128, 64, 4, 3), {"time_s": 1e-4}),
+      kernels.Entry("dlhs", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(64, 64, 128, 4, 3)),
+      kernels.Entry("fwd", "pallas_tpu", "bfloat16", 512, 1024, 2048, 8, T(256, 512, 1024)),
+      kernels.Entry("dlhs", "pallas_tpu", "bfloat16", 512, 1024, 2048, 8, T(128, 1024, 512)),
+  ]
+  return kernels.Lut(kind, entries, meta={"jax_version": jax.__version__})
+
+
+def test_round_trip_file_and_folder(tmp_path):
+  lut = _lut()
+  path = tmp_path / f"{kernels.device_slug(KIND)}.json"
+  path.write_text(json.dumps(lut.to_dict()))
+  for target in (path, tmp_path):
+    loaded = kernels.load_lut(target)
+    assert loaded.entries() == lut.entries()
+    assert loaded.shapes() == [(64, 4096, 14336), (512, 1024, 2048), (4096, 4096, 14336)]
+    assert kernels.active_lut() is loaded
+
+
+def test_exact_and_nearest_lookup():
+  lut = _lut()
+  assert lut.lookup("fwd", 4096, 4096, 14336, 8, "bfloat16", backend="pallas_gpu") == kernels.GpuConfig(128, 64, 128, 8, 4)
+  # Nearest in m for the same (k, n): 100 rows is closer to 64 than to 4096.
+  assert lut.lookup("fwd", 100, 4096, 14336, 8, jnp.bfloat16, backend="pallas_gpu").block_m == 16
+  assert lut.lookup("fwd", 3000, 4096, 14336, 8, "bfloat16", backend="pallas_gpu").block_m == 128
+  # Other dtype, op or a far-away shape: nothing.
+  assert lut.lookup("fwd", 4096, 4096, 14336, 8, "float32", backend="pallas_gpu") is None
+  assert lut.lookup("drhs", 4096, 4096, 14336, 8, "bfloat16") is None
+  assert lut.lookup("fwd", 4096, 64, 64, 8, "bfloat16", backend="pallas_gpu") is None
+
+
+def test_nearest_only_returns_configs_that_fit():
+  big = kernels.GpuConfig(256, 256, 256, 8, 8)  # ~2 MiB of shared memory at bf16: never fits
+  lut = kernels.Lut(KIND, [kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 4096, 8, big)])
+  assert lut.lookup("fwd", 4096, 4096, 4096, 8, "bfloat16") is None
+
+
+def test_lut_fn_uses_megablox_frames():
+  lut = _lut()
+  assert lut.lut_fn("fwd")(512, 1024, 2048) == (256, 512, 1024)
+  # megablox calls the dlhs LutFn with (m, n, k) of the forward problem.
+  assert lut.lut_fn("dlhs")(512, 2048, 1024) == (128, 1024, 512)
+  assert lut.lut_fn("fwd")(512, 7, 9) is None
+  assert all(type(v) is int for v in lut.lut_fn("fwd")(512, 1024, 2048))
+
+
+def test_lut_fn_drives_megablox_gmm():
+  mb = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
+  lut = kernels.Lut(KIND, [kernels.Entry("fwd", "pallas_tpu", "float32", 64, 128, 128, 2, kernels.TpuConfig(16, 128, 128))])
+  lhs, rhs, gs = rand(1, (64, 128), jnp.float32), rand(2, (2, 128, 128), jnp.float32), jnp.array([30, 34], jnp.int32)
+  out = mb.gmm(lhs, rhs, gs, jnp.float32, tiling=lut.lut_fn("fwd"), interpret=True)
+  np.testing.assert_allclose(out, jax.lax.ragged_dot(lhs, rhs, gs, precision="highest"), atol=1e-4)
+
+
+def test_ragged_dot_uses_active_lut():
+  cfg = kernels.GpuConfig(16, 32, 16, 2, 2)
+  lut = kernels.Lut(KIND, [kernels.Entry("fwd", "pallas_gpu", "float32", 40, 32, 48, 3, cfg)])
+  assert kernels.select_config("fwd", "pallas_gpu", 40, 32, 48, 3, jnp.float32) != cfg
+  kernels.set_active_lut(lut)
+  assert kernels.select_config("fwd", "pallas_gpu", 40, 32, 48, 3, jnp.float32) == cfg
+  jaxpr = str(jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
+      jnp.ones((40, 32)), jnp.ones((3, 32, 48)), jnp.array([10, 10, 20], jnp.int32)))
+  assert "num_warps=2" in jaxpr and "num_stages=2" in jaxpr
+
+
+def test_env_var_and_device_mismatch(tmp_path, monkeypatch):
+  other = _lut("NVIDIA H100 80GB HBM3")
+  path = tmp_path / "h100.json"
+  path.write_text(json.dumps(other.to_dict()))
+  monkeypatch.setenv(kernels.ENV_VAR, str(path))
+  with pytest.raises(kernels.LutError, match="tuned on 'NVIDIA H100 80GB HBM3'"):
+    kernels.load_lut()
+  assert kernels.load_lut(force=True).device_kind == "NVIDIA H100 80GB HBM3"
+
+
+def test_no_lut_anywhere_gives_empty_lut(monkeypatch):
+  monkeypatch.delenv(kernels.ENV_VAR, raising=False)
+  lut = kernels.load_lut()  # no LUT is bundled for the CPU
+  assert len(lut) == 0 and lut.source is None and lut.device_kind == KIND
+
+
+@pytest.mark.parametrize("content,match", [
+    ("{not json", "invalid JSON"),
+    ('{"schema": "ragtune-lut", "schema_version": 99, "device_kind": "cpu", "entries": []}', "schema_version 99"),
+    ('{"schema": "other", "schema_version": 1}', "not a ragtune LUT"),
+    ('[1, 2]', "not a ragtune LUT"),
+    ('{"schema": "ragtune-lut", "schema_version": 1, "device_kind": "cpu", "entries": [{"op": "fwd"}]}', "missing key"),
+    ('{"schema": "ragtune-lut", "schema_version": 1, "device_kind": "cpu", "entries": [{"op": "fwd", "backend": '
+     '"pallas_gpu", "dtype": "bfloat16", "m": 1, "k": 1, "n": 1, "g": 1, "config": {"block_m": 33}}]}', "block_m"),
+])
+def test_corrupt_or_unknown_lut(tmp_path, content, match):
+  path = tmp_path / "bad.json"
+  path.write_text(content)
+  with pytest.raises(kernels.LutError, match=match):
+    kernels.load_lut(path)
