@@ -1,0 +1,148 @@
+"""sweep -> verify -> export-lut -> kernels.load_lut -> ragged_dot, plus resume, bad candidates, merging."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from typer.testing import CliRunner
+
+import kernels
+from ragtune import export, measure, shapes, store, sweep
+from ragtune.cli import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+TINY = """
+ops: [fwd, drhs]
+backends: [pallas_gpu]
+max_candidates: 2
+shapes:
+  - {m: 48, k: 32, n: 40, g: 3}
+"""
+
+
+def test_whole_pipeline_reaches_ragged_dot(tmp_path):
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text(TINY)
+  out, luts = tmp_path / "results", tmp_path / "luts"
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--jobs", "2"])
+  assert r.exit_code == 0, r.output
+  assert "sweep summary" in r.output and "interpret mode" in r.output
+  rows = store.ResultsStore(out).rows()
+  assert {r["candidate"] for r in rows} >= {"baseline:xla", "baseline:dense"}
+  assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+
+  r = runner.invoke(app, ["verify", str(out)])
+  assert r.exit_code == 0, r.output
+  assert "2 passed, 0 failed" in r.output and "NumericsResult(PASS)" in r.output and "regions (2x2)" in r.output
+
+  r = runner.invoke(app, ["export-lut", str(out), "-o", str(luts), "--format", "python"])
+  assert r.exit_code == 0, r.output
+  lut_file = luts / f"{kernels.device_slug(kernels.current_device_kind())}.json"
+  data = json.loads(lut_file.read_text())
+  assert data["schema"] == "ragtune-lut" and len(data["entries"]) == 2
+  fwd = next(e for e in data["entries"] if e["op"] == "fwd")
+  assert fwd["baselines"]["xla_s"] > 0 and fwd["speedup_vs_xla"] > 0
+
+  lut = kernels.load_lut(luts)
+  chosen = kernels.select_config("fwd", "pallas_gpu", 48, 32, 40, 3, jnp.bfloat16)
+  assert chosen == kernels.config_from_dict("pallas_gpu", fwd["config"])
+  assert chosen == lut.lookup("fwd", 48, 32, 40, 3, "bfloat16")
+  jaxpr = str(jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
+      jnp.ones((48, 32), jnp.bfloat16), jnp.ones((3, 32, 40), jnp.bfloat16), jnp.array([10, 20, 18], jnp.int32)))
+  assert f"num_warps={chosen.num_warps}" in jaxpr and f"num_stages={chosen.num_stages}" in jaxpr
+
+  # The python-format LUT works with kernels alone.
+  py = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(luts)!r}); import {lut_file.stem.replace('-', '_')} as m; "
+                       "print(len(m.load()))"], capture_output=True, text=True, cwd=ROOT)
+  assert py.returncode == 0 and py.stdout.strip() == "2", py.stderr
+
+  r = runner.invoke(app, ["show", str(out), "--csv", str(tmp_path / "best.csv")])
+  assert r.exit_code == 0 and (tmp_path / "best.csv").exists()
+
+
+def _problems(text, tmp_path):
+  spec = tmp_path / "s.yaml"
+  spec.write_text(text)
+  return shapes.expand(shapes.load_shape_set(spec))
+
+
+def test_wrong_and_nan_candidates_are_recorded_and_never_exported(tmp_path):
+  problems = _problems(TINY.replace("max_candidates: 2", "max_candidates: 4").replace("[fwd, drhs]", "[fwd]"), tmp_path)
+  cands = sweep.search_space.candidates(problems[0], 4)
+  wrong, nan = cands[1], cands[2]
+
+  def faulty_builder(p, backend, config, interpret):
+    fn = measure.build_op(p, backend, config, interpret)
+    if config == wrong:
+      return lambda *a: fn(*a) * 1.05
+    if config == nan:
+      return lambda *a: fn(*a).at[0, 0].set(jnp.nan)
+    return fn
+
+  opts = sweep.SweepOptions(out_dir=tmp_path / "res", interpret=True, jobs=2, max_candidates=4, op_builder=faulty_builder)
+  sweep.run_sweep(problems, opts)
+  rows = {r["candidate"]: r for r in store.ResultsStore(tmp_path / "res").rows()}
+  assert rows[sweep.candidate_id(wrong)]["status"] == "wrong"
+  assert rows[sweep.candidate_id(nan)]["status"] == "nan"
+  assert rows[sweep.candidate_id(wrong)]["time_s"] is None
+  luts = export.build_luts(store.load_results([tmp_path / "res"]))
+  (lut,) = luts.values()
+  exported = [e.config for e in lut.entries()]
+  assert wrong not in exported and nan not in exported and len(exported) == 1
+
+
+RESUME = """
+ops: [fwd, dlhs, drhs]
+backends: [pallas_gpu]
+max_candidates: 5
+shapes:
+  - {m: 40, k: 32, n: 32, g: 2}
+"""
+
+
+def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
+  spec = tmp_path / "r.yaml"
+  spec.write_text(RESUME)
+  out = tmp_path / "res"
+  records = out / "records.jsonl"
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  proc = subprocess.Popen([sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out), "--jobs", "1"],
+                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 120
+  while time.time() < deadline:
+    if records.exists() and records.read_text().count("\n") >= 4:
+      break
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  before = [json.loads(l) for l in records.read_text().splitlines() if l.strip()]
+  total = 3 * (2 + 5)
+  assert 4 <= len(before) < total, "the sweep must be killed mid-run"
+
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--jobs", "2"])
+  assert r.exit_code == 0, r.output
+  assert f"resuming: {len(before)} measurements" in r.output
+  after = store.ResultsStore(out).rows()
+  ids = [row["id"] for row in after]
+  assert len(ids) == len(set(ids)) == total
+  assert after[:len(before)] == before, "finished rows are kept as they were"
+
+
+def test_merging_folders_is_order_independent(tmp_path):
+  problems = _problems(TINY, tmp_path)
+  for name in ("a", "b"):
+    sweep.run_sweep(problems, sweep.SweepOptions(out_dir=tmp_path / name, interpret=True, jobs=2, max_candidates=2))
+  ab = export.build_luts(store.load_results([tmp_path / "a", tmp_path / "b"]))
+  ba = export.build_luts(store.load_results([tmp_path / "b", tmp_path / "a"]))
+  strip = lambda luts: {k: [e.to_dict() for e in v.entries()] for k, v in luts.items()}
+  assert strip(ab) == strip(ba)
+  (lut,) = ab.values()
+  assert len(lut) == 2
