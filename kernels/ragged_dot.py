@@ -40,6 +40,16 @@ def resolve_backend(backend: str) -> str:
   return backend
 
 
+def default_interpret(backend: str) -> bool:
+  """Interpret a Pallas backend when its hardware is not the default device."""
+  platform = jax.default_backend()
+  if backend == "pallas_gpu":
+    return platform not in ("gpu", "cuda", "rocm")
+  if backend == "pallas_tpu":
+    return platform != "tpu"
+  return False
+
+
 def _canonical_precision(precision):
   if precision is None:
     return None
@@ -224,7 +234,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
   backend: "pallas_gpu" | "pallas_tpu" | "xla" | "auto" (GPU, TPU, else XLA).
   config: None (the active LUT, else a heuristic), one config for all three ops, or a
     mapping {"fwd", "dlhs", "drhs"} -> config. Configs are GpuConfig / TpuConfig.
-  interpret: run a Pallas backend in interpret mode; None means "on a CPU host".
+  interpret: run a Pallas backend in interpret mode; None means "when the backend's
+    hardware (GPU for pallas_gpu, TPU for pallas_tpu) is not the default device".
   """
   _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset)
   backend = resolve_backend(backend)
@@ -241,7 +252,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
   configs = resolve_configs(config, backend, m, k, n, rhs.shape[0], compute_dtype)
   if interpret is None:
-    interpret = backend != "xla" and jax.default_backend() == "cpu"
+    interpret = default_interpret(backend)
   plan = _Plan(backend, configs["fwd"], configs["dlhs"], configs["drhs"], bool(transpose_rhs),
                _canonical_precision(precision), jnp.dtype(out_dtype).name, compute_dtype.name,
                bool(interpret), group_offset is not None)

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -83,7 +84,7 @@ class _RichProgress:
 
 def _summary_table(summaries) -> Table:
   t = Table(title="sweep summary (best correct config per problem)")
-  for col in ("op", "backend", "dtype", "shape [m,k]x[g,k,n]", "best ms", "TF/s", "xla ms", "default ms",
+  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "xla ms", "default ms",
               "vs xla", "vs default", "ok", "failed", "best config"):
     t.add_column(col, overflow="fold")
   from ragtune.report import _short
