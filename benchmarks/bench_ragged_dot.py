@@ -11,7 +11,6 @@ wall-clock median on a CPU host, where Pallas runs interpreted and figures mean 
 import argparse
 
 import jax
-import jax.numpy as jnp
 
 import kernels
 from ragtune import measure

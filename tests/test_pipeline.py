@@ -10,7 +10,6 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from typer.testing import CliRunner
 
 import kernels
