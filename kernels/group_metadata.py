@@ -36,6 +36,15 @@ def group_row_bounds(group_sizes: jax.Array, m: int, group_offset: jax.Array, g_
   return starts, ends
 
 
+def local_row_mask(group_sizes, m: int, group_offset, g_local: int) -> jax.Array:
+  """True for the rows [m] that belong to one of the local groups."""
+  starts, ends = group_row_bounds(group_sizes, m, group_offset, g_local)
+  rows = jnp.arange(m, dtype=jnp.int32)
+  lo = starts[0] if g_local else jnp.int32(0)
+  hi = ends[-1] if g_local else jnp.int32(0)
+  return (rows >= lo) & (rows < hi)
+
+
 def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
   """[start, end) of the g_local + 2 segments described in the module docstring."""
   starts, ends = group_row_bounds(group_sizes, m, group_offset, g_local)

@@ -24,15 +24,6 @@ def _pad_rows(x: jax.Array, multiple: int) -> jax.Array:
   return x if pad == 0 else jnp.pad(x, ((0, pad), (0, 0)))
 
 
-def local_row_mask(group_sizes, m: int, group_offset, g_local: int) -> jax.Array:
-  """True for rows that belong to one of the local groups."""
-  starts, ends = group_metadata.group_row_bounds(group_sizes, m, group_offset, g_local)
-  rows = jnp.arange(m, dtype=jnp.int32)
-  lo = starts[0] if g_local else jnp.int32(0)
-  hi = ends[-1] if g_local else jnp.int32(0)
-  return (rows >= lo) & (rows < hi)
-
-
 def gmm(lhs, rhs, group_sizes, *, config: TpuConfig, out_dtype, transpose_rhs=False,
         group_offset=None, interpret=False):
   m = lhs.shape[0]
@@ -41,7 +32,7 @@ def gmm(lhs, rhs, group_sizes, *, config: TpuConfig, out_dtype, transpose_rhs=Fa
       _pad_rows(lhs, config.tm), rhs, group_sizes.astype(jnp.int32), out_dtype,
       tiling=config.tiling(), group_offset=offset, transpose_rhs=transpose_rhs,
       interpret=interpret)[:m]
-  keep = local_row_mask(group_sizes, m, offset, rhs.shape[0])
+  keep = group_metadata.local_row_mask(group_sizes, m, offset, rhs.shape[0])
   return jnp.where(keep[:, None], out, jnp.zeros((), out.dtype))
 
 

@@ -30,8 +30,7 @@ def gmm(lhs, rhs, group_sizes, *, out_dtype, transpose_rhs=False, group_offset=N
     local = ends - starts
     # Rows before the shard go to its first group, rows after to its last; zeroed below.
     sizes = local.at[0].add(starts[0]).at[-1].add(m - ends[-1])
-    rows = jnp.arange(m, dtype=jnp.int32)
-    keep = (rows >= starts[0]) & (rows < ends[-1])
+    keep = group_metadata.local_row_mask(group_sizes, m, offset, g_local)
   if transpose_rhs:
     out = jax.lax.ragged_dot_general(lhs, rhs, sizes, _TRANSPOSED_RHS, precision=precision,
                                      preferred_element_type=out_dtype)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from pathlib import Path
@@ -87,7 +88,7 @@ def _summary_table(summaries) -> Table:
   for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "xla ms", "default ms",
               "vs xla", "vs default", "ok", "failed", "best config"):
     t.add_column(col, overflow="fold")
-  from ragtune.report import _short
+  from ragtune.report import short_config
 
   for s in summaries:
     p, b = s.problem, s.best
@@ -97,7 +98,7 @@ def _summary_table(summaries) -> Table:
               f"{b['tflops']:.2f}" if b else "-", fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
               f"{s.baselines['xla'] / b['time_s']:.2f}x" if b and s.baselines.get("xla") else "-",
               f"{s.baselines['default'] / b['time_s']:.2f}x" if b and s.baselines.get("default") else "-",
-              str(s.counts.get("ok", 0)), str(failed), _short(b["candidate"]) if b else "none correct")
+              str(s.counts.get("ok", 0)), str(failed), short_config(b["candidate"]) if b else "none correct")
   return t
 
 
@@ -111,7 +112,7 @@ def sweep(
     max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, help="Candidates per problem (default config first)."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds allowed to compile, and to run, one candidate."),
     interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
-    jobs: int = typer.Option(max(1, min(8, __import__("os").cpu_count() or 1)), "--jobs", "-j", min=1, help="Parallel compiles."),
+    jobs: int = typer.Option(max(1, min(8, os.cpu_count() or 1)), "--jobs", "-j", min=1, help="Parallel compiles."),
 ):
   """Measure every candidate config of every problem in SHAPES_FILE: compile, check against
   jax.lax.ragged_dot, time. Rows are appended as they finish; rerunning resumes."""

@@ -17,7 +17,7 @@ import jax
 
 import kernels
 from ragtune.errors import RagtuneError
-from ragtune.store import write_atomic
+from ragtune.store import candidate_id, write_atomic
 
 KEY_FIELDS = ("device_kind", "op", "backend", "dtype", "m", "k", "n", "g")
 
@@ -43,20 +43,16 @@ def build_luts(rows: list[dict[str, Any]]) -> dict[str, kernels.Lut]:
     if cur is None or rank < (cur["time_s"], cur["candidate"], cur.get("_source", "")):
       best[key] = r
 
-  baselines: dict[tuple, float] = {}
-  for r in rows:
-    if r.get("kind") == "baseline" and _is_ok(r):
-      baselines[(r.get("_source", ""), r["problem"], r["candidate"])] = r["time_s"]
+  # Times of every ok row, so each entry's baselines come from its own run (folder).
+  times = {(r.get("_source", ""), r["problem"], r["candidate"]): r["time_s"] for r in rows if _is_ok(r)}
 
   entries: dict[str, list[kernels.Entry]] = {}
   for key, r in sorted(best.items(), key=lambda kv: [str(x) for x in kv[0]]):
     src, prob = r.get("_source", ""), r["problem"]
     default = kernels.default_config(r["backend"], r["op"], r["dtype"], r["m"], r["k"], r["n"], r["g"])
-    default_id = json.dumps(default.to_dict(), sort_keys=True) if default else None
-    default_s = next((x["time_s"] for x in rows if x.get("_source", "") == src and x["problem"] == prob
-                      and x["candidate"] == default_id and _is_ok(x)), None)
-    xla_s = baselines.get((src, prob, "baseline:xla"))
-    dense_s = baselines.get((src, prob, "baseline:dense"))
+    default_s = times.get((src, prob, candidate_id(default))) if default else None
+    xla_s = times.get((src, prob, "baseline:xla"))
+    dense_s = times.get((src, prob, "baseline:dense"))
     t = r["time_s"]
     extra = {
         "time_s": t, "tflops": r.get("tflops"), "gbps": r.get("gbps"),

@@ -40,12 +40,12 @@ def best_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         "vs_xla": base["xla"] / t if best is not None else float("nan"),
         "ok": int(len(ok)),
         "failed": int(len(cands) - len(ok)),
-        "best_config": _short(best["candidate"]) if best is not None else "",
+        "best_config": short_config(best["candidate"]) if best is not None else "",
     })
   return pd.DataFrame(out)
 
 
-def _short(candidate: str) -> str:
+def short_config(candidate: str) -> str:
   try:
     cfg = json.loads(candidate)
   except json.JSONDecodeError:

@@ -16,6 +16,11 @@ from ragtune.errors import RagtuneError
 RECORDS = "records.jsonl"
 
 
+def candidate_id(config) -> str:
+  """The record key of a config: its fields as sorted JSON."""
+  return json.dumps(config.to_dict(), sort_keys=True)
+
+
 def row_id(problem_key: str, candidate: str) -> str:
   return f"{problem_key}|{candidate}"
 
@@ -24,6 +29,7 @@ class ResultsStore:
   def __init__(self, directory: str | Path):
     self.dir = Path(directory)
     self.path = self.dir / RECORDS
+    self._tail_checked = False
 
   def _repair_tail(self) -> None:
     if not self.path.exists():
@@ -41,9 +47,9 @@ class ResultsStore:
 
   def append(self, row: dict[str, Any]) -> None:
     self.dir.mkdir(parents=True, exist_ok=True)
-    if not getattr(self, "_repaired", False):
+    if not self._tail_checked:
       self._repair_tail()
-      self._repaired = True
+      self._tail_checked = True
     line = json.dumps(row, sort_keys=True, default=str) + "\n"
     with open(self.path, "a") as f:
       f.write(line)

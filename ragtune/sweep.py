@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import datetime as dt
-import json
 import math
 import os
 from pathlib import Path
@@ -22,17 +21,13 @@ import jax
 import kernels
 from ragtune import measure, search_space
 from ragtune.shapes import Problem
-from ragtune.store import ResultsStore, row_id
+from ragtune.store import ResultsStore, candidate_id, row_id
 
 BASELINES = ("baseline:xla", "baseline:dense")
 
 
 def default_results_dir() -> Path:
   return Path("results") / kernels.device_slug(kernels.current_device_kind())
-
-
-def candidate_id(config) -> str:
-  return json.dumps(config.to_dict(), sort_keys=True)
 
 
 @dataclasses.dataclass
@@ -74,13 +69,13 @@ class _Run:
   """State of one problem's measurement: inputs, reference, the row writer."""
 
   def __init__(self, p: Problem, opts: SweepOptions, store: ResultsStore, progress: SweepProgress,
-               device: dict[str, Any]):
+               device: dict[str, Any], run_pool: cf.Executor):
     self.p, self.opts, self.store, self.progress, self.device = p, opts, store, progress, device
     self.x = measure.make_inputs(p)
     self.args = measure.op_args(p.op, self.x)
     self.ref = measure.reference(p.op, self.x)
     self.best: dict[str, Any] | None = None
-    self.run_pool: cf.Executor | None = None
+    self.run_pool = run_pool  # runs compiled candidates, so a hang can be timed out
 
   def write(self, candidate: str, config, status: str, *, error: str = "", time_s: float | None = None,
             timer: str = "", numerics=None) -> dict[str, Any]:
@@ -176,8 +171,7 @@ def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgre
       if not items:
         continue
       progress.problem(p)
-      run = _Run(p, opts, store, progress, device)
-      run.run_pool = inner
+      run = _Run(p, opts, store, progress, device, inner)
       base = _baseline_fns(p, run)
       batch = [(i, None, *base[i], False) for i, _ in items if i in base]
       if batch:
