@@ -53,6 +53,13 @@ def _split(values: Optional[list[str]]) -> Optional[list[str]]:
   return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
+def _split_shapes(values: Optional[list[str]]) -> Optional[list[str]]:
+  """--shape M,K,N values; several may also be given in one, separated by spaces or ';'."""
+  if not values:
+    return None
+  return [v.strip() for item in values for v in item.replace(";", " ").split() if v.strip()]
+
+
 def _resolve_interpret(interpret: Optional[bool]) -> bool:
   import jax
 
@@ -108,7 +115,9 @@ def sweep(
     shapes_file: Path = typer.Argument(..., help="Shape set YAML (see README: 'Shape sets')."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results folder [default: results/<device-slug>/]."),
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="Backends (repeat or comma-separate): pallas_gpu, pallas_tpu, xla. Default: the file's."),
-    ops: Optional[list[str]] = typer.Option(None, "--ops", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
+    ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Only problems of this forward shape M,K,N (repeatable)."),
+    model: Optional[list[str]] = typer.Option(None, "--model", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
     max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, help="Candidates per problem (default config first)."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds allowed to compile, and to run, one candidate."),
     interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
@@ -121,6 +130,7 @@ def sweep(
 
   spec = shapes_mod.load_shape_set(shapes_file)
   problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
+  problems = shapes_mod.select(problems, shapes=_split_shapes(shape), models=_split(model))
   opts = sweep_mod.SweepOptions(out_dir=out or sweep_mod.default_results_dir(),
                                 max_candidates=max_candidates or spec.max_candidates, timeout_s=timeout,
                                 interpret=_resolve_interpret(interpret), jobs=jobs)
@@ -143,10 +153,15 @@ def verify(
     seed: int = typer.Option(1234, "--seed", help="Seed for the fresh inputs and group-size draws."),
     force: bool = typer.Option(False, "--force", help="Verify a LUT made for another device kind."),
     interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="[default: on when there is no accelerator]."),
-    full: bool = typer.Option(False, "--full", help="Print the numerics report of every draw, not only the worst."),
+    full: bool = typer.Option(False, "--full", help="Print the numerics report of every draw, not only of failures."),
+    op: Optional[list[str]] = typer.Option(None, "--op", help="Only entries of these ops: fwd, dlhs, drhs (repeat or comma-separate)."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Only entries of this forward shape M,K,N (repeatable)."),
+    timeout: float = typer.Option(300.0, "--timeout", min=1, help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as 'timeout'."),
 ):
   """Re-run every LUT entry on fresh inputs and adversarial group sizes (empty groups,
-  sum < m, one group holding all rows); exit 1 if any fails."""
+  sum < m, one group holding all rows). One line per entry; the numerics report of
+  failures (of every draw with --full). Exit 1 if any fails."""
+  from ragtune import shapes as shapes_mod
   from ragtune import sweep as sweep_mod
   from ragtune import verify as verify_mod
 
@@ -156,26 +171,26 @@ def verify(
   if lut.device_kind != here and not force:
     raise RagtuneError(f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {here!r} "
                        "(use --force to check its numerics here anyway)")
-  interp = _resolve_interpret(interpret)
   entries = lut.entries()
   if not entries:
     raise RagtuneError(f"{target}: LUT has no entries")
+  entries = shapes_mod.select(entries, ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
+  interp = _resolve_interpret(interpret)
   failures, t0 = 0, time.perf_counter()
-  for i, e in enumerate(entries, 1):
-    res = verify_mod.verify_entry(e, seed=seed, interpret=interp)
-    failures += not res.passed
-    tag = "[green]PASS[/]" if res.passed else "[red]FAIL[/]"
-    console.print(f"[{i}/{len(entries)}] {tag} {e.op} {e.backend} {e.dtype} m={e.m} k={e.k} n={e.n} g={e.g} "
-                  f"config={e.config.to_dict() if e.config else None}")
-    for d in res.draws:
-      line = d.numerics.summary() if d.numerics else f"ERROR {d.error}"
-      console.print(f"    {d.draw:<13} {line}", markup=False, highlight=False)
-    shown = res.draws if full else [res.worst()]
-    for d in shown:
-      if d.numerics is not None:
-        console.print(f"  report for draw '{d.draw}' (group_sizes={d.group_sizes[:8]}{'...' if len(d.group_sizes) > 8 else ''}):",
-                      markup=False, highlight=False)
-        console.print(str(d.numerics), markup=False, highlight=False)
+  columns = [TextColumn("verify {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+             TextColumn("eta"), TimeRemainingColumn()]
+  # A live bar in a terminal; in a log, the per-entry lines are the progress.
+  with verify_mod.DrawRunner(timeout) as runner, \
+       Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+    task = progress.add_task("", total=len(entries))
+    for i, e in enumerate(entries, 1):
+      progress.update(task, description=f"{e.op} {e.backend} m={e.m} k={e.k} n={e.n} g={e.g}")
+      res = verify_mod.verify_entry(e, seed=seed, interpret=interp, runner=runner)
+      failures += not res.passed
+      console.print(verify_mod.entry_line(i, len(entries), res), markup=False, highlight=False)
+      for line in verify_mod.entry_report(res, full):
+        console.print(line, markup=False, highlight=False)
+      progress.advance(task)
   console.print(f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
                 f"{len(entries) - failures} passed, {failures} failed")
   if failures:

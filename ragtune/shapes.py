@@ -277,3 +277,42 @@ def expand(spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] 
           seen.add(p.key)
           problems.append(p)
   return problems
+
+
+# --- selection (sweep and verify) -----------------------------------------------------
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+  """'M,K,N' -> (m, k, n), the forward problem's dims."""
+  parts = [t.strip() for t in text.split(",")]
+  try:
+    dims = tuple(int(t) for t in parts)
+  except ValueError:
+    dims = ()
+  if len(dims) != 3 or any(d <= 0 for d in dims):
+    raise RagtuneError(f"--shape {text!r}: expected three positive integers M,K,N (e.g. 96,64,80)")
+  return dims
+
+
+def select(items: list, *, ops: list[str] | None = None, shapes: list[str] | None = None,
+           models: list[str] | None = None, what: str = "problem") -> list:
+  """The items (Problems, or LUT entries: anything with op, m, k, n) that every given selector
+  keeps: op among `ops`, (m, k, n) among `shapes` ('M,K,N'), and, for Problems, expanded
+  from one of `models` (presets). An empty result is an error naming the selectors.
+  """
+  bad = [o for o in ops or [] if o not in OPS]
+  if bad:
+    raise RagtuneError(f"--op {', '.join(bad)}: unknown op; ops: {', '.join(OPS)}")
+  dims = {parse_shape(s) for s in shapes or []}
+  names = [m.lower() for m in models or []]
+  unknown = [m for m in names if m not in MODEL_PRESETS]
+  if unknown:
+    raise RagtuneError(f"--model {', '.join(unknown)}: unknown model; presets: {', '.join(sorted(MODEL_PRESETS))}")
+  out = [x for x in items
+         if (not ops or x.op in ops)
+         and (not dims or (x.m, x.k, x.n) in dims)
+         and (not names or getattr(x, "source", "").split(":")[0] in names)]
+  if not out and items:
+    given = " ".join([f"--op {o}" for o in ops or []] + [f"--shape {s}" for s in shapes or []]
+                     + [f"--model {m}" for m in models or []])
+    raise RagtuneError(f"no {what} matches {given} (of {len(items)} {what}s)")
+  return out
