@@ -80,6 +80,8 @@ def _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset):
     raise ValueError(f"contraction mismatch: lhs.shape[1]={lhs.shape[1]} but {axis}={k_rhs}"
                      f" (transpose_rhs={transpose_rhs})")
   g_total, g_local = group_sizes.shape[0], rhs.shape[0]
+  if g_local < 1:
+    raise ValueError(f"rhs must hold at least one group (g >= 1), got shape {rhs.shape}")
   if group_offset is None and g_total != g_local:
     raise ValueError(f"group count mismatch: group_sizes has {g_total} groups but rhs has {g_local}"
                      " (pass group_offset when rhs holds a shard of the groups)")
@@ -209,6 +211,8 @@ def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend
     raise ValueError(f"expected lhs_shape (m, k) and rhs_shape (g, k, n), got {lhs_shape} and {rhs_shape}")
   m, k = lhs_shape
   g, n = rhs_shape[0], rhs_shape[1] if transpose_rhs else rhs_shape[2]
+  if g < 1:
+    raise ValueError(f"rhs must hold at least one group (g >= 1), got shape {rhs_shape}")
   k_rhs = rhs_shape[2] if transpose_rhs else rhs_shape[1]
   if k != k_rhs:
     raise ValueError(f"contraction mismatch: lhs_shape {lhs_shape} vs rhs_shape {rhs_shape} (transpose_rhs={transpose_rhs})")

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import kernels
+from ragtune import limits, paths
 from ragtune.errors import RagtuneError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -44,6 +45,8 @@ def user_errors(fn):
       return fn(*args, **kwargs)
     except (RagtuneError, kernels.LutError) as e:
       _fail(str(e))
+    except OSError as e:  # a path problem no check caught: still one line
+      _fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
   return wrapper
 
 
@@ -131,7 +134,11 @@ def sweep(
   spec = shapes_mod.load_shape_set(shapes_file)
   problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
   problems = shapes_mod.select(problems, shapes=_split_shapes(shape), models=_split(model))
-  opts = sweep_mod.SweepOptions(out_dir=out or sweep_mod.default_results_dir(),
+  limits.check_fits(problems)
+  out = paths.writable_dir(out or sweep_mod.default_results_dir(), "the results folder")
+  if (out / "records.jsonl").is_dir():
+    raise RagtuneError(f"{out / 'records.jsonl'}: is a folder, but the results file must be a file")
+  opts = sweep_mod.SweepOptions(out_dir=out,
                                 max_candidates=max_candidates or spec.max_candidates, timeout_s=timeout,
                                 interpret=_resolve_interpret(interpret), jobs=jobs)
   console.print(f"{len(problems)} problems from {shapes_file} -> {opts.out_dir}/records.jsonl")
@@ -175,6 +182,7 @@ def verify(
   if not entries:
     raise RagtuneError(f"{target}: LUT has no entries")
   entries = shapes_mod.select(entries, ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
+  limits.check_fits(entries)
   interp = _resolve_interpret(interpret)
   failures, t0 = 0, time.perf_counter()
   columns = [TextColumn("verify {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -208,9 +216,14 @@ def export_lut(
   from ragtune import export, store
   from ragtune import sweep as sweep_mod
 
-  dirs = dirs or [sweep_mod.default_results_dir()]
+  dirs = paths.existing_dirs(dirs or [sweep_mod.default_results_dir()])
+  output = output or dirs[0]
+  if output.suffix == ".json":
+    paths.writable_file(output, "the LUT file")
+  else:
+    paths.writable_dir(output, "the LUT folder (-o FILE.json for one file)")
   luts = export.build_luts(store.load_results(dirs))
-  written = export.write_luts(luts, output or dirs[0], fmt)
+  written = export.write_luts(luts, output, fmt)
   for kind, lut in sorted(luts.items()):
     console.print(f"{kind}: {len(lut)} entries")
   for p in written:
@@ -237,7 +250,9 @@ def show(
   from ragtune import sweep as sweep_mod
   from ragtune.store import write_atomic
 
-  df = _show_frames(dirs or [sweep_mod.default_results_dir()], all_rows)
+  if csv:
+    paths.writable_file(csv, "the --csv file")
+  df = _show_frames(paths.existing_dirs(dirs or [sweep_mod.default_results_dir()]), all_rows)
   with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 250,
                          "display.float_format", "{:.4g}".format):
     console.print(df.to_string(index=False), markup=False, highlight=False, soft_wrap=True)
@@ -258,7 +273,8 @@ def report(
   from ragtune import sweep as sweep_mod
   from ragtune.store import write_atomic
 
-  rows = store.load_results(dirs or [sweep_mod.default_results_dir()])
+  paths.writable_dir(output, "the report folder")
+  rows = store.load_results(paths.existing_dirs(dirs or [sweep_mod.default_results_dir()]))
   for name, df in (("best.csv", report_mod.best_frame(rows)), ("rows.csv", report_mod.rows_frame(rows))):
     write_atomic(output / name, df.to_csv(index=False))
     console.print(f"wrote {output / name} ({len(df)} rows)")
