@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -24,6 +26,32 @@ from rich.table import Table
 import kernels
 from ragtune import limits, paths
 from ragtune.errors import RagtuneError
+
+# Typer writes a required argument as {NAME} in usage lines and types as <list[Path]>.
+_TYPE_WORDS = {"path": "(a path)", "list[Path]": "(paths)", "list[str]": "(text, repeatable)", "int": "(an integer)",
+               "int range": "(an integer)", "float": "(a number)", "float range": "(a number)", "text": "(text)"}
+
+
+class _Command(typer.core.TyperCommand):
+  """Usage lines that name arguments (SHAPES_FILE), and types in words."""
+
+  def collect_usage_pieces(self, ctx):
+    return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+  def get_help(self, ctx) -> str:
+    return re.sub(r"<([^<>\s][^<>]*)>", lambda m: _TYPE_WORDS.get(m.group(1), m.group(0)), super().get_help(ctx))
+
+
+# Every example runs as pasted on a fresh clone (tests/test_help_examples.py runs them). The
+# sweep makes results/<device-slug>/, the default folder of the other commands; rerun, it
+# resumes and measures nothing again.
+_SWEEP_EXAMPLE = "ragtune sweep shapes/smoke.yaml --op fwd --max-candidates 2"
+
+
+def _example(then: str) -> str:
+  cmd = f"{_SWEEP_EXAMPLE} && {then}" if then else _SWEEP_EXAMPLE
+  return f"\b\nExample: {cmd}"  # \b: click keeps the line unwrapped, so it can be pasted
+
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.")
@@ -112,19 +140,19 @@ def _summary_table(summaries) -> Table:
   return t
 
 
-@app.command(epilog="Example: ragtune sweep shapes/smoke.yaml --max-candidates 4")
+@app.command(cls=_Command, epilog=_example(""))
 @user_errors
 def sweep(
-    shapes_file: Path = typer.Argument(..., help="Shape set YAML (see README: 'Shape sets')."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results folder [default: results/<device-slug>/]."),
-    backend: Optional[list[str]] = typer.Option(None, "--backend", help="Backends (repeat or comma-separate): pallas_gpu, pallas_tpu, xla. Default: the file's."),
-    ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Only problems of this forward shape M,K,N (repeatable)."),
-    model: Optional[list[str]] = typer.Option(None, "--model", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
-    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, help="Candidates per problem (default config first)."),
-    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds allowed to compile, and to run, one candidate."),
+    shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML (see README: 'Shape sets')."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/]."),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help="Backends (repeat or comma-separate): pallas_gpu, pallas_tpu, xla. Default: the file's."),
+    ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
+    model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
+    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first)."),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, metavar="SECONDS", help="Seconds allowed to compile, and to run, one candidate."),
     interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
-    jobs: int = typer.Option(max(1, min(8, os.cpu_count() or 1)), "--jobs", "-j", min=1, help="Parallel compiles."),
+    jobs: int = typer.Option(max(1, min(8, os.cpu_count() or 1)), "--jobs", "-j", min=1, metavar="N", help="Parallel compiles."),
 ):
   """Measure every candidate config of every problem in SHAPES_FILE: compile, check against
   jax.lax.ragged_dot, time. Rows are appended as they finish; rerunning resumes."""
@@ -153,17 +181,17 @@ def sweep(
     err_console.print("warning: some problems have no correct candidate; they will be missing from the LUT")
 
 
-@app.command(epilog="Example: ragtune verify results/cpu   (or a LUT file: ragtune verify kernels/luts/nvidia-h100-80gb-hbm3.json)")
+@app.command(cls=_Command, epilog=_example("ragtune verify --op fwd"))
 @user_errors
 def verify(
-    target: Optional[Path] = typer.Argument(None, help="LUT file, or results folder [default: results/<device-slug>/]."),
-    seed: int = typer.Option(1234, "--seed", help="Seed for the fresh inputs and group-size draws."),
+    target: Optional[Path] = typer.Argument(None, metavar="LUT_OR_DIR", help="LUT file, or results folder [default: results/<device-slug>/]."),
+    seed: int = typer.Option(1234, "--seed", metavar="SEED", help="Seed for the fresh inputs and group-size draws."),
     force: bool = typer.Option(False, "--force", help="Verify a LUT made for another device kind."),
     interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="[default: on when there is no accelerator]."),
     full: bool = typer.Option(False, "--full", help="Print the numerics report of every draw, not only of failures."),
-    op: Optional[list[str]] = typer.Option(None, "--op", help="Only entries of these ops: fwd, dlhs, drhs (repeat or comma-separate)."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Only entries of this forward shape M,K,N (repeatable)."),
-    timeout: float = typer.Option(300.0, "--timeout", min=1, help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as 'timeout'."),
+    op: Optional[list[str]] = typer.Option(None, "--op", metavar="OP", help="Only entries of these ops: fwd, dlhs, drhs (repeat or comma-separate)."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="Only entries of this forward shape M,K,N (repeatable)."),
+    timeout: float = typer.Option(300.0, "--timeout", min=1, metavar="SECONDS", help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as 'timeout'."),
 ):
   """Re-run every LUT entry on fresh inputs and adversarial group sizes (empty groups,
   sum < m, one group holding all rows). One line per entry; the numerics report of
@@ -205,12 +233,12 @@ def verify(
     raise typer.Exit(1)
 
 
-@app.command("export-lut", epilog="Example: ragtune export-lut results/nvidia-h100-80gb-hbm3 results/nvidia-h200 -o kernels/luts/")
+@app.command("export-lut", cls=_Command, epilog=_example("ragtune export-lut -o luts/"))
 @user_errors
 def export_lut(
-    dirs: Optional[list[Path]] = typer.Argument(None, help="Results folders to merge [default: results/<device-slug>/]."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results folder]."),
-    fmt: str = typer.Option("json", "--format", help="json, or python (also writes an importable <slug>.py)."),
+    dirs: Optional[list[Path]] = typer.Argument(None, metavar="DIR", help="Results folders to merge [default: results/<device-slug>/]."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE_OR_DIR", help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results folder]."),
+    fmt: str = typer.Option("json", "--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py)."),
 ):
   """Pick the fastest correct config per (device, op, backend, dtype, shape) and write the LUT atomically."""
   from ragtune import export, store
@@ -237,12 +265,12 @@ def _show_frames(dirs: list[Path], all_rows: bool):
   return report.rows_frame(rows) if all_rows else report.best_frame(rows)
 
 
-@app.command(epilog="Example: ragtune show results/cpu --all")
+@app.command(cls=_Command, epilog=_example("ragtune show --all"))
 @user_errors
 def show(
-    dirs: Optional[list[Path]] = typer.Argument(None, help="Results folders [default: results/<device-slug>/]."),
+    dirs: Optional[list[Path]] = typer.Argument(None, metavar="DIR", help="Results folders [default: results/<device-slug>/]."),
     all_rows: bool = typer.Option(False, "--all", help="Every measured row, not only the best per problem."),
-    csv: Optional[Path] = typer.Option(None, "--csv", help="Also write the table as CSV."),
+    csv: Optional[Path] = typer.Option(None, "--csv", metavar="FILE", help="Also write the table as CSV."),
 ):
   """Print results as a table (best per problem by default)."""
   import pandas as pd
@@ -261,11 +289,11 @@ def show(
     console.print(f"wrote {csv}")
 
 
-@app.command(epilog="Example: ragtune report results/cpu -o report/")
+@app.command(cls=_Command, epilog=_example("ragtune report -o report/"))
 @user_errors
 def report(
-    dirs: Optional[list[Path]] = typer.Argument(None, help="Results folders [default: results/<device-slug>/]."),
-    output: Path = typer.Option(Path("."), "--output", "-o", help="Folder for best.csv and rows.csv."),
+    dirs: Optional[list[Path]] = typer.Argument(None, metavar="DIR", help="Results folders [default: results/<device-slug>/]."),
+    output: Path = typer.Option(Path("."), "--output", "-o", metavar="DIR", help="Folder for best.csv and rows.csv."),
 ):
   """Write best.csv (best per problem with baselines) and rows.csv (every row)."""
   from ragtune import report as report_mod
