@@ -56,3 +56,13 @@ def test_every_help_example_runs(tmp_path, monkeypatch):
   if slug == "cpu" and shutil.which("git") and (ROOT / ".git").exists():
     r = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", *made], capture_output=True, text=True)
     assert r.stdout.split() == made, r.stdout + r.stderr
+
+
+def test_no_file_cites_outside_the_repository():
+  # Facts cite public sources (model configs, papers, repositories), never a local file
+  # beside the clone. The pattern is split so this file does not match itself.
+  outside = re.compile("|".join([r"\.\./" + "shared", "shared/" + "ANCHORS", "ANCHORS" + r"\.md"]))
+  files = [p for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts
+           and p.suffix in (".py", ".md", ".yaml", ".sh", ".toml", ".txt", ".cfg", "")]
+  hits = [str(p.relative_to(ROOT)) for p in files if outside.search(p.read_text(errors="ignore"))]
+  assert not hits, hits
