@@ -45,7 +45,7 @@ class _Command(typer.core.TyperCommand):
 # Every example runs as pasted on a fresh clone (tests/test_help_examples.py runs them). The
 # sweep makes results/<device-slug>/, the default folder of the other commands; rerun, it
 # resumes and measures nothing again.
-_SWEEP_EXAMPLE = "ragtune sweep shapes/smoke.yaml --op fwd --max-candidates 2"
+_SWEEP_EXAMPLE = "ragtune sweep shapes/smoke.yaml --op fwd --shape 96,64,80 --max-candidates 2"
 
 
 def _example(then: str) -> str:
