@@ -146,6 +146,10 @@ def check_draw(e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -
 
 
 def _worker(conn) -> None:
+  import signal
+
+  # Ctrl-C reaches the whole process group; the parent handles it and kills this worker.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   import jax  # noqa: F401 - start-up cost, paid before the first draw's clock starts
 
   from ragtune import measure  # noqa: F401
@@ -227,8 +231,9 @@ class DrawRunner:
   def __enter__(self):
     return self
 
-  def __exit__(self, *exc):
-    self.close()
+  def __exit__(self, exc_type, *_):
+    # On an error or Ctrl-C, don't wait for the draw in flight: kill it.
+    self.close() if exc_type is None else self.stop()
 
 
 def verify_entry(e: kernels.Entry, *, seed: int = 1234, interpret: bool = False,

@@ -106,3 +106,16 @@ def test_sweep_selectors(tmp_path):
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "none"), "--model", "mixtral-8x7b"])
   assert r.exit_code == 2 and "error: no problem matches --model mixtral-8x7b" in r.output
   assert not (tmp_path / "none").exists()
+
+
+def test_ctrl_c_kills_the_worker_at_once():
+  t0 = time.perf_counter()
+  with pytest.raises(KeyboardInterrupt):
+    with verify.DrawRunner(timeout=60) as draws:
+      draws._start()
+      pid = draws._proc.pid
+      draws._conn.send((_entries()[0], "multinomial", [20, 10, 10], 0, True))  # a draw in flight
+      raise KeyboardInterrupt
+  with pytest.raises(ProcessLookupError):
+    os.kill(pid, 0)
+  assert draws._proc is None and time.perf_counter() - t0 < 30
