@@ -106,7 +106,9 @@ def select_config(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: 
   dt = lut_mod.canonical_dtype(dtype)
   table = lut_mod.active_lut()
   cfg = table.lookup(op, m, k, n, g, dt, backend=backend) if table is not None else None
-  return cfg if cfg is not None else default_config(backend, op, dt, m, k, n, g)
+  if cfg is not None:
+    return cfg
+  return default_config(backend, op, dt, m, k, n, g, device_kind=lut_mod.current_device_kind())
 
 
 def resolve_configs(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict[str, Config | None]:
