@@ -75,9 +75,12 @@ def _ctas_per_sm(cfg: kconfig.GpuConfig, *dims) -> int:
   return max(1, min(2, SMEM_PER_SM // (smem + SMEM_RESERVED)))
 
 
-def gmm_programs(p: Problem, cfg: kconfig.GpuConfig, sizes: np.ndarray):
-  """Per launch slot in order: (lhs row block or -1 for a zero-fill tile, group, col block),
-  plus the (rows, contraction, cols) the op computes."""
+def gmm_programs(p: Problem, cfg: kconfig.GpuConfig, sizes: np.ndarray, order: str = "banded"):
+  """Per launch slot in order: (lhs row block or -1 for a zero-fill tile, group, col block).
+
+  order: "banded" is the kernel's (gpu_gmm.launch_cell); "m_fastest" / "n_fastest" are the
+  two global orders ragtune used before (every tile of a column block first, or every
+  column block of a tile first, over all groups' tiles at once), for comparison."""
   rows, contraction, cols = kconfig.op_dims(p.op, p.m, p.k, p.n)
   c = cfg.clamped(rows, contraction, cols)
   num_tiles = group_metadata.num_tiles_bound(rows, c.block_m, p.g)
@@ -86,15 +89,20 @@ def gmm_programs(p: Problem, cfg: kconfig.GpuConfig, sizes: np.ndarray):
       seg_starts, seg_ends, c.block_m, num_tiles)))
   ncol = -(-cols // c.block_n)
   pid = np.arange(int(sched.active[0]) * ncol)
-  tile, col = gpu_gmm.launch_cell(pid, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles,
-                                  ncol, c.group_m)
+  if order == "banded":
+    tile, col = gpu_gmm.launch_cell(pid, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles,
+                                    ncol, c.group_m)
+  else:
+    band = int(sched.active[0]) if order == "m_fastest" else 1
+    tile, col = gpu_gmm.program_tile(pid, int(sched.active[0]), ncol, band)
   tile_block = sched.tile_row_block
   seg = sched.tile_segment[tile]
   is_group = (seg >= 1) & (seg <= p.g)
   return c, np.where(is_group, tile_block[tile], -1), seg - 1, col
 
 
-def simulate(p: Problem, cfg: kconfig.GpuConfig, *, sms: int, l2_bytes: int, dtype="bfloat16"):
+def simulate(p: Problem, cfg: kconfig.GpuConfig, *, sms: int, l2_bytes: int, dtype="bfloat16",
+             order: str = "banded"):
   """(HBM bytes fetched incl. output writes, unique bytes) for one op and config."""
   b = kconfig.itemsize(dtype)
   sizes = p.group_sizes()
@@ -125,7 +133,7 @@ def simulate(p: Problem, cfg: kconfig.GpuConfig, *, sms: int, l2_bytes: int, dty
     unique = (int(sizes.sum()) * (p.k + p.n)) * b + out_bytes
     slots = _ctas_per_sm(c, p.op, dtype, p.m, p.k, p.n) * sms
   else:
-    c, row_block, grp, col = gmm_programs(p, cfg, sizes)
+    c, row_block, grp, col = gmm_programs(p, cfg, sizes, order)
     nk = -(-contraction // c.block_k)
     per_phase = max(1, math.ceil(nk / MAX_PHASES))
     a_bytes = c.block_m * c.block_k * per_phase * b
@@ -188,6 +196,8 @@ def main(argv=None):
   ap.add_argument("--family", default="hopper", choices=["hopper", "ampere", "other"])
   ap.add_argument("--quick", action="store_true", help="m / 8 on every problem")
   ap.add_argument("--only", default="", help="substring of the problem names to run")
+  ap.add_argument("--legacy", action="store_true",
+                  help="also model the old global m_fastest / n_fastest orders (fwd and dlhs)")
   args = ap.parse_args(argv)
 
   print(f"L2 traffic model: {args.sms} SMs, LRU L2, HBM {args.bw} TB/s, MMA {args.tflops} TF/s, bf16, "
@@ -219,6 +229,12 @@ def main(argv=None):
       print(f"| {p.name:<22} | {blocks:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
             f"{f'{default}, {fetched / 1e9:.2f}, {ratio[default]:.2f}x':<24} | {f'{best}, {ratio[best]:.2f}x':<16} | "
             f"{f'{worst}, {ratio[worst]:.2f}x':<17} | {fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |")
+      if args.legacy and p.op != "drhs":
+        for order in ("m_fastest", "n_fastest"):
+          fetched, _ = simulate(p, cfg, sms=args.sms, l2_bytes=int(l2 * 1e6), order=order)
+          print(f"| {'  old ' + order:<22} | {blocks:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
+                f"{f'-, {fetched / 1e9:.2f}, {fetched / unique:.2f}x':<24} | {'':<16} | {'':<17} | "
+                f"{fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |")
   print(f"({time.perf_counter() - t0:.0f} s)")
 
 

@@ -26,21 +26,19 @@ from kernels import group_metadata
 from kernels.config import GpuConfig
 
 
-def _minimum(a, b):
-  """min() for Python ints, NumPy arrays and traced int32 alike."""
-  if isinstance(a, jax.Array) or isinstance(b, jax.Array):
-    return jnp.minimum(a, b)
-  if isinstance(a, int) and isinstance(b, int):
-    return min(a, b)
-  return np.minimum(a, b)
+def _elementwise(py_fn, np_fn, jnp_fn):
+  """A binary op for Python ints, NumPy arrays and traced int32 alike."""
+  def fn(a, b):
+    if isinstance(a, jax.Array) or isinstance(b, jax.Array):
+      return jnp_fn(a, b)
+    if isinstance(a, int) and isinstance(b, int):
+      return py_fn(a, b)
+    return np_fn(a, b)
+  return fn
 
 
-def _maximum(a, b):
-  if isinstance(a, jax.Array) or isinstance(b, jax.Array):
-    return jnp.maximum(a, b)
-  if isinstance(a, int) and isinstance(b, int):
-    return max(a, b)
-  return np.maximum(a, b)
+_minimum = _elementwise(min, np.minimum, jnp.minimum)
+_maximum = _elementwise(max, np.maximum, jnp.maximum)
 
 
 def program_tile(pid, num_tiles, num_col_blocks, group_m):
