@@ -9,7 +9,7 @@ problem's (m, k, n, g); see ``op_dims``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 OPS = ("fwd", "dlhs", "drhs")
 BACKENDS = ("pallas_gpu", "pallas_tpu", "xla")
@@ -18,11 +18,33 @@ DTYPES = ("bfloat16", "float16", "float32")
 GPU_BLOCK_RANGE = (16, 256)
 GPU_NUM_WARPS = (1, 2, 4, 8, 16)
 GPU_NUM_STAGES = (1, 2, 3, 4, 5, 6, 7, 8)
-GPU_GRID_ORDERS = ("m_fastest", "n_fastest")
-# Hopper has 227 KiB of shared memory per block; Ampere 163 KiB. Use the smaller so
-# one LUT entry never names a config that cannot launch on either.
-GPU_SMEM_BYTES = 163 * 1024
+GPU_BAND_RANGE = (1, 1024)
 TPU_VMEM_BYTES = 16 * 1024 * 1024
+
+# Shared memory one thread block may use (the opt-in maximum), by device family. Sources:
+# NVIDIA's CUDA C++ Programming Guide, "Compute Capabilities" table (sm_90: 227 KB, sm_80:
+# 163 KB, sm_86/sm_89/sm_120: 99 KB). A LUT entry is only ever used on its own device kind,
+# so each device gets its own bound.
+GPU_SMEM_BYTES = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 * 1024}
+# Any other GPU (L4, L40S, A10, RTX 30xx/40xx/50xx, and the CPU host that tests the
+# pipeline in interpret mode): the smallest bound of the sm_80+ parts Triton targets.
+GPU_SMEM_BYTES_SAFE = 99 * 1024
+_FAMILIES = (("hopper", ("h100", "h200", "h800", "h20", "gh200")),
+             ("blackwell", ("b100", "b200", "gb200", "b300", "gb300")),
+             ("ampere", ("a100", "a800", "a30")))
+
+
+def gpu_family(device_kind: str | None) -> str:
+  """'hopper', 'blackwell', 'ampere' or 'other' for a jax device_kind string."""
+  kind = (device_kind or "").lower()
+  for family, names in _FAMILIES:
+    if any(name in kind for name in names):
+      return family
+  return "other"
+
+
+def gpu_smem_limit(device_kind: str | None) -> int:
+  return GPU_SMEM_BYTES.get(gpu_family(device_kind), GPU_SMEM_BYTES_SAFE)
 
 
 def _is_pow2(x: int) -> bool:
@@ -61,9 +83,13 @@ class GpuConfig:
   block_n:    output columns per tile; power of two in [16, 256].
   num_warps:  warps per program; one of 1, 2, 4, 8, 16.
   num_stages: software-pipelining depth of the contraction loop; 1..8.
-  grid_order: which tile index the launch order walks first. "m_fastest" keeps a weight
-              column block hot in L2 while the rows of one group stream past it (good
-              when weights dominate traffic); "n_fastest" keeps the lhs row block hot.
+  group_m:    fwd/dlhs launch order (see gpu_gmm.program_tile): a band of group_m
+              consecutive row tiles walks all column blocks before the next band starts,
+              so the band's lhs rows and each weight column block are read from HBM about
+              once. 1 walks one row tile's columns at a time; a band as large as the grid
+              walks all row tiles of a column block first. In [1, 1024].
+  group_k:    drhs launch order (see gpu_tgmm.program_tile): within each group, a band of
+              group_k output k blocks walks all n blocks. In [1, 1024].
 
   Blocks larger than the (power-of-two rounded) dimension are clamped at launch, so a
   config is valid for every shape.
@@ -74,7 +100,8 @@ class GpuConfig:
   block_n: int = 128
   num_warps: int = 4
   num_stages: int = 3
-  grid_order: Literal["m_fastest", "n_fastest"] = "m_fastest"
+  group_m: int = 16
+  group_k: int = 4
 
   def __post_init__(self):
     lo, hi = GPU_BLOCK_RANGE
@@ -86,8 +113,11 @@ class GpuConfig:
       raise ValueError(f"GpuConfig.num_warps must be one of {GPU_NUM_WARPS}, got {self.num_warps!r}")
     if self.num_stages not in GPU_NUM_STAGES:
       raise ValueError(f"GpuConfig.num_stages must be in 1..8, got {self.num_stages!r}")
-    if self.grid_order not in GPU_GRID_ORDERS:
-      raise ValueError(f"GpuConfig.grid_order must be one of {GPU_GRID_ORDERS}, got {self.grid_order!r}")
+    lo, hi = GPU_BAND_RANGE
+    for name in ("group_m", "group_k"):
+      v = getattr(self, name)
+      if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ValueError(f"GpuConfig.{name} must be an integer in [{lo}, {hi}], got {v!r}")
 
   def clamped(self, rows: int, contraction: int, cols: int) -> "GpuConfig":
     """Blocks no larger than each dimension needs (>=16, Triton's dot minimum)."""
@@ -99,14 +129,20 @@ class GpuConfig:
         block_n=cap(self.block_n, cols),
     )
 
-  def smem_bytes(self, dtype: str, rows: int, contraction: int, cols: int) -> int:
+  def smem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
+    """Shared memory of the pipelined operand tiles for the forward problem (m, k, n) as
+    `op`: one [block_m, block_k] lhs tile and one [block_k, block_n] rhs tile per stage
+    (drhs: [block_m, block_k] of lhs and [block_m, block_n] of dout). Matches what
+    Triton 3.8 allocates for sm_90a wgmma kernels; mma.sync kernels use a stage less."""
+    rows, contraction, cols = op_dims(op, m, k, n)
     c = self.clamped(rows, contraction, cols)
-    per_stage = (c.block_m * c.block_k + c.block_k * c.block_n) * itemsize(dtype)
-    return per_stage * max(1, c.num_stages)
+    second = c.block_m * c.block_n if op == "drhs" else c.block_k * c.block_n
+    return (c.block_m * c.block_k + second) * itemsize(dtype) * max(1, c.num_stages)
 
-  def fits(self, op: str, dtype: str, m: int, k: int, n: int) -> bool:
-    """Whether this config can launch for the forward problem (m, k, n) as `op`."""
-    return self.smem_bytes(dtype, *op_dims(op, m, k, n)) <= GPU_SMEM_BYTES
+  def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
+    """Whether this config can launch for the forward problem (m, k, n) as `op` on a
+    device of this kind (by its shared memory per block; see gpu_smem_limit)."""
+    return self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -138,7 +174,7 @@ class TpuConfig:
     b = itemsize(dtype)
     return 2 * (self.tm * self.tk + self.tk * self.tn) * b + self.tm * self.tn * (b + 4)
 
-  def fits(self, op: str, dtype: str, m: int, k: int, n: int) -> bool:
+  def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
     return self.vmem_bytes(dtype) <= TPU_VMEM_BYTES
 
   def tiling(self) -> tuple[int, int, int]:
@@ -167,24 +203,48 @@ def config_from_dict(backend: str, d: dict[str, Any]) -> Config | None:
   return cls(**d)
 
 
-def default_config(backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int) -> Config | None:
-  """Built-in heuristic used when no LUT entry applies."""
+# Defaults for large problems, per device family and op, in the op's own frame. Why:
+# - block_m (gmm) / block_k (tgmm) >= 64 with >= 4 warps, so Hopper uses wgmma; every
+#   default compiles for sm_90a with no spills (README: "What the kernels compile to").
+# - The launch-order band (group_m, group_k) keeps HBM traffic near the unique bytes in
+#   benchmarks/l2_traffic.py on Mixtral and DeepSeek-V3 (README: "Launch order and L2").
+# - Shared memory within the family's bound, leaving room for 1-2 programs per SM.
+_GPU_DEFAULTS = {
+    "hopper": {"gmm": GpuConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": GpuConfig(64, 128, 128, 8, 3)},
+    "blackwell": {"gmm": GpuConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": GpuConfig(64, 128, 128, 8, 3)},
+    "ampere": {"gmm": GpuConfig(128, 64, 128, 8, 3, group_m=16), "tgmm": GpuConfig(64, 128, 128, 8, 3)},
+    "other": {"gmm": GpuConfig(128, 32, 128, 8, 3, group_m=16), "tgmm": GpuConfig(32, 64, 128, 4, 3)},
+}
+
+
+def _gpu_default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int,
+                 family: str) -> GpuConfig:
+  base = _GPU_DEFAULTS[family]["tgmm" if op == "drhs" else "gmm"]
+  if dtype == "float32":  # twice the bytes per element: halve the contraction step
+    base = dataclasses.replace(base, block_m=base.block_m // 2) if op == "drhs" else \
+        dataclasses.replace(base, block_k=max(16, base.block_k // 2))
+  if op == "drhs":
+    # Keep the smaller of a group's lhs rows [rows, k] and dout rows [rows, n] in L2 and
+    # stream the other once: walk every k block of an n block first when k <= n.
+    k_blocks = -(-contraction // base.block_k)
+    return dataclasses.replace(base, group_k=min(GPU_BAND_RANGE[1], k_blocks) if contraction <= cols else 1)
+  # Few rows per group (decode): a row tile per group and the weights streamed once. The
+  # kernel is memory-bound there, so the rows a 64-row tile wastes cost no time, and 64
+  # rows with 4 warps keep it on wgmma (fewer fall back to mma.sync).
+  if max(1, rows // max(1, g)) <= 96:
+    return dataclasses.replace(base, block_m=64, block_n=128, num_warps=4, num_stages=4)
+  return base
+
+
+def default_config(backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int,
+                   device_kind: str | None = None) -> Config | None:
+  """Built-in heuristic used when no LUT entry applies, for a device of `device_kind`
+  (None: the safe family of gpu_smem_limit)."""
   rows, contraction, cols = op_dims(op, m, k, n)
   if backend == "xla":
     return None
   if backend == "pallas_gpu":
-    if op == "drhs":
-      # Output tile is [k, n] per group; block_m steps over the group's rows.
-      cfg = GpuConfig(block_m=64 if dtype != "float32" else 32, block_k=64, block_n=64,
-                      num_warps=4, num_stages=3)
-    else:
-      rows_per_group = max(1, rows // max(1, g))
-      block_m = 16 if rows_per_group <= 16 else 32 if rows_per_group <= 32 else 64 if rows_per_group <= 96 else 128
-      block_n = 128
-      block_k = 64 if dtype != "float32" else 32
-      num_warps = 8 if block_m * block_n >= 128 * 128 else 4
-      cfg = GpuConfig(block_m=block_m, block_k=block_k, block_n=block_n,
-                      num_warps=num_warps, num_stages=3)
+    cfg = _gpu_default(op, dtype, rows, contraction, cols, g, gpu_family(device_kind))
     return cfg.clamped(rows, contraction, cols)
   if backend == "pallas_tpu":
     def tile(d, choices=(512, 256, 128)):

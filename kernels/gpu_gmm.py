@@ -1,8 +1,15 @@
 """Pallas GPU (Triton) grouped matmul: out[rows of group i] = lhs[rows] @ rhs[i].
 
-Layout, in order: tile schedule (group metadata), grid/index mapping, kernel body,
-pallas_call. With transpose_rhs the weights are read as [g, n, k] blocks and fed to the
-dot transposed, so dlhs never materialises rhs^T.
+Layout, in order: tile schedule (group metadata), launch order (program_tile), kernel
+body, pallas_call. With transpose_rhs the weights are read as [g, n, k] blocks and fed to
+the dot transposed, so dlhs never materialises rhs^T.
+
+Launch order is what bounds this kernel on a big problem: it decides how often lhs and
+the weights travel from HBM through L2. `launch_cell` takes the groups in row order and
+walks each group's (row tile, column block) cells with `program_tile`, in bands of
+`group_m` row tiles: a band's lhs rows stay in L2 while it walks the weight columns, and
+each weight column block is shared by the band's tiles while it is hot.
+benchmarks/l2_traffic.py models the bytes this fetches.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
@@ -18,29 +26,89 @@ from kernels import group_metadata
 from kernels.config import GpuConfig
 
 
-def _grid(num_tiles: int, num_col_blocks: int, grid_order: str):
-  """Launch grid and a function giving (tile, col_block) from program ids.
+def _elementwise(py_fn, np_fn, jnp_fn):
+  """A binary op for Python ints, NumPy arrays and traced int32 alike."""
+  def fn(a, b):
+    if isinstance(a, jax.Array) or isinstance(b, jax.Array):
+      return jnp_fn(a, b)
+    if isinstance(a, int) and isinstance(b, int):
+      return py_fn(a, b)
+    return np_fn(a, b)
+  return fn
 
-  Triton walks program axis 0 fastest, so the fastest-varying index goes first.
+
+_minimum = _elementwise(min, np.minimum, jnp.minimum)
+_maximum = _elementwise(max, np.maximum, jnp.maximum)
+
+
+def program_tile(pid, num_tiles, num_col_blocks, group_m):
+  """The (tile, col_block) that launch slot `pid` computes, in banded order.
+
+  Slots are taken in bands of `group_m` consecutive tiles (the last band may be short);
+  within a band the tile varies fastest, then the column block. group_m=1 walks one
+  tile's column blocks before the next tile; group_m >= num_tiles walks every tile of a
+  column block first. A bijection from [0, num_tiles * num_col_blocks) onto the cells.
+
+  Integer arithmetic only, so it runs on Python ints, NumPy arrays and traced int32
+  inside the kernel (where num_tiles is the dynamic count of scheduled tiles).
   """
-  if grid_order == "m_fastest":
-    return (num_tiles, num_col_blocks), lambda: (pl.program_id(0), pl.program_id(1))
-  return (num_col_blocks, num_tiles), lambda: (pl.program_id(1), pl.program_id(0))
+  per_band = group_m * num_col_blocks
+  band = pid // per_band
+  first = band * group_m
+  band_size = _maximum(_minimum(num_tiles - first, group_m), 1)  # >= 1 guards spare slots
+  local = pid - band * per_band
+  return first + local % band_size, local // band_size
 
 
-def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end_ref,
-                lhs_ref, rhs_ref, out_ref, *, k, n, g_local, block_m, block_k, block_n,
-                transpose_rhs, precision, program_ids):
-  t, j = program_ids()
+def launch_cell(pid, tile_segment, segment_first_tile, segment_num_tiles, num_col_blocks, group_m):
+  """The (tile, col_block) of launch slot `pid` in the kernel's launch order.
+
+  Segments (groups) go in row order, and each one's cells follow `program_tile` on its
+  own tiles, so a band never holds tiles of two groups: a band that did would fetch two
+  groups' weights for every column block it walks. A segment's slots are exactly its
+  tiles times num_col_blocks, so `tile_segment[pid // num_col_blocks]` finds it.
+  The tables may be kernel refs (traced scalars) or NumPy arrays (vectors of slots).
+  """
+  seg = tile_segment[pid // num_col_blocks]
+  first = segment_first_tile[seg]
+  tile, col = program_tile(pid - first * num_col_blocks, segment_num_tiles[seg], num_col_blocks, group_m)
+  return first + tile, col
+
+
+def mask_2d(row_ok, col_ok, shape):
+  """row_ok[:, None] & col_ok[None, :] of `shape`; None (no mask) when both are None,
+  and a None side counts as all in bounds."""
+  if row_ok is None and col_ok is None:
+    return None
+  row_ok = jnp.ones((shape[0],), jnp.bool_) if row_ok is None else row_ok
+  col_ok = jnp.ones((shape[1],), jnp.bool_) if col_ok is None else col_ok
+  return row_ok[:, None] & col_ok[None, :]
+
+
+def load(ref, mask):
+  return plgpu.load(ref, mask=mask, other=None if mask is None else 0.0)
+
+
+def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_first_ref, seg_tiles_ref, seg_start_ref,
+                seg_end_ref, lhs_ref, rhs_ref, out_ref, *, m, k, n, g_local, block_m, block_k, block_n,
+                num_col_blocks, group_m, transpose_rhs, precision):
+  pid = pl.program_id(0)
+  is_real = pid < active_ref[0] * num_col_blocks  # spare launch slots return at once
+  t, j = launch_cell(jnp.where(is_real, pid, 0), tile_seg_ref, seg_first_ref, seg_tiles_ref,
+                     num_col_blocks, group_m)
   seg = tile_seg_ref[t]
-  is_real = t < active_ref[0]
   is_group = (seg >= 1) & (seg <= g_local)
 
   row0 = tile_block_ref[t] * block_m
   rows = row0 + jnp.arange(block_m)
-  row_mask = (rows >= seg_start_ref[seg]) & (rows < seg_end_ref[seg])
   cols = j * block_n + jnp.arange(block_n)
-  out_mask = row_mask[:, None] & (cols < n)[None, :]
+  # Only the store needs the segment mask: rows of a neighbouring segment are computed
+  # and dropped. Loads mask only what can fall outside the arrays, and only when the
+  # dimension is not a multiple of its block.
+  row_mask = (rows >= seg_start_ref[seg]) & (rows < seg_end_ref[seg])
+  rows_in = (rows < m) if m % block_m else None
+  cols_in = (cols < n) if n % block_n else None
+  out_mask = mask_2d(row_mask, cols_in, (block_m, block_n))
   out_block = out_ref.at[pl.ds(row0, block_m), pl.ds(j * block_n, block_n)]
 
   @pl.when(is_real & is_group)
@@ -48,16 +116,15 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end
     group = seg - 1
 
     def step(kb, acc):
-      kk = kb * block_k + jnp.arange(block_k)
-      k_in = kk < k
-      a = plgpu.load(lhs_ref.at[pl.ds(row0, block_m), pl.ds(kb * block_k, block_k)],
-                     mask=row_mask[:, None] & k_in[None, :], other=0.0)
+      k_in = (kb * block_k + jnp.arange(block_k) < k) if k % block_k else None
+      a = load(lhs_ref.at[pl.ds(row0, block_m), pl.ds(kb * block_k, block_k)],
+               mask_2d(rows_in, k_in, (block_m, block_k)))
       if transpose_rhs:
-        b = plgpu.load(rhs_ref.at[group, pl.ds(j * block_n, block_n), pl.ds(kb * block_k, block_k)],
-                       mask=(cols < n)[:, None] & k_in[None, :], other=0.0)
+        b = load(rhs_ref.at[group, pl.ds(j * block_n, block_n), pl.ds(kb * block_k, block_k)],
+                 mask_2d(cols_in, k_in, (block_n, block_k)))
       else:
-        b = plgpu.load(rhs_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(j * block_n, block_n)],
-                       mask=k_in[:, None] & (cols < n)[None, :], other=0.0)
+        b = load(rhs_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(j * block_n, block_n)],
+                 mask_2d(k_in, cols_in, (block_k, block_n)))
       return acc + plgpu.dot(a, b, trans_b=transpose_rhs, precision=precision)
 
     acc = jax.lax.fori_loop(0, pl.cdiv(k, block_k), step, jnp.zeros((block_m, block_n), jnp.float32))
@@ -84,17 +151,19 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: GpuCo
 
   num_tiles = group_metadata.num_tiles_bound(m, cfg.block_m, g_local)
   seg_starts, seg_ends = group_metadata.segment_bounds(group_sizes, m, offset, g_local)
-  tile_seg, tile_block, active = group_metadata.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
+  sched = group_metadata.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
 
-  grid, program_ids = _grid(num_tiles, pl.cdiv(n, cfg.block_n), cfg.grid_order)
+  num_col_blocks = pl.cdiv(n, cfg.block_n)
   kernel = functools.partial(
-      _gmm_kernel, k=k, n=n, g_local=g_local, block_m=cfg.block_m, block_k=cfg.block_k,
-      block_n=cfg.block_n, transpose_rhs=transpose_rhs, precision=precision, program_ids=program_ids)
+      _gmm_kernel, m=m, k=k, n=n, g_local=g_local, block_m=cfg.block_m, block_k=cfg.block_k,
+      block_n=cfg.block_n, num_col_blocks=num_col_blocks, group_m=cfg.group_m,
+      transpose_rhs=transpose_rhs, precision=precision)
   return pl.pallas_call(
       kernel,
       out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
-      grid=grid,
+      grid=(num_tiles * num_col_blocks,),
       compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
       interpret=interpret,
       name="ragtune_gmm",
-  )(tile_seg, tile_block, active, seg_starts, seg_ends, lhs, rhs)
+  )(sched.tile_segment, sched.tile_row_block, sched.active, sched.segment_first_tile,
+    sched.segment_num_tiles, seg_starts, seg_ends, lhs, rhs)

@@ -3,6 +3,10 @@
 This is the weight gradient of gmm: lhs [m,k], rhs (dout) [m,n] -> [g,k,n]. Each
 program owns one (group, k block, n block) output tile and reduces over only that
 group's rows, so an empty group runs zero loop iterations and stores zeros.
+
+Launch order (program_tile): the group is the slowest axis, so the programs in flight
+share one group's rows of lhs and dout, which then stay in L2; within a group the
+(k block, n block) cells follow gmm's banded order with its own band, group_k.
 """
 
 from __future__ import annotations
@@ -14,32 +18,46 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from kernels import group_metadata
+from kernels import gpu_gmm, group_metadata
 from kernels.config import GpuConfig
+from kernels.gpu_gmm import load, mask_2d
 
 
-def _tgmm_kernel(start_ref, end_ref, lhs_ref, rhs_ref, out_ref, *, k, n, block_m, block_k,
-                 block_n, precision):
-  group, kb, nb = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+def program_tile(pid, num_groups, num_k_blocks, num_n_blocks, group_k):
+  """The (group, k_block, n_block) that launch slot `pid` computes.
+
+  The group is the slowest axis; within it, (k block, n block) follow
+  gpu_gmm.program_tile with bands of group_k k blocks. A bijection from
+  [0, num_groups * num_k_blocks * num_n_blocks) onto the cells; integer arithmetic only.
+  """
+  per_group = num_k_blocks * num_n_blocks
+  group = pid // per_group
+  kb, nb = gpu_gmm.program_tile(pid - group * per_group, num_k_blocks, num_n_blocks, group_k)
+  return group, kb, nb
+
+
+def _tgmm_kernel(start_ref, end_ref, lhs_ref, rhs_ref, out_ref, *, k, n, num_groups, block_m,
+                 block_k, block_n, group_k, precision):
+  group, kb, nb = program_tile(pl.program_id(0), num_groups, pl.cdiv(k, block_k), pl.cdiv(n, block_n),
+                               group_k)
   start, end = start_ref[group], end_ref[group]
-  ks = kb * block_k + jnp.arange(block_k)
-  ns = nb * block_n + jnp.arange(block_n)
-  k_in, n_in = ks < k, ns < n
+  k_in = (kb * block_k + jnp.arange(block_k) < k) if k % block_k else None
+  n_in = (nb * block_n + jnp.arange(block_n) < n) if n % block_n else None
 
   def step(mb, acc):
     rows = mb * block_m + jnp.arange(block_m)
-    in_group = (rows >= start) & (rows < end)
-    a = plgpu.load(lhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(kb * block_k, block_k)],
-                   mask=in_group[:, None] & k_in[None, :], other=0.0)
-    b = plgpu.load(rhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(nb * block_n, block_n)],
-                   mask=in_group[:, None] & n_in[None, :], other=0.0)
+    in_group = (rows >= start) & (rows < end)  # other groups' rows must not add in
+    a = load(lhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(kb * block_k, block_k)],
+             mask_2d(in_group, k_in, (block_m, block_k)))
+    b = load(rhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(nb * block_n, block_n)],
+             mask_2d(in_group, n_in, (block_m, block_n)))
     return acc + plgpu.dot(a, b, trans_a=True, precision=precision)
 
   first = start // block_m
   last = jnp.where(end > start, (end + block_m - 1) // block_m, first)
   acc = jax.lax.fori_loop(first, last, step, jnp.zeros((block_k, block_n), jnp.float32))
   plgpu.store(out_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(nb * block_n, block_n)],
-              acc.astype(out_ref.dtype), mask=k_in[:, None] & n_in[None, :])
+              acc.astype(out_ref.dtype), mask=mask_2d(k_in, n_in, (block_k, block_n)))
 
 
 def tgmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, num_groups: int,
@@ -53,12 +71,13 @@ def tgmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, num_groups: 
   cfg = config.clamped(m, k, n)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
   starts, ends = group_metadata.group_row_bounds(group_sizes, m, offset, num_groups)
-  kernel = functools.partial(_tgmm_kernel, k=k, n=n, block_m=cfg.block_m, block_k=cfg.block_k,
-                             block_n=cfg.block_n, precision=precision)
+  kernel = functools.partial(_tgmm_kernel, k=k, n=n, num_groups=num_groups, block_m=cfg.block_m,
+                             block_k=cfg.block_k, block_n=cfg.block_n, group_k=cfg.group_k,
+                             precision=precision)
   return pl.pallas_call(
       kernel,
       out_shape=jax.ShapeDtypeStruct((num_groups, k, n), out_dtype),
-      grid=(num_groups, pl.cdiv(k, cfg.block_k), pl.cdiv(n, cfg.block_n)),
+      grid=(num_groups * pl.cdiv(k, cfg.block_k) * pl.cdiv(n, cfg.block_n),),
       compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
       interpret=interpret,
       name="ragtune_tgmm",

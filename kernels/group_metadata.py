@@ -14,6 +14,8 @@ exactly once: no memset, no races.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -55,21 +57,27 @@ def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
   return seg_starts, seg_ends
 
 
-def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int):
-  """For each launched tile t: its segment, its row block, and how many tiles are real.
+class TileSchedule(NamedTuple):
+  """Which rows each scheduled row tile covers; see tile_schedule."""
 
-  Returns (tile_segment[num_tiles], tile_row_block[num_tiles], active[1]). Tiles t >=
-  active are spare launch slots that return at once.
-  """
+  tile_segment: jax.Array      # int32 [num_tiles]: the segment of tile t
+  tile_row_block: jax.Array    # int32 [num_tiles]: the block_m row block of tile t
+  active: jax.Array            # int32 [1]: tiles t >= active are spare launch slots
+  segment_first_tile: jax.Array  # int32 [g_local + 2]: index of each segment's first tile
+  segment_num_tiles: jax.Array   # int32 [g_local + 2]: tiles of each segment (0 if empty)
+
+
+def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int) -> TileSchedule:
+  """Tiles in segment order: each segment's row blocks, one tile per block it touches."""
   nonempty = seg_ends > seg_starts
   first_block = seg_starts // block_m
   last_block = (seg_ends + block_m - 1) // block_m
   tiles_per_seg = jnp.where(nonempty, last_block - first_block, 0).astype(jnp.int32)
   tiles_end = jnp.cumsum(tiles_per_seg)
-  tiles_begin = tiles_end - tiles_per_seg
+  tiles_begin = (tiles_end - tiles_per_seg).astype(jnp.int32)
   t = jnp.arange(num_tiles, dtype=jnp.int32)
   seg = jnp.searchsorted(tiles_end, t, side="right").astype(jnp.int32)
   seg = jnp.minimum(seg, seg_starts.shape[0] - 1)
   row_block = first_block[seg] + (t - tiles_begin[seg])
   active = tiles_end[-1:].astype(jnp.int32)
-  return seg, row_block.astype(jnp.int32), active
+  return TileSchedule(seg, row_block.astype(jnp.int32), active, tiles_begin, tiles_per_seg)

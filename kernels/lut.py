@@ -4,13 +4,13 @@ File format (JSON, one file per device kind, named ``<device-slug>.json``)::
 
   {
     "schema": "ragtune-lut",
-    "schema_version": 1,
+    "schema_version": 2,
     "device_kind": "NVIDIA H100 80GB HBM3",      # jax.devices()[0].device_kind
     "jax_version": "0.11.2", "created": "2026-11-21T10:00:00Z",
     "entries": [
       {"op": "fwd", "backend": "pallas_gpu", "dtype": "bfloat16",
        "m": 8192, "k": 4096, "n": 14336, "g": 8,       # always the forward problem
-       "config": {"block_m": 128, ...},                # in the op's own frame
+       "config": {"block_m": 128, ..., "group_m": 16},  # in the op's own frame
        "time_s": 0.0015, "tflops": 640.1,
        "baselines": {"xla_s": 0.0092, "default_s": 0.0021},
        "speedup_vs_xla": 6.1, "speedup_vs_default": 1.4,
@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterable
 from kernels.config import BACKENDS, DTYPES, OPS, Config, config_from_dict, op_dims
 
 SCHEMA = "ragtune-lut"
-SCHEMA_VERSION = 1
+# 2: GpuConfig.grid_order was replaced by the launch-order bands group_m / group_k.
+SCHEMA_VERSION = 2
 ENV_VAR = "RAGTUNE_LUT"
 BUNDLED_DIR = Path(__file__).parent / "luts"
 # Log2-distance beyond which a tuned shape says nothing useful about the query.
@@ -190,7 +191,7 @@ class Lut:
     """The entry to use for a query, or None.
 
     Rule: among entries with the same op (and dtype/backend when given) whose config fits
-    the query (shared-memory/VMEM estimate), take the exact (m,k,n,g) match if present,
+    the query on this LUT's device (shared-memory/VMEM estimate), take the exact (m,k,n,g) match if present,
     else the one minimising
         |log2 m/m'| + 4 (|log2 k/k'| + |log2 n/n'|) + 0.5 |log2 g/g'|
     (k and n are a model's fixed dims, m moves with the token count). Ties go to the
@@ -201,7 +202,7 @@ class Lut:
     for e in self._entries.values():
       if e.op != op or (dt and e.dtype != dt) or (backend and e.backend != backend):
         continue
-      if e.config is not None and not e.config.fits(op, e.dtype, m, k, n):
+      if e.config is not None and not e.config.fits(op, e.dtype, m, k, n, self.device_kind):
         continue
       d = shape_distance(e, m, k, n, g)
       if d < best_d or (d == best_d and best is not None and e.m > best.m):

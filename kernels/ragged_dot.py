@@ -138,7 +138,8 @@ def choose_config(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: 
   table = lut_mod.active_lut()
   e = table.nearest(op, m, k, n, g, dt, backend=backend) if table is not None else None
   if e is None:
-    return Choice(op, backend, default_config(backend, op, dt, m, k, n, g), "heuristic")
+    heuristic = default_config(backend, op, dt, m, k, n, g, device_kind=lut_mod.current_device_kind())
+    return Choice(op, backend, heuristic, "heuristic")
   d = lut_mod.shape_distance(e, m, k, n, g)
   exact = (e.m, e.k, e.n, e.g) == (m, k, n, g)
   return Choice(op, backend, e.config, "lut-exact" if exact else "lut-nearest", (e.m, e.k, e.n, e.g), d,

@@ -49,7 +49,8 @@ def build_luts(rows: list[dict[str, Any]]) -> dict[str, kernels.Lut]:
   entries: dict[str, list[kernels.Entry]] = {}
   for key, r in sorted(best.items(), key=lambda kv: [str(x) for x in kv[0]]):
     src, prob = r.get("_source", ""), r["problem"]
-    default = kernels.default_config(r["backend"], r["op"], r["dtype"], r["m"], r["k"], r["n"], r["g"])
+    default = kernels.default_config(r["backend"], r["op"], r["dtype"], r["m"], r["k"], r["n"], r["g"],
+                                     device_kind=r["device_kind"])
     default_s = times.get((src, prob, candidate_id(default))) if default else None
     xla_s = times.get((src, prob, "baseline:xla"))
     dense_s = times.get((src, prob, "baseline:dense"))

@@ -51,5 +51,5 @@ def short_config(candidate: str) -> str:
   except json.JSONDecodeError:
     return candidate
   abbrev = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "num_warps": "w", "num_stages": "s",
-            "grid_order": "order"}
+            "group_m": "gm", "group_k": "gk"}
   return " ".join(f"{abbrev.get(k, k)}={v}" for k, v in cfg.items())

@@ -202,7 +202,8 @@ def summarize(problems: list[Problem], rows: list[dict[str, Any]]) -> list[Probl
     best = min(ok, key=lambda r: (r["time_s"], r["candidate"])) if ok else None
     baselines = {b.split(":")[1]: next((r["time_s"] for r in rs if r["candidate"] == b and r["status"] == "ok"), None)
                  for b in BASELINES}
-    default = kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g)
+    default = kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g,
+                                     device_kind=kernels.current_device_kind())
     if default is not None:
       baselines["default"] = next((r["time_s"] for r in ok if r["candidate"] == candidate_id(default)), None)
     out.append(ProblemSummary(p, counts, best, baselines))

@@ -33,7 +33,8 @@ def test_explain_sources():
   # No dlhs/drhs entries: the heuristic, the same config ragged_dot would pick.
   for op in ("dlhs", "drhs"):
     assert exact[op].source == "heuristic" and exact[op].tuned_shape is None
-    assert exact[op].config == kernels.default_config("pallas_gpu", op, "bfloat16", 64, 256, 512, 8)
+    assert exact[op].config == kernels.default_config("pallas_gpu", op, "bfloat16", 64, 256, 512, 8,
+                                                      device_kind=KIND)
 
   near = kernels.explain((100, 256), (8, 512, 256), "bfloat16", transpose_rhs=True, backend="pallas_gpu")["fwd"]
   assert near.source == "lut-nearest" and near.config == TUNED and near.tuned_shape == (64, 256, 512, 8)

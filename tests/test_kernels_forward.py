@@ -106,7 +106,7 @@ def test_group_offset_shards_sum_to_whole(backend):
 
 _jit_gpu = jax.jit(lambda a, b, gs: kernels.ragged_dot(
     a, b, gs, precision=HI, backend="pallas_gpu",
-    config=kernels.GpuConfig(block_m=16, block_k=16, block_n=16, num_warps=4, num_stages=2)))
+    config=kernels.GpuConfig(block_m=16, block_k=16, block_n=16, num_warps=4, num_stages=2, group_m=3)))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -155,7 +155,7 @@ def test_bad_arguments_are_named(call, exc, match):
 
 
 @pytest.mark.parametrize("field,value", [("block_m", 48), ("block_k", 8), ("block_n", 512), ("num_warps", 3),
-                                         ("num_stages", 0), ("grid_order", "diagonal")])
+                                         ("num_stages", 0), ("group_m", 0), ("group_k", 2000)])
 def test_gpu_config_rejects_invalid(field, value):
   with pytest.raises(ValueError, match=f"GpuConfig.{field}"):
     kernels.GpuConfig(**{field: value})

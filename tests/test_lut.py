@@ -18,7 +18,7 @@ def _lut(kind=KIND):
   G = kernels.GpuConfig
   T = kernels.TpuConfig
   entries = [
-      kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(128, 64, 128, 8, 4), {"time_s": 1e-3}),
+      kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(128, 64, 128, 8, 3), {"time_s": 1e-3}),
       kernels.Entry("fwd", "pallas_gpu", "bfloat16", 64, 4096, 14336, 8, G(16, 128, 64, 4, 3), {"time_s": 1e-4}),
       kernels.Entry("dlhs", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(64, 64, 128, 4, 3)),
       kernels.Entry("fwd", "pallas_tpu", "bfloat16", 512, 1024, 2048, 8, T(256, 512, 1024)),
@@ -40,7 +40,7 @@ def test_round_trip_file_and_folder(tmp_path):
 
 def test_exact_and_nearest_lookup():
   lut = _lut()
-  assert lut.lookup("fwd", 4096, 4096, 14336, 8, "bfloat16", backend="pallas_gpu") == kernels.GpuConfig(128, 64, 128, 8, 4)
+  assert lut.lookup("fwd", 4096, 4096, 14336, 8, "bfloat16", backend="pallas_gpu") == kernels.GpuConfig(128, 64, 128, 8, 3)
   # Nearest in m for the same (k, n): 100 rows is closer to 64 than to 4096.
   assert lut.lookup("fwd", 100, 4096, 14336, 8, jnp.bfloat16, backend="pallas_gpu").block_m == 16
   assert lut.lookup("fwd", 3000, 4096, 14336, 8, "bfloat16", backend="pallas_gpu").block_m == 128
@@ -54,6 +54,28 @@ def test_nearest_only_returns_configs_that_fit():
   big = kernels.GpuConfig(256, 256, 256, 8, 8)  # ~2 MiB of shared memory at bf16: never fits
   lut = kernels.Lut(KIND, [kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 4096, 8, big)])
   assert lut.lookup("fwd", 4096, 4096, 4096, 8, "bfloat16") is None
+
+
+def test_fit_uses_the_luts_own_device():
+  # 128x64x256, 4 stages at bf16: 192 KiB of shared memory. An H100 block takes 227 KiB, an
+  # A100 163 KiB, and an unknown GPU gets the 99 KiB that every sm_80+ part allows.
+  cfg = kernels.GpuConfig(128, 64, 256, 8, 4)
+  assert cfg.smem_bytes("fwd", "bfloat16", 4096, 4096, 4096) == 192 * 1024
+  for kind, fits in (("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", True), ("NVIDIA A100-SXM4-80GB", False),
+                     ("NVIDIA L4", False)):
+    lut = kernels.Lut(kind, [kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 4096, 8, cfg)])
+    assert (lut.lookup("fwd", 4096, 4096, 4096, 8, "bfloat16") == cfg) is fits, kind
+
+
+def test_older_schema_is_refused(tmp_path):
+  """A LUT from before the launch-order knobs (schema 1, grid_order) gets the clear error."""
+  path = tmp_path / "old.json"
+  path.write_text(json.dumps({"schema": "ragtune-lut", "schema_version": 1, "device_kind": KIND, "entries": [
+      {"op": "fwd", "backend": "pallas_gpu", "dtype": "bfloat16", "m": 8, "k": 8, "n": 8, "g": 1,
+       "config": {"block_m": 16, "block_k": 16, "block_n": 16, "num_warps": 4, "num_stages": 2,
+                  "grid_order": "m_fastest"}}]}))
+  with pytest.raises(kernels.LutError, match="schema_version 1 is not supported"):
+    kernels.load_lut(path)
 
 
 def test_lut_fn_uses_megablox_frames():
@@ -105,8 +127,8 @@ def test_no_lut_anywhere_gives_empty_lut(monkeypatch):
     ('{"schema": "ragtune-lut", "schema_version": 99, "device_kind": "cpu", "entries": []}', "schema_version 99"),
     ('{"schema": "other", "schema_version": 1}', "not a ragtune LUT"),
     ('[1, 2]', "not a ragtune LUT"),
-    ('{"schema": "ragtune-lut", "schema_version": 1, "device_kind": "cpu", "entries": [{"op": "fwd"}]}', "missing key"),
-    ('{"schema": "ragtune-lut", "schema_version": 1, "device_kind": "cpu", "entries": [{"op": "fwd", "backend": '
+    ('{"schema": "ragtune-lut", "schema_version": 2, "device_kind": "cpu", "entries": [{"op": "fwd"}]}', "missing key"),
+    ('{"schema": "ragtune-lut", "schema_version": 2, "device_kind": "cpu", "entries": [{"op": "fwd", "backend": '
      '"pallas_gpu", "dtype": "bfloat16", "m": 1, "k": 1, "n": 1, "g": 1, "config": {"block_m": 33}}]}', "block_m"),
 ])
 def test_corrupt_or_unknown_lut(tmp_path, content, match):

@@ -21,7 +21,7 @@ def export_for_h100(f, *args):
   return exp.mlir_module()
 
 
-CONFIGS = [kernels.GpuConfig(64, 32, 64, 4, 3, "m_fastest"), kernels.GpuConfig(128, 64, 128, 8, 4, "n_fastest"),
+CONFIGS = [kernels.GpuConfig(64, 32, 64, 4, 3, group_m=1, group_k=3), kernels.GpuConfig(128, 64, 128, 8, 4, group_m=64, group_k=1),
            kernels.GpuConfig(16, 16, 16, 1, 1)]
 
 
@@ -51,3 +51,23 @@ def test_full_vjp_with_group_offset_lowers_to_triton():
   mod = export_for_h100(jax.grad(loss, argnums=(0, 1)), S((m, k), jnp.bfloat16), S((g, k, n), jnp.bfloat16),
                         S((8,), jnp.int32), S((), jnp.int32))
   assert mod.count(TRITON) == 3  # fwd gmm, dlhs gmm (transposed read), drhs tgmm
+
+
+@pytest.mark.parametrize("device_kind", ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L4"])
+@pytest.mark.parametrize("op", ["fwd", "dlhs", "drhs"])
+def test_family_defaults_lower_on_block_multiples(device_kind, op):
+  """Each device family's default, on dims that are block multiples (the unmasked fast path)."""
+  m, k, n, g = 1024, 512, 768, 4
+  cfg = kernels.default_config("pallas_gpu", op, "bfloat16", m, k, n, g, device_kind=device_kind)
+  assert cfg.fits(op, "bfloat16", m, k, n, device_kind)
+  bf, gs = jnp.bfloat16, S((g,), jnp.int32)
+  if op == "drhs":
+    mod = export_for_h100(lambda x, d, s: gpu_tgmm.tgmm(x, d, s, num_groups=g, config=cfg, out_dtype=bf),
+                          S((m, k), bf), S((m, n), bf), gs)
+  elif op == "dlhs":
+    mod = export_for_h100(lambda d, w, s: gpu_gmm.gmm(d, w, s, config=cfg, out_dtype=bf, transpose_rhs=True),
+                          S((m, n), bf), S((g, k, n), bf), gs)
+  else:
+    mod = export_for_h100(lambda x, w, s: gpu_gmm.gmm(x, w, s, config=cfg, out_dtype=bf),
+                          S((m, k), bf), S((g, k, n), bf), gs)
+  assert mod.count(TRITON) == 1
