@@ -78,6 +78,10 @@ def test_bad_cli_values(tmp_path):
 def test_missing_file_and_empty_results(tmp_path):
   r = runner.invoke(app, ["sweep", str(tmp_path / "nope.yaml")])
   assert r.exit_code == 2 and "no such shapes file" in _one_error_line(r)
+  (tmp_path / "adir").mkdir()
+  r = runner.invoke(app, ["sweep", str(tmp_path / "adir"), "-o", str(tmp_path / "out")])
+  assert r.exit_code == 2 and "adir: cannot read (Is a directory)" in _one_error_line(r)
+  (tmp_path / "adir").rmdir()
   for cmd in (["export-lut"], ["show"], ["report", "-o", str(tmp_path / "rep")], ["verify"]):
     r = runner.invoke(app, cmd[:1] + [str(tmp_path / "missing")] + cmd[1:])
     assert r.exit_code == 2, (cmd, r.output)
