@@ -6,7 +6,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 import kernels
