@@ -5,6 +5,7 @@ A model imports only this package:
     import kernels
     kernels.load_lut()                      # optional: RAGTUNE_LUT or the bundled LUT
     y = kernels.ragged_dot(x, w, group_sizes)
+    kernels.explain(x.shape, w.shape, x.dtype)   # which config each op uses, and why
 
 This package depends on jax and numpy only.
 """
@@ -14,13 +15,13 @@ from kernels.config import (BACKENDS, DTYPES, OPS, GpuConfig, TpuConfig, config_
 from kernels.lut import (ENV_VAR, SCHEMA, SCHEMA_VERSION, Entry, Lut, LutError, LutFn,
                          active_lut, current_device_kind, device_slug, load_lut,
                          reset_active_lut, set_active_lut)
-from kernels.ragged_dot import (OP_FUNCTIONS, forward, grad_lhs, grad_rhs, ragged_dot,
-                                resolve_backend, select_config)
+from kernels.ragged_dot import (OP_FUNCTIONS, Choice, choose_config, explain, forward, grad_lhs,
+                                grad_rhs, ragged_dot, resolve_backend, select_config)
 
 __all__ = [
     "BACKENDS", "DTYPES", "OPS", "GpuConfig", "TpuConfig", "config_from_dict", "default_config",
     "op_dims", "ENV_VAR", "SCHEMA", "SCHEMA_VERSION", "Entry", "Lut", "LutError", "LutFn",
     "active_lut", "current_device_kind", "device_slug", "load_lut", "reset_active_lut",
     "set_active_lut", "OP_FUNCTIONS", "forward", "grad_lhs", "grad_rhs", "ragged_dot",
-    "resolve_backend", "select_config",
+    "resolve_backend", "select_config", "Choice", "choose_config", "explain",
 ]

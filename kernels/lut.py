@@ -117,6 +117,14 @@ def _log2_ratio(a: int, b: int) -> float:
   return abs(math.log2(a / b))
 
 
+def shape_distance(e: Entry, m: int, k: int, n: int, g: int | None) -> float:
+  """How far the tuned shape of `e` is from the query (the rule of `Lut.nearest`); 0 is exact."""
+  d = _log2_ratio(m, e.m) + 4 * (_log2_ratio(k, e.k) + _log2_ratio(n, e.n))
+  if g is not None:
+    d += 0.5 * _log2_ratio(g, e.g)
+  return d
+
+
 class Lut:
   """A loaded LUT for one device kind."""
 
@@ -196,9 +204,7 @@ class Lut:
         continue
       if e.config is not None and not e.config.fits(op, e.dtype, m, k, n, self.device_kind):
         continue
-      d = _log2_ratio(m, e.m) + 4 * (_log2_ratio(k, e.k) + _log2_ratio(n, e.n))
-      if g is not None:
-        d += 0.5 * _log2_ratio(g, e.g)
+      d = shape_distance(e, m, k, n, g)
       if d < best_d or (d == best_d and best is not None and e.m > best.m):
         best, best_d = e, d
     return best if best_d <= MAX_DISTANCE else None

@@ -7,12 +7,13 @@ equal jax.lax.ragged_dot. The tiling is a TpuConfig in the op's own (m, k, n) fr
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import jax
 import jax.numpy as jnp
 
-from kernels import group_metadata
+from kernels import batching, group_metadata
 from kernels.config import TpuConfig
 
 # `megablox.gmm` the attribute is the custom_vjp op; we want the kernel module.
@@ -39,7 +40,16 @@ def gmm(lhs, rhs, group_sizes, *, config: TpuConfig, out_dtype, transpose_rhs=Fa
 def tgmm(lhs, rhs, group_sizes, *, num_groups: int, config: TpuConfig, out_dtype,
          group_offset=None, interpret=False):
   """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n]."""
-  offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
+  # Under vmap with group_sizes unbatched, megablox's tgmm leaves the last group's output
+  # NaN (interpret mode, jax 0.10.2); batching every operand avoids it.
+  impl = functools.partial(_tgmm, num_groups=num_groups, config=config, out_dtype=out_dtype,
+                           interpret=interpret)
+  offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
+  return batching.broadcast_vmap(impl, lhs, rhs, group_sizes, offset)
+
+
+def _tgmm(lhs, rhs, group_sizes, offset, *, num_groups, config, out_dtype, interpret):
+  offset = offset.astype(jnp.int32)
   # Zero-padded rows lie past sum(group_sizes), so no group reduces over them.
   lhs_t = _pad_rows(lhs, config.tm).swapaxes(0, 1)
   return _megablox.tgmm(

@@ -1,7 +1,12 @@
 """XLA path: jax.lax.ragged_dot, with transpose_rhs and group_offset added.
 
-lax's own group_offset is unusable (see ANCHORS), so expert parallelism is done by
-folding the rows of non-local groups into the first/last local group and zeroing them.
+lax's own group_offset raises "Unimplemented group_offset support" (jax/_src/lax/lax.py),
+so expert parallelism is done by folding the rows of non-local groups
+into the first/last local group and zeroing them.
+
+Under vmap, lax batches ragged_dot only when every operand is batched (else "NYI"), so
+both ops here broadcast the unbatched operands first (`batching.broadcast_vmap`). Reverse-mode
+differentiation goes through `kernels.ragged_dot`'s custom_vjp, as custom_vmap has none.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels import group_metadata
+from kernels import batching, group_metadata
 
 _TRANSPOSED_RHS = jax.lax.RaggedDotDimensionNumbers(
     dot_dimension_numbers=(([1], [2]), ([], [])),
@@ -18,8 +23,21 @@ _TRANSPOSED_RHS = jax.lax.RaggedDotDimensionNumbers(
 )
 
 
+def _with_offset(fn, group_offset, **kw):
+  """fn(lhs, rhs, group_sizes, group_offset, **kw) as an impl of array arguments only."""
+  if group_offset is None:
+    return lambda a, b, s: fn(a, b, s, None, **kw), ()
+  return lambda a, b, s, o: fn(a, b, s, o, **kw), (jnp.asarray(group_offset, jnp.int32),)
+
+
 def gmm(lhs, rhs, group_sizes, *, out_dtype, transpose_rhs=False, group_offset=None,
         precision=None):
+  impl, extra = _with_offset(_gmm, group_offset, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
+                             precision=precision)
+  return batching.broadcast_vmap(impl, lhs, rhs, group_sizes, *extra)
+
+
+def _gmm(lhs, rhs, group_sizes, group_offset, *, out_dtype, transpose_rhs, precision):
   m = lhs.shape[0]
   g_local = rhs.shape[0]
   sizes = group_sizes.astype(jnp.int32)
@@ -50,6 +68,12 @@ _RAGGED_CONTRACTION = jax.lax.RaggedDotDimensionNumbers(
 
 def tgmm(lhs, rhs, group_sizes, *, num_groups, out_dtype, group_offset=None, precision=None):
   """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n] (ragged contraction)."""
+  impl, extra = _with_offset(_tgmm, group_offset, num_groups=num_groups, out_dtype=out_dtype,
+                             precision=precision)
+  return batching.broadcast_vmap(impl, lhs, rhs, group_sizes, *extra)
+
+
+def _tgmm(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype, precision):
   m = lhs.shape[0]
   sizes = group_sizes.astype(jnp.int32)
   sliced = group_offset is not None or sizes.shape[0] != num_groups

@@ -168,8 +168,25 @@ class Problem:
 
 # --- loading --------------------------------------------------------------------------
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+  pass
+
+
 class _NoTagLoader(yaml.SafeLoader):
-  """SafeLoader that reports, rather than executes or half-parses, any explicit tag."""
+  """SafeLoader that reports, rather than executes or half-parses, any explicit tag, and
+  refuses a key given twice in one mapping (plain YAML keeps the last silently)."""
+
+  def construct_mapping(self, node, deep=False):
+    if isinstance(node, yaml.MappingNode):
+      seen: dict[Any, int] = {}
+      for key_node, _ in node.value:
+        key = getattr(key_node, "value", None)
+        if isinstance(key_node, yaml.ScalarNode) and key != "<<":
+          if key in seen:
+            raise _DuplicateKey(None, None, f"duplicate key {key!r} (first given on line {seen[key]})",
+                                key_node.start_mark)
+          seen[key] = key_node.start_mark.line + 1
+    return super().construct_mapping(node, deep=deep)
 
 
 def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
@@ -201,6 +218,32 @@ def _format_loc(loc: tuple) -> str:
   return out or "(top level)"
 
 
+_UNION_TAGS = ("list[int]", "GroupDist")
+
+
+def _best_error(errors: list[dict], data: Any) -> dict:
+  """The error to report. For `group_sizes` (a list, or a routing mapping) pydantic reports
+  both union branches; report the branch the input was written as, so a bad knob such as
+  alpha: -1 is named, not 'Input should be a valid list'."""
+  def value_at(loc):
+    v = data
+    for part in loc:
+      if part in _UNION_TAGS:
+        return v
+      try:
+        v = v[part]
+      except (KeyError, IndexError, TypeError):
+        return None
+    return v
+
+  def wrong_branch(err):
+    loc = err["loc"]
+    v = value_at(loc)
+    return ("list[int]" in loc and isinstance(v, dict)) or ("GroupDist" in loc and isinstance(v, list))
+
+  return next((err for err in errors if not wrong_branch(err)), errors[0])
+
+
 def load_shape_set(path: str | Path) -> ShapeSet:
   """Parse and validate a shapes file; errors name the file, key and line."""
   p = Path(path)
@@ -213,6 +256,8 @@ def load_shape_set(path: str | Path) -> ShapeSet:
   try:
     root = yaml.compose(text, Loader=_NoTagLoader)
     data = yaml.load(text, Loader=_NoTagLoader)
+  except _DuplicateKey as e:
+    raise RagtuneError(f"{p}:{e.problem_mark.line + 1}: {e.problem}") from None
   except yaml.constructor.ConstructorError as e:
     mark = e.problem_mark
     raise RagtuneError(f"{p}:{mark.line + 1}: unsupported YAML tag ({e.problem}); "
@@ -228,7 +273,7 @@ def load_shape_set(path: str | Path) -> ShapeSet:
   try:
     return ShapeSet.model_validate(data)
   except ValidationError as e:
-    err = e.errors()[0]
+    err = _best_error(e.errors(), data)
     loc = tuple(x for x in err["loc"])
     line = _line_of(root, loc)
     where = f"{p}:{line}" if line else str(p)
@@ -277,3 +322,42 @@ def expand(spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] 
           seen.add(p.key)
           problems.append(p)
   return problems
+
+
+# --- selection (sweep and verify) -----------------------------------------------------
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+  """'M,K,N' -> (m, k, n), the forward problem's dims."""
+  parts = [t.strip() for t in text.split(",")]
+  try:
+    dims = tuple(int(t) for t in parts)
+  except ValueError:
+    dims = ()
+  if len(dims) != 3 or any(d <= 0 for d in dims):
+    raise RagtuneError(f"--shape {text!r}: expected three positive integers M,K,N (e.g. 96,64,80)")
+  return dims
+
+
+def select(items: list, *, ops: list[str] | None = None, shapes: list[str] | None = None,
+           models: list[str] | None = None, what: str = "problem") -> list:
+  """The items (Problems, or LUT entries: anything with op, m, k, n) that every given selector
+  keeps: op among `ops`, (m, k, n) among `shapes` ('M,K,N'), and, for Problems, expanded
+  from one of `models` (presets). An empty result is an error naming the selectors.
+  """
+  bad = [o for o in ops or [] if o not in OPS]
+  if bad:
+    raise RagtuneError(f"--op {', '.join(bad)}: unknown op; ops: {', '.join(OPS)}")
+  dims = {parse_shape(s) for s in shapes or []}
+  names = [m.lower() for m in models or []]
+  unknown = [m for m in names if m not in MODEL_PRESETS]
+  if unknown:
+    raise RagtuneError(f"--model {', '.join(unknown)}: unknown model; presets: {', '.join(sorted(MODEL_PRESETS))}")
+  out = [x for x in items
+         if (not ops or x.op in ops)
+         and (not dims or (x.m, x.k, x.n) in dims)
+         and (not names or getattr(x, "source", "").split(":")[0] in names)]
+  if not out and items:
+    given = " ".join([f"--op {o}" for o in ops or []] + [f"--shape {s}" for s in shapes or []]
+                     + [f"--model {m}" for m in models or []])
+    raise RagtuneError(f"no {what} matches {given} (of {len(items)} {what}s)")
+  return out

@@ -78,6 +78,8 @@ def load_results(dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
   out = []
   for d in dirs:
     p = Path(d)
+    if not p.exists():
+      raise RagtuneError(f"{p}: no such results folder")
     path = p / RECORDS if p.is_dir() else p
     if not path.exists():
       raise RagtuneError(f"{p}: no {RECORDS} here (is it a results folder written by `ragtune sweep`?)")
@@ -91,11 +93,21 @@ def load_results(dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-  """Write via a temp file in the same folder and rename, so readers never see half a file."""
-  path.parent.mkdir(parents=True, exist_ok=True)
+  """Write via a temp file in the same folder and rename, so readers never see half a file.
+  On failure the temp file is removed and the error is one line naming the path."""
+  path = Path(path)
+  if path.is_dir():
+    raise RagtuneError(f"{path}: is a folder, not a file")
   tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  with open(tmp, "w") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except OSError as e:
+    raise RagtuneError(f"{path}: cannot write ({e.strerror or type(e).__name__})") from None
+  finally:
+    if tmp.exists():
+      tmp.unlink()

@@ -1,22 +1,30 @@
 """Re-check every LUT entry on fresh inputs and adversarial group sizes.
 
 Draws per entry: a fresh multinomial routing, a skewed one with empty groups, rows
-left over (sum(group_sizes) < m), and all rows in a single group. fwd entries are run
-forward; dlhs and drhs entries are run through jax.vjp of kernels.ragged_dot with the
-entry's config for that op, against jax.vjp of jax.lax.ragged_dot.
+left over (sum(group_sizes) < m), and all rows in a single group. Each entry's op is
+run as the sweep ran it (`measure.build_op` with the entry's config), so a dlhs entry
+computes only dlhs and a drhs entry only drhs. The reference is jax.lax.ragged_dot (or
+the vjp of it for that one operand) in float32 at HIGHEST precision. The op and the
+reference are jitted once per entry and reused by all its draws (only the group sizes
+change between draws, and they are a traced argument).
+
+With a timeout, draws run in a worker process that is killed when a draw overruns, so
+a timed-out computation is stopped, not abandoned; the next draw gets a fresh worker.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib
+import multiprocessing as mp
+import time
 from pathlib import Path
+from typing import Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from ragtune import measure
 from ragtune.errors import RagtuneError
 from ragtune.numerics import TOLERANCE, NumericsResult, compare
 from ragtune.shapes import GroupDist, Problem
@@ -28,6 +36,8 @@ class DrawResult:
   group_sizes: list[int]
   numerics: NumericsResult | None
   error: str = ""
+  status: str = ""  # "ok", "wrong", "nan", "timeout", "error" or "skipped"
+  time_s: float = 0.0
 
   @property
   def passed(self) -> bool:
@@ -38,16 +48,25 @@ class DrawResult:
 class EntryResult:
   entry: kernels.Entry
   draws: list[DrawResult]
+  time_s: float = 0.0
 
   @property
   def passed(self) -> bool:
     return all(d.passed for d in self.draws)
+
+  @property
+  def n_passed(self) -> int:
+    return sum(d.passed for d in self.draws)
 
   def worst(self) -> DrawResult:
     failing = [d for d in self.draws if not d.passed]
     if failing:
       return failing[0]
     return max(self.draws, key=lambda d: d.numerics.rel_error)
+
+  def worst_rel_error(self) -> float | None:
+    rels = [d.numerics.rel_error for d in self.draws if d.numerics is not None]
+    return max(rels) if rels else None
 
 
 def group_size_draws(m: int, g: int, seed: int) -> dict[str, np.ndarray]:
@@ -61,36 +80,201 @@ def group_size_draws(m: int, g: int, seed: int) -> dict[str, np.ndarray]:
   }
 
 
-def _vjp_outputs(e: kernels.Entry, x, interpret: bool):
-  gs = x["group_sizes"]
-  f = lambda a, b: kernels.ragged_dot(a, b, gs, backend=e.backend, config={e.op: e.config},
-                                      interpret=interpret)
+# --- one draw (runs in the worker process, or here without a timeout) ----------------
+
+def _reference_fn(op: str):
+  """jax.lax.ragged_dot, or the cotangent of the one operand `op` needs, in f32 at HIGHEST."""
+  import jax
+  import jax.numpy as jnp
+
   hi = jax.lax.Precision.HIGHEST
-  r = lambda a, b: jax.lax.ragged_dot(a, b, gs, precision=hi)
-  f32 = lambda a: a.astype(jnp.float32)
-  _, vjp = jax.vjp(f, x["lhs"], x["rhs"])
-  _, vjp_ref = jax.vjp(r, f32(x["lhs"]), f32(x["rhs"]))
-  i = 0 if e.op == "dlhs" else 1
-  return vjp(x["dout"])[i], vjp_ref(f32(x["dout"]))[i]
+
+  def ref(lhs, rhs, dout, gs):
+    lhs, rhs, dout = (a.astype(jnp.float32) for a in (lhs, rhs, dout))
+    if op == "fwd":
+      return jax.lax.ragged_dot(lhs, rhs, gs, precision=hi)
+    if op == "dlhs":
+      _, vjp = jax.vjp(lambda a: jax.lax.ragged_dot(a, rhs, gs, precision=hi), lhs)
+    else:
+      _, vjp = jax.vjp(lambda b: jax.lax.ragged_dot(lhs, b, gs, precision=hi), rhs)
+    return vjp(dout)[0]
+
+  return jax.jit(ref)
 
 
-def verify_entry(e: kernels.Entry, *, seed: int = 1234, interpret: bool = False) -> EntryResult:
-  draws = []
-  for name, sizes in group_size_draws(e.m, e.g, seed).items():
-    p = Problem(e.op, e.backend, e.dtype, e.m, e.k, e.n, e.g, name, tuple(int(s) for s in sizes))
-    x = measure.make_inputs(p, salt=f"verify{seed}")
+_compiled: dict[tuple, tuple[Callable, Callable]] = {}
+
+
+def fresh_inputs(p: Problem, seed: int) -> dict[str, np.ndarray]:
+  """Random lhs, rhs, dout as measure.make_inputs scales them, drawn with NumPy: eager
+  jax.random would compile its kernels anew for every shape, which costs more than the check."""
+  import jax.numpy as jnp
+
+  digest = hashlib.sha1(f"{p.key}|verify{seed}".encode()).digest()
+  rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+  dt = jnp.dtype(p.dtype)
+  normal = lambda *shape: rng.standard_normal(shape, np.float32)
+  return {
+      "lhs": normal(p.m, p.k).astype(dt),
+      "rhs": (normal(p.g, p.k, p.n) / np.float32(np.sqrt(p.k))).astype(dt),
+      "dout": normal(p.m, p.n).astype(dt),
+      "group_sizes": np.asarray(p.group_sizes, np.int32),
+  }
+
+
+def check_draw(e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -> DrawResult:
+  """Run entry `e` on one group-size draw and compare it with the reference."""
+  import jax
+
+  from ragtune import measure
+
+  p = Problem(e.op, e.backend, e.dtype, e.m, e.k, e.n, e.g, name, tuple(int(s) for s in sizes))
+  t0 = time.perf_counter()
+  try:
+    key = (e.key, e.config, interpret)
+    if key not in _compiled:
+      _compiled[key] = (jax.jit(measure.build_op(p, e.backend, e.config, interpret)), _reference_fn(e.op))
+    op, ref = _compiled[key]
+    x = fresh_inputs(p, seed)
+    out = op(*measure.op_args(e.op, x))
+    want = ref(x["lhs"], x["rhs"], x["dout"], x["group_sizes"])
+    res = compare(np.asarray(want, np.float64), np.asarray(out).astype(np.float64), rtol=TOLERANCE[e.dtype])
+    return DrawResult(name, list(p.group_sizes), res, "" if res.passed else res.summary(), res.status,
+                      time.perf_counter() - t0)
+  except Exception as exc:  # noqa: BLE001 - a crash is a failed check, reported
+    return DrawResult(name, list(p.group_sizes), None, f"{type(exc).__name__}: {exc}"[:300], "error",
+                      time.perf_counter() - t0)
+
+
+def _worker(conn) -> None:
+  import signal
+
+  # Ctrl-C reaches the whole process group; the parent handles it and kills this worker.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  # Pay the imports' start-up cost before the first draw's clock starts.
+  for module in ("jax", "kernels", "ragtune.measure"):
+    importlib.import_module(module)
+  conn.send("ready")
+  while True:
     try:
-      if e.op == "fwd":
-        out = jax.jit(measure.build_op(p, e.backend, e.config, interpret))(*measure.op_args("fwd", x))
-        ref = measure.reference("fwd", x)
-      else:
-        out, ref = _vjp_outputs(e, x, interpret)
-      res = compare(np.asarray(ref, np.float64), np.asarray(jnp.asarray(out, jnp.float32)),
-                    rtol=TOLERANCE[e.dtype])
-      draws.append(DrawResult(name, list(p.group_sizes), res))
-    except Exception as exc:  # noqa: BLE001 - a crash is a failed check, reported
-      draws.append(DrawResult(name, list(p.group_sizes), None, f"{type(exc).__name__}: {exc}"[:300]))
-  return EntryResult(e, draws)
+      job = conn.recv()
+    except EOFError:
+      return
+    if job is None:
+      return
+    conn.send(check_draw(*job))
+
+
+STARTUP_S = 120
+
+
+class DrawRunner:
+  """Runs draws in a worker process, killed (and replaced) when a draw overruns `timeout`.
+
+  timeout=None runs draws in this process, with no way to stop one.
+  """
+
+  def __init__(self, timeout: float | None):
+    self.timeout = timeout
+    self._proc = self._conn = None
+
+  def _start(self) -> None:
+    ctx = mp.get_context("spawn")  # never fork a process that has started jax's threads
+    self._conn, child = ctx.Pipe()
+    self._proc = ctx.Process(target=_worker, args=(child,), daemon=True, name="ragtune-verify")
+    self._proc.start()
+    child.close()
+    # Importing jax takes seconds; that is not the first draw's time.
+    try:
+      ready = self._conn.poll(STARTUP_S) and self._conn.recv() == "ready"
+    except EOFError:
+      ready = False
+    if not ready:
+      self.stop()
+      raise RagtuneError(f"the verify worker process did not start within {STARTUP_S}s")
+
+  def run(self, e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -> DrawResult:
+    if self.timeout is None:
+      return check_draw(e, name, sizes, seed, interpret)
+    if self._proc is None or not self._proc.is_alive():
+      self._start()
+    t0 = time.perf_counter()
+    self._conn.send((e, name, [int(s) for s in sizes], seed, interpret))
+    if self._conn.poll(self.timeout):
+      try:
+        return self._conn.recv()
+      except EOFError:
+        pass
+    alive = self._proc.is_alive()
+    self.stop()
+    if alive:
+      return DrawResult(name, [int(s) for s in sizes], None, f"timeout: did not finish within {self.timeout:g}s",
+                        "timeout", time.perf_counter() - t0)
+    return DrawResult(name, [int(s) for s in sizes], None, "error: the verify worker died", "error",
+                      time.perf_counter() - t0)
+
+  def stop(self) -> None:
+    if self._proc is not None:
+      self._proc.kill()
+      self._proc.join()
+      self._conn.close()
+    self._proc = self._conn = None
+
+  def close(self) -> None:
+    if self._proc is not None and self._proc.is_alive():
+      try:
+        self._conn.send(None)
+        self._proc.join(5)
+      except (BrokenPipeError, OSError):
+        pass
+    self.stop()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, *_):
+    # On an error or Ctrl-C, don't wait for the draw in flight: kill it.
+    self.close() if exc_type is None else self.stop()
+
+
+def verify_entry(e: kernels.Entry, *, seed: int = 1234, interpret: bool = False,
+                 runner: DrawRunner | None = None) -> EntryResult:
+  runner = runner or DrawRunner(None)
+  t0, draws = time.perf_counter(), []
+  for name, sizes in group_size_draws(e.m, e.g, seed).items():
+    if any(d.status == "timeout" for d in draws):
+      # The same compile would overrun again; don't spend another timeout on it.
+      draws.append(DrawResult(name, [int(s) for s in sizes], None, "skipped: an earlier draw timed out", "skipped"))
+      continue
+    draws.append(runner.run(e, name, sizes, seed, interpret))
+  return EntryResult(e, draws, time.perf_counter() - t0)
+
+
+def entry_line(i: int, total: int, res: EntryResult) -> str:
+  """One line per entry: pass/fail, what it is, draws passed, worst relative error, time."""
+  e = res.entry
+  rel = res.worst_rel_error()
+  failed = [d for d in res.draws if not d.passed]
+  why = f"  ({', '.join(sorted({d.status for d in failed}))})" if failed else ""
+  cfg = " ".join(f"{k}={v}" for k, v in e.config.to_dict().items()) if e.config else "-"
+  return (f"[{i}/{total}] {'PASS' if res.passed else 'FAIL'} {e.op} {e.backend} {e.dtype} "
+          f"[{e.m},{e.k}]x[{e.g},{e.k},{e.n}]  {res.n_passed}/{len(res.draws)} draws{why}  "
+          f"worst rel {'-' if rel is None else f'{rel:.2e}'}  {res.time_s:.1f}s  config: {cfg}")
+
+
+def entry_report(res: EntryResult, full: bool) -> list[str]:
+  """The numerics report of failing draws (of every draw with `full`)."""
+  lines = []
+  for d in res.draws:
+    if d.passed and not full:
+      continue
+    sizes = f"{d.group_sizes[:8]}{'...' if len(d.group_sizes) > 8 else ''}"
+    if d.numerics is None:
+      lines.append(f"  draw '{d.draw}' (group_sizes={sizes}): {d.error}")
+    else:
+      lines.append(f"  draw '{d.draw}' (group_sizes={sizes}):")
+      lines.append(str(d.numerics))
+  return lines
 
 
 def load_lut_for_verify(target: Path) -> kernels.Lut:

@@ -1,12 +1,15 @@
 """Bad input: one clear line naming the file (and key/line), exit != 0, no traceback, nothing written."""
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
 
 import kernels
+from ragtune import limits, store
 from ragtune.cli import app
+from ragtune.errors import RagtuneError
 
 runner = CliRunner()
 GOOD_SHAPE = "shapes:\n  - {m: 16, k: 16, n: 16, g: 2}\n"
@@ -26,6 +29,19 @@ YAML_CASES = {
     "python_tag": ("shapes: !!python/object/apply:os.system ['touch PWNED']\n", "unsupported YAML tag"),
     "unknown_model": ("models:\n  - {model: gpt-5, tokens: [1]}\n", "unknown model 'gpt-5'"),
     "nothing_to_tune": ("dtype: float32\n", "at least one entry"),
+    "duplicate_top_key": (GOOD_SHAPE + "name: x\nshapes: []\n", ":4: duplicate key 'shapes' (first given on line 1)"),
+    "duplicate_inner_key": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, m: 3}\n", ":2: duplicate key 'm' (first given on line 2)"),
+    "zipf_alpha": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {dist: zipf, alpha: -1}}\n",
+                   "shapes[0].group_sizes.alpha: Input should be greater than 0"),
+    "fill": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {fill: 2}}\n", "shapes[0].group_sizes.fill: Input should be less than"),
+    "empty_fraction": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {dist: zipf, empty_fraction: 1}}\n",
+                       "shapes[0].group_sizes.empty_fraction: Input should be less than 1"),
+    "seed": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {seed: x}}\n", "shapes[0].group_sizes.seed: Input should be a valid integer"),
+    "model_knob": ("models:\n  - {model: olmoe-1b-7b, tokens: [2], group_sizes: {dist: zipf, alpha: 0}}\n",
+                   ":2: models[0].group_sizes.alpha: Input should be greater than 0"),
+    "zero_groups": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 0}\n", ":2: shapes[0].g: Input should be greater than 0"),
+    "int32_overflow": ("shapes:\n  - {m: 70000, k: 70000, n: 16, g: 2}\n",
+                       "lhs [m,k] has 4,900,000,000 elements, beyond int32 indexing (2,147,483,647); the problem needs 29,426,880,000 bytes"),
 }
 
 
@@ -46,7 +62,7 @@ def test_bad_shapes_file(tmp_path, monkeypatch, case):
   result = runner.invoke(app, ["sweep", str(path), "-o", str(tmp_path / "out")])
   assert result.exit_code == 2
   line = _one_error_line(result)
-  assert str(path) in line and expected in line, line
+  assert (str(path) in line or "int32" in line) and expected in line, line
   assert not (tmp_path / "out").exists(), "no records may be written for bad input"
   assert not (tmp_path / "PWNED").exists()
 
@@ -62,6 +78,16 @@ def test_bad_cli_values(tmp_path):
 def test_missing_file_and_empty_results(tmp_path):
   r = runner.invoke(app, ["sweep", str(tmp_path / "nope.yaml")])
   assert r.exit_code == 2 and "no such shapes file" in _one_error_line(r)
+  (tmp_path / "adir").mkdir()
+  r = runner.invoke(app, ["sweep", str(tmp_path / "adir"), "-o", str(tmp_path / "out")])
+  assert r.exit_code == 2 and "adir: cannot read (Is a directory)" in _one_error_line(r)
+  (tmp_path / "adir").rmdir()
+  for cmd in (["export-lut"], ["show"], ["report", "-o", str(tmp_path / "rep")], ["verify"]):
+    r = runner.invoke(app, cmd[:1] + [str(tmp_path / "missing")] + cmd[1:])
+    assert r.exit_code == 2, (cmd, r.output)
+    line = _one_error_line(r)
+    assert "missing: no such" in line and "records.jsonl" not in line, line
+  assert sorted(p.name for p in tmp_path.iterdir()) == []
   (tmp_path / "empty").mkdir()
   r = runner.invoke(app, ["export-lut", str(tmp_path / "empty")])
   assert r.exit_code == 2 and "no records.jsonl here" in _one_error_line(r)
@@ -94,3 +120,79 @@ def test_help_has_examples():
   for cmd in ("sweep", "verify", "export-lut", "show", "report"):
     r = runner.invoke(app, [cmd, "--help"])
     assert r.exit_code == 0 and "Example: ragtune" in r.output
+
+
+def _tree(root):
+  return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+UNWRITABLE = "/sys/ragtune-test"  # sysfs refuses new entries, even to root
+
+
+@pytest.mark.parametrize("cmd,expected", [
+    (["sweep", "{spec}", "-o", "{file}"], "{file}: is a file, but the results folder must be a folder"),
+    (["sweep", "{spec}", "-o", "{file}/sub"], "{file} is a file, so it cannot hold the results folder"),
+    (["sweep", "{spec}", "-o", "{res}/records.jsonl/x"], "is a file, so it cannot hold"),
+    (["sweep", "{spec}", "-o", UNWRITABLE], "cannot write the results folder here"),
+    (["export-lut", "{res}", "-o", "{file}"], "{file}: is a file, but the LUT folder"),
+    (["export-lut", "{res}", "-o", "{dir}.json"], "{dir}.json: is a folder, but the LUT file must be a file"),
+    (["export-lut", "{res}", "-o", UNWRITABLE + ".json"], "cannot write the LUT file"),
+    (["report", "{res}", "-o", "{file}"], "{file}: is a file, but the report folder must be a folder"),
+    (["report", "{res}", "-o", UNWRITABLE], "cannot write the report folder here"),
+    (["show", "{res}", "--csv", "{dir}"], "{dir}: is a folder, but the --csv file must be a file"),
+    (["show", "{res}", "--csv", "{file}/x.csv"], "is a file, so it cannot hold the --csv file"),
+    (["show", "{res}", "--csv", UNWRITABLE + "/x.csv"], "cannot write the --csv file"),
+])
+def test_bad_output_paths(tmp_path, monkeypatch, cmd, expected):
+  if os.path.exists(UNWRITABLE) or not os.path.isdir("/sys"):
+    pytest.skip("needs a Linux /sys")
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "spec.yaml").write_text(GOOD_SHAPE)
+  (tmp_path / "afile").write_text("x")
+  (tmp_path / "adir").mkdir()
+  (tmp_path / "res").mkdir()
+  (tmp_path / "res" / "records.jsonl").write_text("{}\n")
+  names = {"spec": str(tmp_path / "spec.yaml"), "file": str(tmp_path / "afile"), "dir": str(tmp_path / "adir"),
+           "res": str(tmp_path / "res")}
+  if "{dir}.json" in cmd:
+    (tmp_path / "adir.json").mkdir()
+  before = _tree(tmp_path)
+  r = runner.invoke(app, [c.format(**names) for c in cmd])
+  assert r.exit_code == 2, r.output
+  assert expected.format(**names) in _one_error_line(r)
+  assert _tree(tmp_path) == before, "nothing is left behind"
+
+
+def test_write_atomic_cleans_up(tmp_path, monkeypatch):
+  target = tmp_path / "out.json"
+  def fail(*a):
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(os, "replace", fail)
+  with pytest.raises(RagtuneError, match="out.json: cannot write \\(No space left on device\\)"):
+    store.write_atomic(target, "data")
+  assert list(tmp_path.iterdir()) == []
+  monkeypatch.undo()
+  (tmp_path / "d").mkdir()
+  with pytest.raises(RagtuneError, match="is a folder, not a file"):
+    store.write_atomic(tmp_path / "d", "data")
+  assert _tree(tmp_path) == ["d"]
+
+
+def test_problem_bigger_than_device_memory(tmp_path, monkeypatch):
+  monkeypatch.setattr(limits, "device_memory_bytes", lambda: 1 << 20)
+  spec = tmp_path / "s.yaml"
+  spec.write_text("ops: [drhs]\nshapes:\n  - {m: 256, k: 128, n: 128, g: 4}\n")
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "out")])
+  assert r.exit_code == 2
+  need = limits.bytes_needed("drhs", "bfloat16", 256, 128, 128, 4)
+  assert f"drhs [256,128]x[4,128,128] bfloat16: needs {need:,} bytes" in _one_error_line(r)
+  assert "more than the device's 1,048,576 bytes" in r.output
+  assert not (tmp_path / "out").exists()
+
+
+def test_kernels_need_a_group():
+  import jax.numpy as jnp
+  with pytest.raises(ValueError, match="at least one group"):
+    kernels.ragged_dot(jnp.ones((8, 4)), jnp.ones((0, 4, 4)), jnp.zeros((0,), jnp.int32), backend="xla")
+  with pytest.raises(ValueError, match="at least one group"):
+    kernels.explain((8, 4), (0, 4, 4), jnp.float32)

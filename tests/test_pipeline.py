@@ -38,7 +38,7 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   assert {r["candidate"] for r in rows} >= {"baseline:xla", "baseline:dense"}
   assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
 
-  r = runner.invoke(app, ["verify", str(out)])
+  r = runner.invoke(app, ["verify", str(out), "--full"])
   assert r.exit_code == 0, r.output
   assert "2 passed, 0 failed" in r.output and "NumericsResult(PASS)" in r.output and "regions (2x2)" in r.output
 

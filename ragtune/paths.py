@@ -1,0 +1,64 @@
+"""Output paths checked before any work: a folder where a folder is needed, a file where a
+file is, somewhere we can write. Each check leaves nothing behind."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from ragtune.errors import RagtuneError
+
+
+def _reason(e: OSError) -> str:
+  return e.strerror or type(e).__name__
+
+
+def writable_dir(path: Path, what: str, shown: Path | None = None) -> Path:
+  """Refuse, now, a folder `what` could not be written into (it may not exist yet).
+  `shown` is the path the user gave, when it is not this folder."""
+  path = Path(path)
+  shown = shown or path
+  if path.exists() and not path.is_dir():
+    raise RagtuneError(f"{path}: is a file, but {what} must be a folder")
+  missing = []
+  for p in (path, *path.parents):
+    if p.is_dir():
+      break
+    if p.exists():
+      raise RagtuneError(f"{shown}: {p} is a file, so it cannot hold {what}")
+    missing.append(p)
+  created = []
+  try:
+    for p in reversed(missing):
+      p.mkdir()
+      created.append(p)
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as e:
+    raise RagtuneError(f"{shown}: cannot write {what} here ({_reason(e)})") from None
+  finally:
+    for p in reversed(created):  # the real write creates them again
+      try:
+        p.rmdir()
+      except OSError:
+        pass
+  return path
+
+
+def writable_file(path: Path, what: str) -> Path:
+  """Refuse, now, a file path `what` could not be written to."""
+  path = Path(path)
+  if path.is_dir():
+    raise RagtuneError(f"{path}: is a folder, but {what} must be a file")
+  if path.parent.exists() and not path.parent.is_dir():
+    raise RagtuneError(f"{path}: {path.parent} is a file, so it cannot hold {what}")
+  writable_dir(path.parent, what, shown=path)
+  return path
+
+
+def existing_dirs(dirs: list[Path], what: str = "results folder") -> list[Path]:
+  """Input folders (or records files) that must exist."""
+  for d in dirs:
+    if not Path(d).exists():
+      raise RagtuneError(f"{d}: no such {what}")
+  return dirs

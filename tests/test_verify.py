@@ -1,0 +1,121 @@
+"""verify: one line per entry, reports only for failures, filters, a per-draw timeout that kills."""
+
+import json
+import os
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+import kernels
+from ragtune import measure, shapes, verify
+from ragtune.cli import app
+
+runner = CliRunner()
+KIND = kernels.current_device_kind()
+G = kernels.GpuConfig
+
+
+def _write_lut(path, entries):
+  path.write_text(json.dumps(kernels.Lut(KIND, entries).to_dict()))
+  return path
+
+
+def _entries():
+  return [kernels.Entry("fwd", "pallas_gpu", "float32", 40, 32, 24, 3, G(16, 16, 16, 4, 2)),
+          kernels.Entry("drhs", "pallas_gpu", "float32", 40, 32, 24, 3, G(16, 16, 16, 4, 2)),
+          kernels.Entry("dlhs", "pallas_gpu", "float32", 24, 16, 32, 2, G(16, 16, 32, 4, 2))]
+
+
+def test_one_line_per_entry_and_filters(tmp_path):
+  lut = _write_lut(tmp_path / "lut.json", _entries())
+  r = runner.invoke(app, ["verify", str(lut)])
+  assert r.exit_code == 0, r.output
+  lines = [l for l in r.output.splitlines() if l.startswith("[")]
+  assert len(lines) == 3 and all("PASS" in l and "4/4 draws" in l and "worst rel" in l for l in lines), r.output
+  assert "NumericsResult" not in r.output, "reports are for failures or --full only"
+  assert len(r.output.strip().splitlines()) <= 5  # notice, 3 entries, total
+
+  r = runner.invoke(app, ["verify", str(lut), "--op", "drhs,fwd", "--shape", "40,32,24", "--full"])
+  assert r.exit_code == 0, r.output
+  assert "verified 2 entries" in r.output and r.output.count("NumericsResult(PASS)") == 8
+  r = runner.invoke(app, ["verify", str(lut), "--op", "dlhs", "--shape", "40,32,24"])
+  assert r.exit_code == 2 and "error: no LUT entry matches --op dlhs --shape 40,32,24" in r.output
+  for bad, msg in (("--shape=1,2", "expected three positive integers"), ("--op=bwd", "unknown op")):
+    r = runner.invoke(app, ["verify", str(lut), bad])
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+
+
+def test_failure_prints_its_report(monkeypatch):
+  build = measure.build_op
+  monkeypatch.setattr(measure, "build_op", lambda *a: (lambda *x: build(*a)(*x) * 1.1))
+  e = _entries()[0]
+  res = verify.verify_entry(e, interpret=True)  # in this process: no timeout, no worker
+  assert not res.passed and res.n_passed == 0 and {d.status for d in res.draws} == {"wrong"}
+  report = "\n".join(verify.entry_report(res, full=False))
+  assert report.count("NumericsResult(FAIL)") == 4 and "regions (2x2)" in report
+  assert "FAIL" in verify.entry_line(1, 1, res) and "(wrong)" in verify.entry_line(1, 1, res)
+
+
+def test_timed_out_draw_is_killed(tmp_path):
+  # Interpret mode runs ~20k tiny programs for this shape: far longer than the timeout.
+  slow = kernels.Entry("fwd", "pallas_gpu", "float32", 2048, 256, 2048, 4, G(16, 16, 16, 1, 1))
+  with verify.DrawRunner(timeout=1.5) as draws:
+    draws._start()
+    pid = draws._proc.pid
+    t0 = time.perf_counter()
+    res = verify.verify_entry(slow, interpret=True, runner=draws)
+    took = time.perf_counter() - t0
+    assert [d.status for d in res.draws] == ["timeout", "skipped", "skipped", "skipped"]
+    assert "did not finish within 1.5s" in res.draws[0].error
+    assert took < 10, took
+    with pytest.raises(ProcessLookupError):
+      os.kill(pid, 0)  # the worker was killed and reaped, not left computing
+
+  lut = _write_lut(tmp_path / "lut.json", [slow, _entries()[0]])
+  # The slow entry runs ~45 s; 5 s leaves the small entry's compile room on a busy host.
+  r = runner.invoke(app, ["verify", str(lut), "--timeout", "5"])
+  assert r.exit_code == 1, r.output
+  assert "FAIL fwd" in r.output and "(skipped, timeout)" in r.output and "did not finish within 5s" in r.output
+  assert "1 passed, 1 failed" in r.output, "the next entry gets a fresh worker"
+
+
+def test_select_is_shared_with_sweep():
+  spec = shapes.ShapeSet.model_validate({"ops": ["fwd", "dlhs"], "shapes": [{"m": 8, "k": 8, "n": 8, "g": 2}],
+                                         "models": [{"model": "olmoe-1b-7b", "tokens": [2]},
+                                                    {"model": "mixtral-8x7b", "tokens": [2]}]})
+  probs = shapes.expand(spec)
+  olmoe = shapes.select(probs, models=["OLMoE-1B-7B"])
+  assert len(olmoe) == 4 and all(p.source.startswith("olmoe-1b-7b:") for p in olmoe)
+  up = shapes.select(probs, ops=["fwd"], shapes=["16,2048,1024"], models=["olmoe-1b-7b"])
+  assert [(p.op, p.m, p.k, p.n) for p in up] == [("fwd", 16, 2048, 1024)]
+  with pytest.raises(shapes.RagtuneError, match="unknown model; presets"):
+    shapes.select(probs, models=["gpt-5"])
+  assert shapes.select(_entries(), ops=["dlhs"], what="LUT entry") == [_entries()[2]]
+
+
+def test_sweep_selectors(tmp_path):
+  spec = tmp_path / "two.yaml"
+  spec.write_text("ops: [fwd, drhs]\nmax_candidates: 1\nshapes:\n  - {m: 24, k: 16, n: 16, g: 2}\n"
+                  "  - {m: 40, k: 16, n: 32, g: 2}\nmodels:\n  - {model: olmoe-1b-7b, tokens: [2]}\n")
+  out = tmp_path / "res"
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--op", "fwd", "--shape", "40,16,32", "-j", "1"])
+  assert r.exit_code == 0, r.output
+  rows = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()]
+  assert {(r["op"], r["m"], r["k"], r["n"]) for r in rows} == {("fwd", 40, 16, 32)}
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "none"), "--model", "mixtral-8x7b"])
+  assert r.exit_code == 2 and "error: no problem matches --model mixtral-8x7b" in r.output
+  assert not (tmp_path / "none").exists()
+
+
+def test_ctrl_c_kills_the_worker_at_once():
+  t0 = time.perf_counter()
+  with pytest.raises(KeyboardInterrupt):
+    with verify.DrawRunner(timeout=60) as draws:
+      draws._start()
+      pid = draws._proc.pid
+      draws._conn.send((_entries()[0], "multinomial", [20, 10, 10], 0, True))  # a draw in flight
+      raise KeyboardInterrupt
+  with pytest.raises(ProcessLookupError):
+    os.kill(pid, 0)
+  assert draws._proc is None and time.perf_counter() - t0 < 30
