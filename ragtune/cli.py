@@ -65,44 +65,89 @@ def _resolve_interpret(interpret: Optional[bool]) -> bool:
   return interpret
 
 
-class _RichProgress:
-  def __init__(self, progress: Progress):
-    self.progress, self.task, self.current = progress, None, ""
-
-  def start(self, total: int, skipped: int) -> None:
-    if skipped:
-      console.print(f"resuming: {skipped} measurements already in the results file are skipped")
-    self.task = self.progress.add_task("sweep", total=total, best="")
-
-  def problem(self, p) -> None:
-    self.current = f"{p.op} {p.backend} {p.dtype} {p.shape_label}"
-    self.progress.update(self.task, description=self.current, best="")
-
-  def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None:
-    text = f"best {best['time_s'] * 1e3:.3f} ms ({best['tflops']:.2f} TF/s)" if best else ""
-    self.progress.update(self.task, advance=1, best=text)
-
-
-def _summary_table(summaries) -> Table:
-  t = Table(title="sweep summary (best correct config per problem)")
-  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "xla ms", "default ms",
-              "vs xla", "vs default", "ok", "failed", "best config"):
-    t.add_column(col, overflow="fold")
+def _summary_table(summaries, ceil=None) -> Table:
+  from ragtune import ceilings as ceilings_mod
   from ragtune.report import short_config
 
+  t = Table(title="sweep summary (best correct config per problem)")
+  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "% peak", "xla ms",
+              "default ms", "vs xla", "vs default", "statuses", "best config"):
+    t.add_column(col, overflow="fold")
   for s in summaries:
     p, b = s.problem, s.best
-    fmt = lambda v: f"{v * 1e3:.3f}" if v else "-"
-    failed = sum(v for k, v in s.counts.items() if k != "ok")
+    fmt = lambda v: f"{v * 1e3:.4g}" if v else "-"
+    pct, bound = ceilings_mod.pct_of_peak(b, ceil or {}) if b else (None, "")
+    statuses = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
     t.add_row(p.op, p.backend, p.dtype, p.shape_label, fmt(b["time_s"]) if b else "-",
-              f"{b['tflops']:.2f}" if b else "-", fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
+              f"{b['tflops']:.4g}" if b else "-", f"{pct:.3g}% {bound}" if pct is not None else "-",
+              fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
               f"{s.baselines['xla'] / b['time_s']:.2f}x" if b and s.baselines.get("xla") else "-",
               f"{s.baselines['default'] / b['time_s']:.2f}x" if b and s.baselines.get("default") else "-",
-              str(s.counts.get("ok", 0)), str(failed), short_config(b["candidate"]) if b else "none correct")
+              statuses or "-", short_config(b["candidate"]) if b else s.why)
   return t
 
 
-@app.command(epilog="Example: ragtune sweep shapes/smoke.yaml --max-candidates 4")
+def _parse_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
+  if text is None:
+    return None
+  i, sep, n = text.partition("/")
+  if not sep or not i.strip().isdigit() or not n.strip().isdigit():
+    raise RagtuneError(f"--shard must look like i/N (e.g. 0/4), got {text!r}")
+  return int(i), int(n)
+
+
+def _load_problems(shapes_file: Path, ops, backend, shard: Optional[str]):
+  from ragtune import shapes as shapes_mod
+  from ragtune import sweep as sweep_mod
+
+  spec = shapes_mod.load_shape_set(shapes_file)
+  problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
+  sh = _parse_shard(shard)
+  if sh:
+    problems = sweep_mod.shard(problems, *sh)
+  return spec, problems
+
+
+def _plan_table(rows) -> Table:
+  t = Table(title="plan")
+  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "candidates", "done", "to do", "est. time"):
+    t.add_column(col, overflow="fold")
+  for r in rows:
+    p = r["problem"]
+    est = f"{r['est_s']:.0f}s" if r["est_s"] is not None else "-"
+    t.add_row(p.op, p.backend, p.dtype, p.shape_label, str(r["candidates"]), str(r["done"]), str(r["todo"]), est)
+  return t
+
+
+def _print_plan(rows) -> None:
+  console.print(_plan_table(rows))
+  todo = sum(r["todo"] for r in rows)
+  known = [r["est_s"] for r in rows if r["est_s"] is not None]
+  est = (f", about {sum(known):.0f}s" + (" (partial estimate)" if len(known) < len(rows) else "") if known
+         else " (no time estimate until some rows are recorded)")
+  console.print(f"{len(rows)} problems, {todo} measurements to do{est}")
+
+
+def _resolve_devices(devices: Optional[str]) -> tuple[tuple[int, ...], str]:
+  import jax
+
+  from ragtune import sweep as sweep_mod
+
+  platform = jax.default_backend()
+  if devices is None:  # one process owns a TPU host's chips; the CPU is one device
+    devices = "all" if platform == "gpu" else "1"
+  return sweep_mod.parse_devices(devices, jax.local_device_count()), platform
+
+
+def _parent_no_prealloc() -> None:
+  # The parent only asks jax which devices exist; the workers use them. Don't let the
+  # parent grab most of a GPU's memory (the workers' environment drops this again).
+  if "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    os.environ["RAGTUNE_PARENT_NO_PREALLOC"] = "1"
+
+
+@app.command(epilog="Example: ragtune sweep shapes/smoke.yaml --budget 12 --timeout 60")
 @user_errors
 def sweep(
     shapes_file: Path = typer.Argument(..., help="Shape set YAML (see README: 'Shape sets')."),
@@ -110,30 +155,86 @@ def sweep(
     backend: Optional[list[str]] = typer.Option(None, "--backend", help="Backends (repeat or comma-separate): pallas_gpu, pallas_tpu, xla. Default: the file's."),
     ops: Optional[list[str]] = typer.Option(None, "--ops", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
     max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, help="Candidates per problem (default config first)."),
-    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds allowed to compile, and to run, one candidate."),
+    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best)."),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds for one candidate (compile + check + time); past it the worker is killed."),
     interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
-    jobs: int = typer.Option(max(1, min(8, os.cpu_count() or 1)), "--jobs", "-j", min=1, help="Parallel compiles."),
+    devices: Optional[str] = typer.Option(None, "--devices", help="Local devices, one worker each: all, a count N, or indices like 0,2,5 [default: all GPUs; 1 otherwise]."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Take shard i of N of the problems (i/N, 0-based), e.g. a SLURM array task."),
+    builder: str = typer.Option("ragtune.measure:build_op", "--builder", help="module:function building the op, (problem, backend, config, interpret) -> callable; importable by the workers."),
+    wait: bool = typer.Option(False, "--wait", help="If another sweep holds the results folder, wait for it instead of stopping."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (as `ragtune plan`) and exit."),
 ):
-  """Measure every candidate config of every problem in SHAPES_FILE: compile, check against
-  jax.lax.ragged_dot, time. Rows are appended as they finish; rerunning resumes."""
-  from ragtune import shapes as shapes_mod
+  """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
+  compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish;
+  rerunning resumes."""
+  from ragtune import ceilings as ceilings_mod
+  from ragtune import progress as progress_mod
+  from ragtune import sweep as sweep_mod
+  from ragtune import worker as worker_mod
+
+  _parent_no_prealloc()
+  spec, problems = _load_problems(shapes_file, ops, backend, shard)
+  try:
+    worker_mod.load_builder(builder)  # fail here, once, rather than in every worker
+  except ValueError as e:
+    raise RagtuneError(str(e)) from None
+  out_dir = out or sweep_mod.default_results_dir()
+  opts = sweep_mod.SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates,
+                                timeout_s=timeout, builder=builder, budget=budget, wait_for_lock=wait)
+  if dry_run:
+    _print_plan(sweep_mod.plan(problems, opts))
+    return
+  opts.devices, opts.platform = _resolve_devices(devices)
+  opts.interpret = _resolve_interpret(interpret)
+  if opts.platform == "cpu" and opts.interpret:
+    for warning in sweep_mod.cpu_timeout_warnings(problems, opts):
+      err_console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+  console.print(f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl "
+                f"({len(opts.devices)} worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})",
+                markup=False, highlight=False)
+  t0 = time.perf_counter()
+  try:
+    if console.is_terminal:
+      columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                 TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
+      with Progress(*columns, console=console, transient=False) as bar:
+        summaries = sweep_mod.run_sweep(problems, opts, progress_mod.RichProgress(bar, console))
+    else:
+      plain = progress_mod.PlainProgress(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+      summaries = sweep_mod.run_sweep(problems, opts, plain)
+  except KeyboardInterrupt:
+    err_console.print(f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with the "
+                      f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}", markup=False, highlight=False,
+                      soft_wrap=True)
+    raise typer.Exit(130)
+  console.print(_summary_table(summaries, ceilings_mod.load([out_dir])))
+  console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {out_dir / 'records.jsonl'}")
+  missing = [s for s in summaries if s.best is None and s.problem.backend != "xla"]
+  if missing:
+    err_console.print(f"warning: {len(missing)} problem(s) have no correct candidate; they will be missing from the LUT",
+                      markup=False, highlight=False)
+
+
+@app.command(epilog="Example: ragtune plan shapes/smoke.yaml --budget 12")
+@user_errors
+def plan(
+    shapes_file: Path = typer.Argument(..., help="Shape set YAML."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results folder [default: results/<device-slug>/]."),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", help="Backends, as for sweep."),
+    ops: Optional[list[str]] = typer.Option(None, "--ops", help="Ops, as for sweep."),
+    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, help="As for sweep."),
+    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="As for sweep."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="As for sweep: i/N."),
+):
+  """List each problem with its candidate count after pruning, how many are done in the
+  results folder, and an estimated time once some timings exist. Runs nothing on a device."""
   from ragtune import sweep as sweep_mod
 
-  spec = shapes_mod.load_shape_set(shapes_file)
-  problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
+  _parent_no_prealloc()
+  spec, problems = _load_problems(shapes_file, ops, backend, shard)
   opts = sweep_mod.SweepOptions(out_dir=out or sweep_mod.default_results_dir(),
-                                max_candidates=max_candidates or spec.max_candidates, timeout_s=timeout,
-                                interpret=_resolve_interpret(interpret), jobs=jobs)
-  console.print(f"{len(problems)} problems from {shapes_file} -> {opts.out_dir}/records.jsonl")
-  t0 = time.perf_counter()
-  columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
-  with Progress(*columns, console=console, transient=False) as progress:
-    summaries = sweep_mod.run_sweep(problems, opts, _RichProgress(progress))
-  console.print(_summary_table(summaries))
-  console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {opts.out_dir / 'records.jsonl'}")
-  if any(s.best is None for s in summaries if s.problem.backend != "xla"):
-    err_console.print("warning: some problems have no correct candidate; they will be missing from the LUT")
+                                max_candidates=max_candidates or spec.max_candidates, budget=budget)
+  _print_plan(sweep_mod.plan(problems, opts))
 
 
 @app.command(epilog="Example: ragtune verify results/cpu   (or a LUT file: ragtune verify kernels/luts/nvidia-h100-80gb-hbm3.json)")

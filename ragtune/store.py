@@ -6,8 +6,11 @@ so every complete line is kept and nothing finished is measured twice.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -41,6 +44,9 @@ class ResultsStore:
 
   def rows(self) -> list[dict[str, Any]]:
     return read_rows(self.path) if self.path.exists() else []
+
+  def rows_of(self, problem_key: str) -> list[dict[str, Any]]:
+    return [r for r in self.rows() if r.get("problem") == problem_key]
 
   def done_ids(self) -> set[str]:
     return {r["id"] for r in self.rows() if "id" in r}
@@ -84,10 +90,59 @@ def load_results(dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
     rows = read_rows(path)
     if not rows:
       raise RagtuneError(f"{path}: results file is empty")
+    seen = set()
     for r in rows:
+      if r.get("id") in seen:
+        continue  # older files could get an id twice (two unlocked sweeps): keep the first
+      seen.add(r.get("id"))
       r["_source"] = str(p)
-    out.extend(rows)
+      out.append(r)
   return out
+
+
+LOCK = ".sweep.lock"
+HOLDER = ".sweep.holder.json"
+
+
+@contextlib.contextmanager
+def sweep_lock(directory: str | Path, *, wait: bool = False, on_wait=None):
+  """Hold the results folder for one sweep. A second one fails at once naming the holder,
+  or with wait=True waits for it (on_wait(holder_text) is called once before waiting)."""
+  import filelock
+
+  d = Path(directory)
+  if d.exists() and not d.is_dir():
+    raise RagtuneError(f"{d}: is a file, not a results folder")
+  d.mkdir(parents=True, exist_ok=True)
+  lock = filelock.FileLock(str(d / LOCK))
+  try:
+    lock.acquire(timeout=0)
+  except filelock.Timeout:
+    if not wait:
+      raise RagtuneError(f"{d}: another sweep is writing here ({_holder(d)}); "
+                         "wait for it, use another -o folder, or pass --wait") from None
+    if on_wait:
+      on_wait(_holder(d))
+    lock.acquire()
+  try:
+    info = {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    write_atomic(d / HOLDER, json.dumps(info) + "\n")
+    yield
+  finally:
+    try:
+      (d / HOLDER).unlink()
+    except OSError:
+      pass
+    lock.release()
+
+
+def _holder(d: Path) -> str:
+  try:
+    h = json.loads((d / HOLDER).read_text())
+    return f"pid {h['pid']} on {h['host']}, started {h['started']}"
+  except (OSError, ValueError, KeyError):
+    return "holder unknown"
 
 
 def write_atomic(path: Path, text: str) -> None:
