@@ -83,7 +83,7 @@ class Staged:
   """Coarse design, then one-knob neighbours of the best few, within `budget` candidates."""
 
   def __init__(self, candidates: Sequence, budget: int, seeds: Sequence = (), *, stage1_share: float = 0.4,
-               top: int = 3, batch: int = 8):
+               top: int = 3, batch: int = 4):
     self.space = list(dict.fromkeys(candidates))
     self.budget = max(1, budget)
     self.seeds = [s for s in seeds if s is not None]
@@ -102,14 +102,22 @@ class Staged:
       if todo:
         return todo
     ok = sorted(((t, i, c) for i, (c, t) in enumerate(history.items()) if t is not None), key=lambda x: x[:2])
+    coords = self._coords()
     batch: list = []
     for _, _, best in ok[:self.top]:
-      for nb in neighbours(best, self.space):
+      # Nearest values of each knob first: the coarse design already sampled the far ones.
+      nbs = sorted(neighbours(best, self.space), key=lambda nb: math.dist(coords[nb], coords[best]))
+      for nb in nbs:
         if nb not in history and nb not in batch:
           batch.append(nb)
       if len(batch) >= self.batch:
         break  # climb from the very best first; the next round sees its results
     return batch[:min(left, self.batch)]
+
+  def _coords(self):
+    if not hasattr(self, "_coord_cache"):
+      self._coord_cache = _coordinates(self.space)
+    return self._coord_cache
 
 
 def make(candidates: Sequence, budget: int | None, seeds: Sequence = ()) -> Strategy:
