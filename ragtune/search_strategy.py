@@ -9,7 +9,8 @@ they have the same type and differ in exactly one field.
 - Staged(budget): stage 1 times a coarse design (the default, the nearest LUT entry's
   config, then configs spread over the space by farthest-point sampling on the knobs'
   ranks); stage 2 spends the rest on one-knob neighbours of the best few, until the
-  budget is spent or a round brings no improvement and no untried neighbour is left.
+  budget is spent. When the best few have no untried neighbour left, the design is
+  extended (farthest from everything tried) instead.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ class Staged:
           batch.append(nb)
       if len(batch) >= self.batch:
         break  # climb from the very best first; the next round sees its results
+    if not batch:  # the best few have no untried neighbour: spread out further instead
+      tried = list(history)
+      batch = [c for c in coarse_design(self.space, len(tried) + self.batch, tried) if c not in history]
     return batch[:min(left, self.batch)]
 
   def _coords(self):

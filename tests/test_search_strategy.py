@@ -76,3 +76,25 @@ def test_without_budget_every_candidate_is_timed():
   _, space = _space("drhs")
   history = search_strategy.run_offline(search_strategy.make(space, None), lambda c: 1.0)
   assert list(history) == space
+
+
+def test_search_quality_replays_a_recorded_sweep(tmp_path, capsys):
+  import importlib.util
+  import json
+  from pathlib import Path
+
+  from ragtune import store, sweep
+
+  p, space = _space("drhs")
+  cost = _surface(space, 3)
+  dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
+  rows = [sweep.make_row(p, sweep.candidate_id(c), c, "ok", interpret=False, device=dev, time_s=cost(c)) for c in space]
+  (tmp_path / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+  path = Path(__file__).resolve().parents[1] / "benchmarks" / "search_quality.py"
+  spec = importlib.util.spec_from_file_location("search_quality", path)
+  sq = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(sq)
+  (res,) = sq.replay(store.load_results([tmp_path]), budget_frac=0.2)
+  assert res["space"] == len(space) and res["timed"] <= len(space) // 5 + 1 and res["ratio"] <= 1.03
+  assert sq.main([str(tmp_path), "--budget", "10"]) == 0
+  assert "found/best" in capsys.readouterr().out
