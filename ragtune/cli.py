@@ -304,10 +304,10 @@ def export_lut(
 
 
 def _show_frames(dirs: list[Path], all_rows: bool):
-  from ragtune import report, store
+  from ragtune import ceilings, report, store
 
   rows = store.load_results(dirs)
-  return report.rows_frame(rows) if all_rows else report.best_frame(rows)
+  return report.compact_rows(rows) if all_rows else report.show_best(rows, ceilings.load(dirs))
 
 
 @app.command(epilog="Example: ragtune show results/cpu --all")
@@ -321,14 +321,15 @@ def show(
   import pandas as pd
 
   from ragtune import sweep as sweep_mod
+  from ragtune.report import csv_text
   from ragtune.store import write_atomic
 
   df = _show_frames(dirs or [sweep_mod.default_results_dir()], all_rows)
-  with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 250,
-                         "display.float_format", "{:.4g}".format):
+  with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 160,
+                         "display.max_colwidth", 200, "display.float_format", "{:.4g}".format):
     console.print(df.to_string(index=False), markup=False, highlight=False, soft_wrap=True)
   if csv:
-    write_atomic(csv, df.to_csv(index=False))
+    write_atomic(csv, csv_text(df))
     console.print(f"wrote {csv}")
 
 
@@ -336,18 +337,23 @@ def show(
 @user_errors
 def report(
     dirs: Optional[list[Path]] = typer.Argument(None, help="Results folders [default: results/<device-slug>/]."),
-    output: Path = typer.Option(Path("."), "--output", "-o", help="Folder for best.csv and rows.csv."),
+    output: Path = typer.Option(Path("."), "--output", "-o", help="Folder for best.csv, rows.csv, the PNG plots and report.md."),
 ):
-  """Write best.csv (best per problem with baselines) and rows.csv (every row)."""
+  """Write best.csv (best per problem with baselines), rows.csv (every row), PNG plots
+  (TF/s per problem, roofline, candidate times; needs the [report] extra) and report.md."""
+  from ragtune import ceilings, plots, store
   from ragtune import report as report_mod
-  from ragtune import store
   from ragtune import sweep as sweep_mod
   from ragtune.store import write_atomic
 
-  rows = store.load_results(dirs or [sweep_mod.default_results_dir()])
-  for name, df in (("best.csv", report_mod.best_frame(rows)), ("rows.csv", report_mod.rows_frame(rows))):
-    write_atomic(output / name, df.to_csv(index=False))
+  dirs = dirs or [sweep_mod.default_results_dir()]
+  rows = store.load_results(dirs)
+  ceil = ceilings.load(dirs)
+  for name, df in (("best.csv", report_mod.best_frame(rows, ceil)), ("rows.csv", report_mod.rows_frame(rows))):
+    write_atomic(output / name, report_mod.csv_text(df))
     console.print(f"wrote {output / name} ({len(df)} rows)")
+  for path in plots.write_report(rows, ceil, output):
+    console.print(f"wrote {path}")
 
 
 def main():

@@ -336,7 +336,12 @@ class _Worker:
         lines = [l for l in f.read().decode(errors="replace").splitlines() if l.strip()]
     except OSError:
       lines = []
-    tail = " | ".join(lines[-3:])[-400:]
+    fatal = next((i for i, l in enumerate(lines) if l.startswith("Fatal Python error")), None)
+    if fatal is not None:  # faulthandler: the error, then the innermost frames
+      frames = [l.strip() for l in lines[fatal + 1:] if l.strip().startswith("File")][:2]
+      tail = " | ".join([lines[fatal]] + frames)[:400]
+    else:
+      tail = " | ".join(lines[-3:])[-400:]
     return f"worker {how}" + (f"; stderr: {tail}" if tail else "")
 
 

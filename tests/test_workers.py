@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from ragtune import export, search_space, shapes, store, sweep
+from ragtune import ceilings, export, search_space, shapes, store, sweep
 from ragtune.cli import app
 
 runner = CliRunner()
@@ -69,6 +69,12 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   (lut,) = export.build_luts(store.load_results([out])).values()
   exported = [e.config for e in lut.entries()]
   assert len(exported) == 1 and exported[0] in (cands[0], cands[5])
+
+  # The device's ceilings were measured once, by a worker, and kept beside the records.
+  device = {k: by_cand["baseline:xla"][k] for k in ("device_kind", "jax_version")}
+  (entry,) = ceilings.load([out]).values()
+  assert entry["matmul_tflops"]["bfloat16"] > 0 and entry["copy_gbps"] > 0
+  assert ceilings.missing(out, device, ["bfloat16"]) == set() and ceilings.missing(out, device, ["float32"]) == {"float32"}
 
 
 def test_no_passing_candidate_says_why(tmp_path):
