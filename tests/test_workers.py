@@ -158,3 +158,23 @@ def test_two_devices_cover_every_problem_once_within_the_budget(tmp_path):
   assert {r["device_index"] for r in rows} == {0, 1}, "both workers took problems"
   for p in problems:  # one problem's baselines and candidates come from one worker
     assert len({r["worker_pid"] for r in rows if r["problem"] == p.key}) == 1
+
+
+def test_plain_progress_prints_every_30s_and_per_problem():
+  from ragtune import progress
+
+  now, lines = [0.0], []
+  pp = progress.PlainProgress(lines.append, clock=lambda: now[0])
+  p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 48, 32, 40, 3, "x", (16, 16, 16))
+  pp.start(10, 0)
+  pp.problem(p)
+  now[0] = 5.0
+  pp.row({}, {"time_s": 2e-3, "tflops": 1.5})
+  pp.tick()
+  assert lines == [], "nothing new within 30 s"
+  now[0] = 31.0
+  pp.tick()  # the sweep's heartbeat, even while one candidate runs long
+  assert len(lines) == 1 and "0:31 elapsed" in lines[0] and "eta 4:39" in lines[0] and "best 2 ms" in lines[0], lines
+  now[0] = 40.0
+  pp.problem_done(sweep.ProblemSummary(p, {"timeout": 3}, None, {}))
+  assert len(lines) == 2 and "no correct candidate: 3 timeout" in lines[1]
