@@ -128,23 +128,10 @@ def _print_plan(rows) -> None:
   console.print(f"{len(rows)} problems, {todo} measurements to do{est}")
 
 
-def _resolve_devices(devices: Optional[str]) -> tuple[tuple[int, ...], str]:
-  import jax
-
+def _results_dir(out: Optional[Path]) -> Path:
   from ragtune import sweep as sweep_mod
 
-  platform = jax.default_backend()
-  if devices is None:  # one process owns a TPU host's chips; the CPU is one device
-    devices = "all" if platform == "gpu" else "1"
-  return sweep_mod.parse_devices(devices, jax.local_device_count()), platform
-
-
-def _parent_no_prealloc() -> None:
-  # The parent only asks jax which devices exist; the workers use them. Don't let the
-  # parent grab most of a GPU's memory (the workers' environment drops this again).
-  if "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:
-    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    os.environ["RAGTUNE_PARENT_NO_PREALLOC"] = "1"
+  return out or Path("results") / kernels.device_slug(sweep_mod.probe_devices()["device_kind"])
 
 
 @app.command(epilog="Example: ragtune sweep shapes/smoke.yaml --budget 12 --timeout 60")
@@ -172,20 +159,27 @@ def sweep(
   from ragtune import sweep as sweep_mod
   from ragtune import worker as worker_mod
 
-  _parent_no_prealloc()
   spec, problems = _load_problems(shapes_file, ops, backend, shard)
   try:
     worker_mod.load_builder(builder)  # fail here, once, rather than in every worker
   except ValueError as e:
     raise RagtuneError(str(e)) from None
-  out_dir = out or sweep_mod.default_results_dir()
+  out_dir = _results_dir(out)
   opts = sweep_mod.SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates,
                                 timeout_s=timeout, builder=builder, budget=budget, wait_for_lock=wait)
   if dry_run:
     _print_plan(sweep_mod.plan(problems, opts))
     return
-  opts.devices, opts.platform = _resolve_devices(devices)
-  opts.interpret = _resolve_interpret(interpret)
+  info = sweep_mod.probe_devices()  # in a child: the parent never opens the accelerator
+  sweep_mod.keep_parent_off_device(info["platform"])
+  opts.platform = info["platform"]
+  # One process owns a TPU host's chips, and the CPU is one device: one worker there.
+  opts.devices = sweep_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
+  opts.interpret = opts.platform == "cpu" if interpret is None else interpret
+  if opts.interpret and opts.platform == "cpu":
+    err_console.print("[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. "
+                      "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only.")
+  opts.lut = sweep_mod.find_lut(info["device_kind"]) if budget else None
   if opts.platform == "cpu" and opts.interpret:
     for warning in sweep_mod.cpu_timeout_warnings(problems, opts):
       err_console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
@@ -230,9 +224,8 @@ def plan(
   results folder, and an estimated time once some timings exist. Runs nothing on a device."""
   from ragtune import sweep as sweep_mod
 
-  _parent_no_prealloc()
   spec, problems = _load_problems(shapes_file, ops, backend, shard)
-  opts = sweep_mod.SweepOptions(out_dir=out or sweep_mod.default_results_dir(),
+  opts = sweep_mod.SweepOptions(out_dir=_results_dir(out),
                                 max_candidates=max_candidates or spec.max_candidates, budget=budget)
   _print_plan(sweep_mod.plan(problems, opts))
 

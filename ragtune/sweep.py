@@ -18,6 +18,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
+import functools
+import json
 import math
 import os
 import queue
@@ -57,6 +59,7 @@ class SweepOptions:
   budget: int | None = None               # candidates timed per problem (staged search)
   wait_for_lock: bool = False
   ceilings: bool = True                   # measure the device's matmul/copy ceilings once
+  lut: Any = None                         # kernels.Lut whose nearest entry seeds a budgeted search
 
 
 class SweepProgress(Protocol):
@@ -129,8 +132,10 @@ def parse_devices(spec: str, available: int) -> tuple[int, ...]:
   try:
     if "," not in text:
       n = int(text)
-      if n < 1 or n > available:
-        raise RagtuneError(f"--devices {spec}: {available} local device(s) here")
+      if n < 1:
+        raise RagtuneError(f"--devices {spec}: a count must be at least 1 (device 0 alone is --devices 0,)")
+      if n > available:
+        raise RagtuneError(f"--devices {spec}: only {available} local device(s) here")
       return tuple(range(n))
     idx = tuple(int(x) for x in text.split(",") if x.strip())
   except ValueError:
@@ -170,12 +175,51 @@ def cpu_timeout_warnings(problems: list[Problem], opts: SweepOptions, limit: int
   return lines
 
 
-def _lut_hint(p: Problem):
-  """The nearest active-LUT entry's config for p, if there is one (a stage-1 seed)."""
+@functools.lru_cache(maxsize=None)
+def probe_devices() -> dict[str, Any]:
+  """{platform, count, device_kind} of this host's accelerators, asked of a child process.
+
+  The parent never opens a device itself: a TPU host's chips can be held by one process
+  only, and a GPU context in the parent would cost every device memory. Asked once per
+  process.
+  """
+  code = ("import json, jax; d = jax.local_devices(); "
+          "print(json.dumps({'platform': d[0].platform, 'count': len(d), 'device_kind': d[0].device_kind}))")
   try:
-    lut = kernels.active_lut()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+  except (subprocess.TimeoutExpired, ValueError, IndexError):
+    tail = " | ".join(l for l in (r.stderr if "r" in locals() else "").splitlines()[-3:])
+    raise RagtuneError(f"could not list this host's devices in a child process: {tail or 'timed out'}") from None
+
+
+def keep_parent_off_device(platform: str) -> None:
+  """Leave the accelerator to the workers: the parent's own jax (if it needs one) is the CPU."""
+  if platform != "cpu":
+    import jax
+
+    try:
+      jax.config.update("jax_platforms", "cpu")
+    except Exception:  # noqa: BLE001 - already initialised: nothing more to do
+      pass
+
+
+def find_lut(device_kind: str):
+  """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None."""
+  from kernels.lut import BUNDLED_DIR
+
+  env = os.environ.get(kernels.ENV_VAR)
+  slug = f"{kernels.device_slug(device_kind)}.json"
+  path = (Path(env) / slug if Path(env).is_dir() else Path(env)) if env else BUNDLED_DIR / slug
+  try:
+    lut = kernels.Lut.from_file(path) if path.is_file() else None
   except kernels.LutError:
     return None
+  return lut if lut is not None and lut.device_kind == device_kind else None
+
+
+def _lut_hint(p: Problem, lut):
+  """The nearest LUT entry's config for p, if there is one (a stage-1 seed)."""
   if lut is None:
     return None
   cfg = lut.lookup(p.op, p.m, p.k, p.n, p.g, p.dtype, backend=p.backend)
@@ -203,7 +247,7 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]]) 
   """The task of problem p, and (rows to do now, rows already done)."""
   if opts.budget:
     cands = search_space.candidates(p)  # the whole pruned space; the budget limits it
-    hint = _lut_hint(p) if p.backend != "xla" else None
+    hint = _lut_hint(p, opts.lut) if p.backend != "xla" else None
     if hint is not None and hint not in cands:
       cands.insert(1, hint)
     seeds = cands[:1] + ([hint] if hint is not None else [])
@@ -252,8 +296,6 @@ def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
 
 def _worker_env(index: int, platform: str) -> dict[str, str]:
   env = dict(os.environ)
-  if env.pop("RAGTUNE_PARENT_NO_PREALLOC", None):  # only the parent was told not to preallocate
-    env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
   if platform == "gpu":
     visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
