@@ -178,3 +178,18 @@ def test_plain_progress_prints_every_30s_and_per_problem():
   now[0] = 40.0
   pp.problem_done(sweep.ProblemSummary(p, {"timeout": 3}, None, {}))
   assert len(lines) == 2 and "no correct candidate: 3 timeout" in lines[1]
+
+
+def test_a_problem_that_kills_every_worker_is_recorded_and_the_sweep_ends(tmp_path, monkeypatch):
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+  monkeypatch.syspath_prepend(str(TESTS))
+  spec = tmp_path / "s.yaml"
+  spec.write_text(FAULTS.replace("max_candidates: 6", "max_candidates: 1"))
+  problems = shapes.expand(shapes.load_shape_set(spec))
+  opts = sweep.SweepOptions(out_dir=tmp_path / "res", interpret=True, max_candidates=1, timeout_s=60,
+                            builder="segv_in_worker:build", ceilings=False)
+  (s,) = sweep.run_sweep(problems, opts)
+  rows = store.ResultsStore(tmp_path / "res").rows()
+  assert [r["status"] for r in rows] == ["crash"] * 3, "two baselines and the candidate, once each"
+  assert all("SIGSEGV" in r["error"] and "inputs and reference" in r["error"] for r in rows)
+  assert s.why == "no correct candidate: 1 crash"
