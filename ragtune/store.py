@@ -45,9 +45,6 @@ class ResultsStore:
   def rows(self) -> list[dict[str, Any]]:
     return read_rows(self.path) if self.path.exists() else []
 
-  def rows_of(self, problem_key: str) -> list[dict[str, Any]]:
-    return [r for r in self.rows() if r.get("problem") == problem_key]
-
   def done_ids(self) -> set[str]:
     return {r["id"] for r in self.rows() if "id" in r}
 

@@ -235,6 +235,7 @@ class _Task:
   history: dict[Any, float | None]      # config -> seconds (None: failed), as the strategy sees it
   planned: int                          # candidates this problem will time at most
   pending: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+  rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # this problem's rows, old and new
   best: dict[str, Any] | None = None
   setup_failures: int = 0
 
@@ -243,8 +244,16 @@ class _Task:
     return [(candidate_id(c), c) for c in batch]
 
 
-def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]]) -> tuple[_Task, int, int]:
-  """The task of problem p, and (rows to do now, rows already done)."""
+def _by_problem(done: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+  out: dict[str, list[dict[str, Any]]] = {}
+  for r in done.values():
+    out.setdefault(r.get("problem"), []).append(r)
+  return out
+
+
+def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
+               prior: list[dict[str, Any]]) -> tuple[_Task, int, int]:
+  """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
   if opts.budget:
     cands = search_space.candidates(p)  # the whole pruned space; the budget limits it
     hint = _lut_hint(p, opts.lut) if p.backend != "xla" else None
@@ -262,7 +271,7 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]]) 
     if r is not None:
       history[c] = r["time_s"] if r.get("status") == "ok" else None
   planned = min(opts.budget, len(cands)) if opts.budget else len(cands)
-  task = _Task(p, strategy, configs, history, planned)
+  task = _Task(p, strategy, configs, history, planned, rows=list(prior))
   base = [(b, None) for b in BASELINES if row_id(p.key, b) not in done]
   task.pending = base + task.next_batch() if cands or base else []
   n_done = sum(row_id(p.key, b) in done for b in BASELINES) + len(history)
@@ -283,9 +292,10 @@ def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
     if isinstance(r.get("elapsed_s"), (int, float)):
       per_problem.setdefault(r["problem"], []).append(r["elapsed_s"])
   everything = [t for ts in per_problem.values() for t in ts]
+  grouped = _by_problem(done)
   out = []
   for p in problems:
-    task, n_todo, n_done = _make_task(p, opts, done)
+    task, n_todo, n_done = _make_task(p, opts, done, grouped.get(p.key, []))
     times = per_problem.get(p.key) or everything
     est = statistics.median(times) * n_todo if times else None
     out.append({"problem": p, "candidates": task.planned, "done": n_done, "todo": n_todo, "est_s": est})
@@ -379,8 +389,9 @@ class _Worker:
     except OSError:
       lines = []
     fatal = next((i for i, l in enumerate(lines) if l.startswith("Fatal Python error")), None)
-    if fatal is not None:  # faulthandler: the error, then the innermost frames
-      frames = [l.strip() for l in lines[fatal + 1:] if l.strip().startswith("File")][:2]
+    if fatal is not None:  # faulthandler: the error, then the crashing thread's innermost frames
+      start = next((i for i in range(fatal, len(lines)) if lines[i].startswith("Current thread")), fatal)
+      frames = [l.strip() for l in lines[start + 1:] if l.strip().startswith("File")][:2]
       tail = " | ".join([lines[fatal]] + frames)[:400]
     else:
       tail = " | ".join(lines[-3:])[-400:]
@@ -479,7 +490,7 @@ class _Pool:
         w.send(("run", t.p, list(t.pending), self.worker_opts), self.opts.timeout_s)
         return
       if t is not None:
-        self.progress.problem_done(summarize([t.p], self.store.rows_of(t.p.key))[0])
+        self.progress.problem_done(summarize([t.p], t.rows)[0])
         w.task = None
       if not self.queue:
         w.deadline = None
@@ -489,6 +500,7 @@ class _Pool:
 
   def _write(self, t: _Task, row: dict[str, Any]) -> None:
     self.store.append(row)
+    t.rows.append(row)
     t.pending = [(c, cfg) for c, cfg in t.pending if c != row["candidate"]]
     if row["kind"] == "candidate":
       cfg = t.configs.get(row["candidate"])
@@ -535,8 +547,9 @@ def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgre
     store = ResultsStore(opts.out_dir)
     done = {r["id"]: r for r in store.rows() if "id" in r}
     tasks, n_todo, n_done = [], 0, 0
+    grouped = _by_problem(done)
     for p in problems:
-      task, todo, did = _make_task(p, opts, done)
+      task, todo, did = _make_task(p, opts, done, grouped.get(p.key, []))
       n_todo, n_done = n_todo + todo, n_done + did
       if task.pending:
         tasks.append(task)
