@@ -103,9 +103,13 @@ def compile_fn(fn: Callable, args: tuple):
   return jax.jit(fn).lower(*args).compile()
 
 
-def error_text(e: BaseException) -> str:
-  """One line, at most 500 characters, for the row's error field."""
-  return " ".join(f"{type(e).__name__}: {e}".strip().splitlines())[:500]
+def error_text(e: BaseException, limit: int = 500) -> str:
+  """One line, at most `limit` characters, for the row's error field. A long message keeps
+  its start and its end, where a wrapped traceback puts the original error."""
+  text = " ".join(f"{type(e).__name__}: {e}".strip().splitlines())
+  if len(text) <= limit:
+    return text
+  return text[:150] + " … " + text[-(limit - 153):]
 
 
 def check(p: Problem, out, ref: np.ndarray) -> NumericsResult:

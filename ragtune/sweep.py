@@ -477,6 +477,11 @@ class _Pool:
   def _on_eof(self, w: _Worker) -> None:
     self._lost(w, "crash")
 
+  def _on_retire(self, w: _Worker, reason: str) -> None:
+    # Its last row is written; the rest of its problem goes to a fresh process.
+    w.kill()
+    self._spawn(w.slot, w.task)
+
   # -- helpers --
 
   def _feed(self, w: _Worker) -> None:

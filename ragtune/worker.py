@@ -14,6 +14,8 @@ stderr, so stray prints from jax or a user's builder cannot corrupt the stream.
   parent -> worker: ("run", problem, [(candidate_id, config), ...], options) | ("ceilings", dtypes) | ("exit",)
   worker -> parent: ("hello", device_fields) | ("begin", candidate_id) | ("row", row)
                     | ("done", problem_key) | ("ceilings", data)
+                    | ("retire", reason): after a fault that may have poisoned the device
+                      context; the worker exits and the parent starts a fresh one
 
 This module must not import jax at the top: the device is pinned (CUDA_VISIBLE_DEVICES,
 set by the parent in the environment) before jax starts.
@@ -25,6 +27,7 @@ import faulthandler
 import importlib
 import os
 import pickle
+import re
 import signal
 import struct
 import sys
@@ -132,6 +135,18 @@ def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: di
   return row("ok", time_s=t, timer=timer, numerics=numerics)
 
 
+_POISON = re.compile(r"CUDA_ERROR|cudaError|illegal (memory )?address|misaligned address|unspecified launch failure")
+
+
+def _poisoned(row: dict[str, Any], platform: str) -> bool:
+  """Whether this process should not time anything more: a failed run on an accelerator
+  (an illegal address or the like can leave the device context unusable), or any error
+  that names such a fault. The parent then starts a fresh worker."""
+  if row["status"] not in ("run_error", "compile_error", "timing_error"):
+    return False
+  return (platform != "cpu" and row["status"] == "run_error") or bool(_POISON.search(row.get("error") or ""))
+
+
 def main() -> None:
   out = os.fdopen(os.dup(1), "wb")
   os.dup2(2, 1)
@@ -172,6 +187,9 @@ def main() -> None:
       r = _measure(state, cid, config, opts, device)
       r["elapsed_s"] = round(time.perf_counter() - t0, 4)
       send(out, ("row", r))
+      if _poisoned(r, device["platform"]):
+        send(out, ("retire", r["error"][:200]))
+        return
     send(out, ("done", p.key))
 
 
