@@ -187,15 +187,17 @@ def sweep(
                 f"({len(opts.devices)} worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})",
                 markup=False, highlight=False)
   t0 = time.perf_counter()
+  waiting = lambda holder: err_console.print(f"waiting for the sweep that holds {out_dir} ({holder})",
+                                             markup=False, highlight=False, soft_wrap=True)
   try:
     if console.is_terminal:
       columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                  TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
       with Progress(*columns, console=console, transient=False) as bar:
-        summaries = sweep_mod.run_sweep(problems, opts, progress_mod.RichProgress(bar, console))
+        summaries = sweep_mod.run_sweep(problems, opts, progress_mod.RichProgress(bar, console), waiting)
     else:
       plain = progress_mod.PlainProgress(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
-      summaries = sweep_mod.run_sweep(problems, opts, plain)
+      summaries = sweep_mod.run_sweep(problems, opts, plain, waiting)
   except KeyboardInterrupt:
     err_console.print(f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with the "
                       f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}", markup=False, highlight=False,

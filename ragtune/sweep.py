@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import kernels
-from ragtune import measure, search_space, search_strategy, store as store_mod
+from ragtune import lock, measure, search_space, search_strategy
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
 from ragtune.store import ResultsStore, candidate_id, row_id
@@ -545,10 +545,12 @@ class _Pool:
     self._spawn(slot, t)
 
 
-def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgress | None = None) -> list[ProblemSummary]:
-  """Measure every problem; returns the per-problem summaries. Holds the folder's lock throughout."""
+def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgress | None = None,
+              on_wait=None) -> list[ProblemSummary]:
+  """Measure every problem; returns the per-problem summaries. Holds the folder's lock
+  throughout; with opts.wait_for_lock, on_wait(holder) is called before waiting for it."""
   progress = progress or _Silent()
-  with store_mod.sweep_lock(opts.out_dir, wait=opts.wait_for_lock):
+  with lock.sweep_lock(opts.out_dir, wait=opts.wait_for_lock, on_wait=on_wait):
     store = ResultsStore(opts.out_dir)
     done = {r["id"]: r for r in store.rows() if "id" in r}
     tasks, n_todo, n_done = [], 0, 0

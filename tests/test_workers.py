@@ -5,12 +5,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from typer.testing import CliRunner
 
-from ragtune import ceilings, export, search_space, shapes, store, sweep
+from ragtune import ceilings, export, lock, search_space, shapes, store, sweep
 from ragtune.cli import app
 
 runner = CliRunner()
@@ -110,13 +111,13 @@ def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path)
   rows = store.ResultsStore(out).rows()
   assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
   assert not _alive(rows[-1]["worker_pid"]), "no worker left behind"
-  assert not (out / store.HOLDER).exists()
+  assert not (out / lock.HOLDER).exists()
 
 
 def test_second_sweep_into_a_locked_folder_stops_at_once_naming_the_holder(tmp_path):
   spec, out = tmp_path / "s.yaml", tmp_path / "res"
   spec.write_text("backends: [xla]\nshapes:\n  - {m: 16, k: 16, n: 16, g: 2}\n")
-  holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ragtune.store import sweep_lock\n"
+  holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ragtune.lock import sweep_lock\n"
                              f"with sweep_lock({str(out)!r}):\n  print('held', flush=True); time.sleep(60)"],
                             cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True)
   try:
@@ -127,12 +128,14 @@ def test_second_sweep_into_a_locked_folder_stops_at_once_naming_the_holder(tmp_p
     lines = [l for l in r.output.splitlines() if l.startswith("error:")]
     assert len(lines) == 1 and f"pid {holder.pid}" in lines[0] and "--wait" in lines[0], r.output
     assert not (out / store.RECORDS).exists(), "nothing written"
+    # --wait waits for the holder; once it is gone (even killed) the lock is free again.
+    threading.Timer(1.0, holder.kill).start()
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--wait"])
+    assert r.exit_code == 0 and "waiting for the sweep" in r.output and f"pid {holder.pid}" in r.output, r.output
+    assert len(store.ResultsStore(out).rows()) == 2
   finally:
     holder.kill()
     holder.wait()
-  # Once the holder is gone (even killed), the lock is free again.
-  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--wait"])
-  assert r.exit_code == 0, r.output
 
 
 def test_duplicate_ids_in_older_files_are_read_once(tmp_path):
