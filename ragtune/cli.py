@@ -9,11 +9,12 @@
 from __future__ import annotations
 
 import functools
-import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -187,6 +188,12 @@ def sweep(
                 f"({len(opts.devices)} worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})",
                 markup=False, highlight=False)
   t0 = time.perf_counter()
+
+  def stop(signum, frame):  # SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does
+    raise KeyboardInterrupt
+
+  in_main = threading.current_thread() is threading.main_thread()
+  previous = signal.signal(signal.SIGTERM, stop) if in_main else None
   waiting = lambda holder: err_console.print(f"waiting for the sweep that holds {out_dir} ({holder})",
                                              markup=False, highlight=False, soft_wrap=True)
   try:
@@ -203,6 +210,9 @@ def sweep(
                       f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}", markup=False, highlight=False,
                       soft_wrap=True)
     raise typer.Exit(130)
+  finally:
+    if in_main:
+      signal.signal(signal.SIGTERM, previous)
   console.print(_summary_table(summaries, ceilings_mod.load([out_dir])))
   console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {out_dir / 'records.jsonl'}")
   missing = [s for s in summaries if s.best is None and s.problem.backend != "xla"]

@@ -40,7 +40,6 @@ from ragtune.store import ResultsStore, candidate_id, row_id
 
 BASELINES = ("baseline:xla", "baseline:dense")
 DEFAULT_BUILDER = "ragtune.measure:build_op"
-FAILED_STATUSES = ("timeout", "crash", "compile_error", "run_error", "wrong", "nan", "timing_error")
 
 
 def default_results_dir() -> Path:
@@ -187,10 +186,13 @@ def probe_devices() -> dict[str, Any]:
           "print(json.dumps({'platform': d[0].platform, 'count': len(d), 'device_kind': d[0].device_kind}))")
   try:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  except subprocess.TimeoutExpired:
+    raise RagtuneError("listing this host's devices (in a child process) took over 300s") from None
+  try:
     return json.loads(r.stdout.strip().splitlines()[-1])
-  except (subprocess.TimeoutExpired, ValueError, IndexError):
-    tail = " | ".join(l for l in (r.stderr if "r" in locals() else "").splitlines()[-3:])
-    raise RagtuneError(f"could not list this host's devices in a child process: {tail or 'timed out'}") from None
+  except (ValueError, IndexError):
+    tail = " | ".join(r.stderr.strip().splitlines()[-3:])
+    raise RagtuneError(f"could not list this host's devices in a child process: {tail}") from None
 
 
 def keep_parent_off_device(platform: str) -> None:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import export, measure, shapes, store, sweep
+from ragtune import export, shapes, store, sweep
 from ragtune.cli import app
 
 runner = CliRunner()
