@@ -59,6 +59,7 @@ class SweepOptions:
   wait_for_lock: bool = False
   ceilings: bool = True                   # measure the device's matmul/copy ceilings once
   lut: Any = None                         # kernels.Lut whose nearest entry seeds a budgeted search
+  spare_workers: bool = True              # after a first replacement, keep a started spare per device
 
 
 class SweepProgress(Protocol):
@@ -410,15 +411,30 @@ class _Pool:
     self.start_failures: dict[int, int] = collections.Counter()
     self.ceilings_asked = False
     self.worker_opts = {"builder": opts.builder, "interpret": opts.interpret}
+    # Per device, a spare with its imports done, so a killed worker is replaced in a moment.
+    self.spares: dict[int, _Worker] = {}
+    self.spare_workers = opts.spare_workers
+
+  def _new(self, slot: int) -> _Worker:
+    return _Worker(slot, self.opts.devices[slot], self.opts.platform, self.events, self.opts.out_dir / "logs")
 
   def _spawn(self, slot: int, task: _Task | None = None) -> None:
-    w = _Worker(slot, self.opts.devices[slot], self.opts.platform, self.events, self.opts.out_dir / "logs")
+    """Put a worker to work on this slot: the spare if it is alive, and start a new spare."""
+    w = self.spares.pop(slot, None)
+    if w is None or w.proc.poll() is not None:
+      w = self._new(slot)
     w.task = task
     w.deadline = time.monotonic() + max(120.0, self.opts.timeout_s)  # jax import and device start-up
+    w.send(("start",), max(120.0, self.opts.timeout_s))
+    replacing = slot in self.workers
     self.workers[slot] = w
+    # A spare only once a slot has needed a replacement: a clean sweep starts no extra
+    # process, and one whose candidates keep failing gets each replacement at once.
+    if self.spare_workers and replacing:
+      self.spares[slot] = self._new(slot)
 
   def close(self, graceful: bool = True) -> None:
-    for w in self.workers.values():
+    for w in list(self.workers.values()) + list(self.spares.values()):
       if not w.dead:
         w.close() if graceful else w.kill()
 
@@ -439,7 +455,7 @@ class _Pool:
             self._lost(w, "timeout")
         continue
       if w.dead or self.workers.get(w.slot) is not w:
-        continue  # a killed worker's last words
+        continue  # a killed worker's last words, or a spare that died idle (replaced when needed)
       getattr(self, f"_on_{msg[0]}")(w, *msg[1:])
 
   # -- events --

@@ -11,7 +11,9 @@ seen as end-of-file on its pipe. Either way the parent starts a fresh worker.
 Protocol: length-prefixed pickles on the worker's stdin (parent -> worker) and on a
 duplicate of its original stdout (worker -> parent). The worker's fd 1 is pointed at its
 stderr, so stray prints from jax or a user's builder cannot corrupt the stream.
-  parent -> worker: ("run", problem, [(candidate_id, config), ...], options) | ("ceilings", dtypes) | ("exit",)
+  parent -> worker: ("start",) first: a spare worker has imported everything but opens its
+                    device only then, so a replacement is ready at once after a kill
+                    then ("run", problem, [(candidate_id, config), ...], options) | ("ceilings", dtypes) | ("exit",)
   worker -> parent: ("hello", device_fields) | ("begin", candidate_id) | ("row", row)
                     | ("done", problem_key) | ("ceilings", data)
                     | ("retire", reason): after a fault that may have poisoned the device
@@ -158,6 +160,13 @@ def main() -> None:
 
   import jax
 
+  importlib.import_module("ragtune.sweep")  # imported now, while the worker may be a spare
+
+  # A spare waits here, imports done, until the parent needs it; only then does it open
+  # the device (two processes must not both take a GPU's memory).
+  msg = recv(inp)
+  if msg is None or msg[0] != "start":
+    return
   index = int(os.environ.get("RAGTUNE_DEVICE_INDEX", "0"))
   devices = jax.local_devices()
   if devices[0].platform == "cpu" and index < len(devices):
