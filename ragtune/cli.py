@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 import functools
-import os
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 import typer.core
@@ -26,6 +27,13 @@ from rich.table import Table
 import kernels
 from ragtune import limits, paths
 from ragtune.errors import RagtuneError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.")
+# Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
 
 # Typer writes a required argument as {NAME} in usage lines and types as <list[Path]>.
 _TYPE_WORDS = {"path": "(a path)", "list[Path]": "(paths)", "list[str]": "(text, repeatable)", "int": "(an integer)",
@@ -103,41 +111,74 @@ def _resolve_interpret(interpret: Optional[bool]) -> bool:
   return interpret
 
 
-class _RichProgress:
-  def __init__(self, progress: Progress):
-    self.progress, self.task, self.current = progress, None, ""
-
-  def start(self, total: int, skipped: int) -> None:
-    if skipped:
-      console.print(f"resuming: {skipped} measurements already in the results file are skipped")
-    self.task = self.progress.add_task("sweep", total=total, best="")
-
-  def problem(self, p) -> None:
-    self.current = f"{p.op} {p.backend} {p.dtype} {p.shape_label}"
-    self.progress.update(self.task, description=self.current, best="")
-
-  def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None:
-    text = f"best {best['time_s'] * 1e3:.3f} ms ({best['tflops']:.2f} TF/s)" if best else ""
-    self.progress.update(self.task, advance=1, best=text)
-
-
-def _summary_table(summaries) -> Table:
-  t = Table(title="sweep summary (best correct config per problem)")
-  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "xla ms", "default ms",
-              "vs xla", "vs default", "ok", "failed", "best config"):
-    t.add_column(col, overflow="fold")
+def _summary_table(summaries, ceil=None) -> Table:
+  from ragtune import ceilings as ceilings_mod
   from ragtune.report import short_config
 
+  t = Table(title="sweep summary (best correct config per problem)")
+  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "% peak", "xla ms",
+              "default ms", "vs xla", "vs default", "statuses", "best config"):
+    t.add_column(col, overflow="fold")
   for s in summaries:
     p, b = s.problem, s.best
-    fmt = lambda v: f"{v * 1e3:.3f}" if v else "-"
-    failed = sum(v for k, v in s.counts.items() if k != "ok")
+    fmt = lambda v: f"{v * 1e3:.4g}" if v else "-"
+    pct, bound = ceilings_mod.pct_of_peak(b, ceil or {}) if b else (None, "")
+    statuses = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
     t.add_row(p.op, p.backend, p.dtype, p.shape_label, fmt(b["time_s"]) if b else "-",
-              f"{b['tflops']:.2f}" if b else "-", fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
+              f"{b['tflops']:.4g}" if b else "-", f"{pct:.3g}% {bound}" if pct is not None else "-",
+              fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
               f"{s.baselines['xla'] / b['time_s']:.2f}x" if b and s.baselines.get("xla") else "-",
               f"{s.baselines['default'] / b['time_s']:.2f}x" if b and s.baselines.get("default") else "-",
-              str(s.counts.get("ok", 0)), str(failed), short_config(b["candidate"]) if b else "none correct")
+              statuses or "-", short_config(b["candidate"]) if b else s.why)
   return t
+
+
+def _parse_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
+  if text is None:
+    return None
+  i, sep, n = text.partition("/")
+  if not sep or not i.strip().isdigit() or not n.strip().isdigit():
+    raise RagtuneError(f"--shard must look like i/N (e.g. 0/4), got {text!r}")
+  return int(i), int(n)
+
+
+def _load_problems(shapes_file: Path, ops, backend, shard: Optional[str], shape=None, model=None):
+  from ragtune import shapes as shapes_mod
+  from ragtune import sweep as sweep_mod
+
+  spec = shapes_mod.load_shape_set(shapes_file)
+  problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
+  problems = shapes_mod.select(problems, shapes=_split_shapes(shape), models=_split(model))
+  sh = _parse_shard(shard)
+  if sh:
+    problems = sweep_mod.shard(problems, *sh)
+  return spec, problems
+
+
+def _plan_table(rows) -> Table:
+  t = Table(title="plan")
+  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "candidates", "done", "to do", "est. time"):
+    t.add_column(col, overflow="fold")
+  for r in rows:
+    p = r["problem"]
+    est = f"{r['est_s']:.0f}s" if r["est_s"] is not None else "-"
+    t.add_row(p.op, p.backend, p.dtype, p.shape_label, str(r["candidates"]), str(r["done"]), str(r["todo"]), est)
+  return t
+
+
+def _print_plan(rows) -> None:
+  console.print(_plan_table(rows))
+  todo = sum(r["todo"] for r in rows)
+  known = [r["est_s"] for r in rows if r["est_s"] is not None]
+  est = (f", about {sum(known):.0f}s" + (" (partial estimate)" if len(known) < len(rows) else "") if known
+         else " (no time estimate until some rows are recorded)")
+  console.print(f"{len(rows)} problems, {todo} measurements to do{est}")
+
+
+def _results_dir(out: Optional[Path]) -> Path:
+  from ragtune import sweep as sweep_mod
+
+  return out or Path("results") / kernels.device_slug(sweep_mod.probe_devices()["device_kind"])
 
 
 @app.command(cls=_Command, epilog=_example(""))
@@ -150,35 +191,108 @@ def sweep(
     shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
     model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
     max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first)."),
-    timeout: float = typer.Option(120.0, "--timeout", min=1, metavar="SECONDS", help="Seconds allowed to compile, and to run, one candidate."),
+    budget: Optional[int] = typer.Option(None, "--budget", min=1, metavar="N", help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best)."),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, metavar="SECONDS", help="Seconds for one candidate (compile + check + time); past it the worker is killed."),
     interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
-    jobs: int = typer.Option(max(1, min(8, os.cpu_count() or 1)), "--jobs", "-j", min=1, metavar="N", help="Parallel compiles."),
+    devices: Optional[str] = typer.Option(None, "--devices", metavar="all|N|I,J,...", help="Local devices, one worker each: all, a count N, or indices like 0,2,5 [default: all GPUs; 1 otherwise]."),
+    shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N", help="Take shard i of N of the problems (i/N, 0-based), e.g. a SLURM array task."),
+    builder: str = typer.Option("ragtune.measure:build_op", "--builder", metavar="MODULE:FUNCTION", help="module:function building the op, (problem, backend, config, interpret) -> callable; importable by the workers."),
+    wait: bool = typer.Option(False, "--wait", help="If another sweep holds the results folder, wait for it instead of stopping."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (as `ragtune plan`) and exit."),
 ):
-  """Measure every candidate config of every problem in SHAPES_FILE: compile, check against
-  jax.lax.ragged_dot, time. Rows are appended as they finish; rerunning resumes."""
-  from ragtune import shapes as shapes_mod
+  """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
+  compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish;
+  rerunning resumes."""
+  from ragtune import ceilings as ceilings_mod
+  from ragtune import progress as progress_mod
+  from ragtune import sweep as sweep_mod
+  from ragtune import worker as worker_mod
+
+  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
+  limits.check_fits(problems)
+  try:
+    worker_mod.load_builder(builder)  # fail here, once, rather than in every worker
+  except ValueError as e:
+    raise RagtuneError(str(e)) from None
+  out_dir = paths.writable_dir(_results_dir(out), "the results folder")
+  if (out_dir / "records.jsonl").is_dir():
+    raise RagtuneError(f"{out_dir / 'records.jsonl'}: is a folder, but the results file must be a file")
+  opts = sweep_mod.SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates,
+                                timeout_s=timeout, builder=builder, budget=budget, wait_for_lock=wait)
+  if dry_run:
+    _print_plan(sweep_mod.plan(problems, opts))
+    return
+  info = sweep_mod.probe_devices()  # in a child: the parent never opens the accelerator
+  sweep_mod.keep_parent_off_device(info["platform"])
+  opts.platform = info["platform"]
+  # One process owns a TPU host's chips, and the CPU is one device: one worker there.
+  opts.devices = sweep_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
+  opts.interpret = opts.platform == "cpu" if interpret is None else interpret
+  if opts.interpret and opts.platform == "cpu":
+    err_console.print("[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. "
+                      "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only.")
+  opts.lut = sweep_mod.find_lut(info["device_kind"]) if budget else None
+  if opts.platform == "cpu" and opts.interpret:
+    for warning in sweep_mod.cpu_timeout_warnings(problems, opts):
+      err_console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+  console.print(f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl "
+                f"({len(opts.devices)} worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})",
+                markup=False, highlight=False)
+  t0 = time.perf_counter()
+
+  def stop(signum, frame):  # SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does
+    raise KeyboardInterrupt
+
+  in_main = threading.current_thread() is threading.main_thread()
+  previous = signal.signal(signal.SIGTERM, stop) if in_main else None
+  waiting = lambda holder: err_console.print(f"waiting for the sweep that holds {out_dir} ({holder})",
+                                             markup=False, highlight=False, soft_wrap=True)
+  try:
+    if console.is_terminal:
+      columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                 TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
+      with Progress(*columns, console=console, transient=False) as bar:
+        summaries = sweep_mod.run_sweep(problems, opts, progress_mod.RichProgress(bar, console), waiting)
+    else:
+      plain = progress_mod.PlainProgress(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+      summaries = sweep_mod.run_sweep(problems, opts, plain, waiting)
+  except KeyboardInterrupt:
+    err_console.print(f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with the "
+                      f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}", markup=False, highlight=False,
+                      soft_wrap=True)
+    raise typer.Exit(130)
+  finally:
+    if in_main:
+      signal.signal(signal.SIGTERM, previous)
+  console.print(_summary_table(summaries, ceilings_mod.load([out_dir])))
+  console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {out_dir / 'records.jsonl'}")
+  missing = [s for s in summaries if s.best is None and s.problem.backend != "xla"]
+  if missing:
+    err_console.print(f"warning: {len(missing)} problem(s) have no correct candidate; they will be missing from the LUT",
+                      markup=False, highlight=False)
+
+
+@app.command(cls=_Command, epilog="\b\nExample: ragtune plan shapes/smoke.yaml --budget 12")
+@user_errors
+def plan(
+    shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/]."),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help="Backends, as for sweep."),
+    ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="Ops, as for sweep."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="As for sweep."),
+    model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="As for sweep."),
+    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, metavar="N", help="As for sweep."),
+    budget: Optional[int] = typer.Option(None, "--budget", min=1, metavar="N", help="As for sweep."),
+    shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N", help="As for sweep: i/N."),
+):
+  """List each problem with its candidate count after pruning, how many are done in the
+  results folder, and an estimated time once some timings exist. Runs nothing on a device."""
   from ragtune import sweep as sweep_mod
 
-  spec = shapes_mod.load_shape_set(shapes_file)
-  problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
-  problems = shapes_mod.select(problems, shapes=_split_shapes(shape), models=_split(model))
-  limits.check_fits(problems)
-  out = paths.writable_dir(out or sweep_mod.default_results_dir(), "the results folder")
-  if (out / "records.jsonl").is_dir():
-    raise RagtuneError(f"{out / 'records.jsonl'}: is a folder, but the results file must be a file")
-  opts = sweep_mod.SweepOptions(out_dir=out,
-                                max_candidates=max_candidates or spec.max_candidates, timeout_s=timeout,
-                                interpret=_resolve_interpret(interpret), jobs=jobs)
-  console.print(f"{len(problems)} problems from {shapes_file} -> {opts.out_dir}/records.jsonl")
-  t0 = time.perf_counter()
-  columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
-  with Progress(*columns, console=console, transient=False) as progress:
-    summaries = sweep_mod.run_sweep(problems, opts, _RichProgress(progress))
-  console.print(_summary_table(summaries))
-  console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {opts.out_dir / 'records.jsonl'}")
-  if any(s.best is None for s in summaries if s.problem.backend != "xla"):
-    err_console.print("warning: some problems have no correct candidate; they will be missing from the LUT")
+  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
+  opts = sweep_mod.SweepOptions(out_dir=_results_dir(out),
+                                max_candidates=max_candidates or spec.max_candidates, budget=budget)
+  _print_plan(sweep_mod.plan(problems, opts))
 
 
 @app.command(cls=_Command, epilog=_example("ragtune verify --op fwd"))
@@ -259,10 +373,10 @@ def export_lut(
 
 
 def _show_frames(dirs: list[Path], all_rows: bool):
-  from ragtune import report, store
+  from ragtune import ceilings, report, store
 
   rows = store.load_results(dirs)
-  return report.rows_frame(rows) if all_rows else report.best_frame(rows)
+  return report.compact_rows(rows) if all_rows else report.show_best(rows, ceilings.load(dirs))
 
 
 @app.command(cls=_Command, epilog=_example("ragtune show --all"))
@@ -276,16 +390,17 @@ def show(
   import pandas as pd
 
   from ragtune import sweep as sweep_mod
+  from ragtune.report import csv_text
   from ragtune.store import write_atomic
 
   if csv:
     paths.writable_file(csv, "the --csv file")
   df = _show_frames(paths.existing_dirs(dirs or [sweep_mod.default_results_dir()]), all_rows)
-  with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 250,
-                         "display.float_format", "{:.4g}".format):
+  with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 160,
+                         "display.max_colwidth", 200, "display.float_format", "{:.4g}".format):
     console.print(df.to_string(index=False), markup=False, highlight=False, soft_wrap=True)
   if csv:
-    write_atomic(csv, df.to_csv(index=False))
+    write_atomic(csv, csv_text(df))
     console.print(f"wrote {csv}")
 
 
@@ -293,19 +408,24 @@ def show(
 @user_errors
 def report(
     dirs: Optional[list[Path]] = typer.Argument(None, metavar="DIR", help="Results folders [default: results/<device-slug>/]."),
-    output: Path = typer.Option(Path("."), "--output", "-o", metavar="DIR", help="Folder for best.csv and rows.csv."),
+    output: Path = typer.Option(Path("."), "--output", "-o", metavar="DIR", help="Folder for best.csv, rows.csv, the PNG plots and report.md."),
 ):
-  """Write best.csv (best per problem with baselines) and rows.csv (every row)."""
+  """Write best.csv (best per problem with baselines), rows.csv (every row), PNG plots
+  (TF/s per problem, roofline, candidate times; needs the [report] extra) and report.md."""
+  from ragtune import ceilings, plots, store
   from ragtune import report as report_mod
-  from ragtune import store
   from ragtune import sweep as sweep_mod
   from ragtune.store import write_atomic
 
   paths.writable_dir(output, "the report folder")
-  rows = store.load_results(paths.existing_dirs(dirs or [sweep_mod.default_results_dir()]))
-  for name, df in (("best.csv", report_mod.best_frame(rows)), ("rows.csv", report_mod.rows_frame(rows))):
-    write_atomic(output / name, df.to_csv(index=False))
+  dirs = paths.existing_dirs(dirs or [sweep_mod.default_results_dir()])
+  rows = store.load_results(dirs)
+  ceil = ceilings.load(dirs)
+  for name, df in (("best.csv", report_mod.best_frame(rows, ceil)), ("rows.csv", report_mod.rows_frame(rows))):
+    write_atomic(output / name, report_mod.csv_text(df))
     console.print(f"wrote {output / name} ({len(df)} rows)")
+  for path in plots.write_report(rows, ceil, output):
+    console.print(f"wrote {path}")
 
 
 def main():

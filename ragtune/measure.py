@@ -8,7 +8,6 @@ Pallas *interpreter* and say nothing about GPU speed.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
 import statistics
 import time
@@ -104,15 +103,13 @@ def compile_fn(fn: Callable, args: tuple):
   return jax.jit(fn).lower(*args).compile()
 
 
-def await_result(fut: cf.Future, timeout: float, error_status: str = "compile_error"):
-  """(value, None) or (None, (status, message)); a timed-out call is abandoned."""
-  try:
-    return fut.result(timeout=timeout), None
-  except cf.TimeoutError:
-    return None, ("timeout", f"did not finish within {timeout:g}s")
-  except Exception as e:  # noqa: BLE001 - any failure of a candidate is data, not a crash
-    msg = f"{type(e).__name__}: {e}".strip().splitlines()
-    return None, (error_status, " ".join(msg)[:500])
+def error_text(e: BaseException, limit: int = 500) -> str:
+  """One line, at most `limit` characters, for the row's error field. A long message keeps
+  its start and its end, where a wrapped traceback puts the original error."""
+  text = " ".join(f"{type(e).__name__}: {e}".strip().splitlines())
+  if len(text) <= limit:
+    return text
+  return text[:150] + " … " + text[-(limit - 153):]
 
 
 def check(p: Problem, out, ref: np.ndarray) -> NumericsResult:

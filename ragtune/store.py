@@ -86,9 +86,13 @@ def load_results(dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
     rows = read_rows(path)
     if not rows:
       raise RagtuneError(f"{path}: results file is empty")
+    seen = set()
     for r in rows:
+      if r.get("id") in seen:
+        continue  # older files could get an id twice (two unlocked sweeps): keep the first
+      seen.add(r.get("id"))
       r["_source"] = str(p)
-    out.extend(rows)
+      out.append(r)
   return out
 
 

@@ -1,29 +1,45 @@
-"""The sweep: for each problem, time baselines and every candidate config, checked first.
+"""The sweep: for each problem, time baselines and candidate configs, checked first.
 
-Per problem: baselines (XLA's op and a dense matmul of the same FLOPs) and candidates
-not yet in the results file. Candidates compile in parallel under a timeout, each is
-run once and compared with jax.lax.ragged_dot; only those that pass are timed, in
-batches measured together. Every outcome becomes one row, appended as soon as known.
+The parent process (this module) plans the work, hands it to worker processes
+(ragtune/worker.py, one per device) one problem at a time, and is the only writer of
+records.jsonl: every outcome becomes exactly one row, appended as soon as it is known.
+
+Faults: the parent gives each candidate `timeout_s` (compile + check + time). A worker
+past it is killed and the candidate recorded as `timeout`; a worker that dies is recorded
+as `crash` with its signal or the tail of its stderr. A fresh worker on the same device
+then takes the problem's remaining candidates. Baselines are not re-timed there: each
+row is written once, the device is the same, and a fresh process warms up before it
+times (measure.time_variants), so times stay comparable. Rows carry `worker_pid`, so
+one can see which process timed what.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import collections
 import dataclasses
 import datetime as dt
+import functools
+import json
 import math
 import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
-
-import jax
+from typing import Any, Protocol
 
 import kernels
-from ragtune import measure, search_space
+from ragtune import lock, measure, search_space, search_strategy
+from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
 from ragtune.store import ResultsStore, candidate_id, row_id
 
 BASELINES = ("baseline:xla", "baseline:dense")
+DEFAULT_BUILDER = "ragtune.measure:build_op"
 
 
 def default_results_dir() -> Path:
@@ -36,20 +52,30 @@ class SweepOptions:
   max_candidates: int | None = None
   timeout_s: float = 120.0
   interpret: bool = False
-  jobs: int = max(1, min(8, os.cpu_count() or 1))
-  op_builder: measure.OpBuilder = measure.build_op
+  builder: str = DEFAULT_BUILDER          # module:function, imported by the workers
+  devices: tuple[int, ...] = (0,)         # one worker per local device index
+  platform: str = "cpu"                   # of those devices: "gpu" pins by CUDA_VISIBLE_DEVICES
+  budget: int | None = None               # candidates timed per problem (staged search)
+  wait_for_lock: bool = False
+  ceilings: bool = True                   # measure the device's matmul/copy ceilings once
+  lut: Any = None                         # kernels.Lut whose nearest entry seeds a budgeted search
+  spare_workers: bool = True              # after a first replacement, keep a started spare per device
 
 
 class SweepProgress(Protocol):
   def start(self, total: int, skipped: int) -> None: ...
   def problem(self, p: Problem) -> None: ...
   def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None: ...
+  def problem_done(self, summary: "ProblemSummary") -> None: ...
+  def tick(self) -> None: ...  # called about once a second, for heartbeat lines
 
 
 class _Silent:
   def start(self, total, skipped): pass
   def problem(self, p): pass
   def row(self, row, best): pass
+  def problem_done(self, summary): pass
+  def tick(self): pass
 
 
 @dataclasses.dataclass
@@ -59,132 +85,509 @@ class ProblemSummary:
   best: dict[str, Any] | None
   baselines: dict[str, float | None]
 
-
-def _device_fields() -> dict[str, Any]:
-  d = jax.devices()[0]
-  return {"device_kind": d.device_kind, "platform": d.platform, "jax_version": jax.__version__}
-
-
-class _Run:
-  """State of one problem's measurement: inputs, reference, the row writer."""
-
-  def __init__(self, p: Problem, opts: SweepOptions, store: ResultsStore, progress: SweepProgress,
-               device: dict[str, Any], run_pool: cf.Executor):
-    self.p, self.opts, self.store, self.progress, self.device = p, opts, store, progress, device
-    self.x = measure.make_inputs(p)
-    self.args = measure.op_args(p.op, self.x)
-    self.ref = measure.reference(p.op, self.x)
-    self.best: dict[str, Any] | None = None
-    self.run_pool = run_pool  # runs compiled candidates, so a hang can be timed out
-
-  def write(self, candidate: str, config, status: str, *, error: str = "", time_s: float | None = None,
-            timer: str = "", numerics=None) -> dict[str, Any]:
-    p = self.p
-    ok_time = time_s is not None and math.isfinite(time_s) and time_s > 0
-    row = {
-        "id": row_id(p.key, candidate), "problem": p.key, "candidate": candidate,
-        "kind": "baseline" if candidate.startswith("baseline:") else "candidate",
-        **p.fields(), "group_sizes": list(p.group_sizes), "source": p.source,
-        "config": config.to_dict() if config is not None else None,
-        "status": status, "error": error,
-        "time_s": time_s if ok_time else None,
-        "tflops": measure.flops(p) / time_s / 1e12 if ok_time else None,
-        "gbps": measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
-        "timer": timer, "interpret": self.opts.interpret and p.backend != "xla",
-        "numerics": None if numerics is None else {
-            "max_diff": numerics.max_diff, "rel_error": numerics.rel_error, "pct_bad": numerics.pct_bad},
-        **self.device, "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    self.store.append(row)
-    if row["kind"] == "candidate" and status == "ok" and (self.best is None or row["time_s"] < self.best["time_s"]):
-      self.best = row
-    self.progress.row(row, self.best)
-    return row
+  @property
+  def why(self) -> str:
+    """Why there is no best config, e.g. 'no correct candidate: 3 timeout, 1 crash'."""
+    if self.best is not None:
+      return ""
+    failed = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0])) if s != "ok")
+    return f"no correct candidate: {failed}" if failed else "no candidate measured"
 
 
-def _baseline_fns(p: Problem, run: _Run) -> dict[str, tuple[Callable, tuple]]:
+def make_row(p: Problem, candidate: str, config, status: str, *, interpret: bool, device: dict[str, Any],
+             error: str = "", time_s: float | None = None, timer: str = "", numerics=None) -> dict[str, Any]:
+  ok_time = time_s is not None and math.isfinite(time_s) and time_s > 0
   return {
-      "baseline:xla": (measure.build_op(p, "xla", None, False), run.args),
-      "baseline:dense": (measure.dense_matmul, measure.dense_args(p, run.x)),
+      "id": row_id(p.key, candidate), "problem": p.key, "candidate": candidate,
+      "kind": "baseline" if candidate.startswith("baseline:") else "candidate",
+      **p.fields(), "group_sizes": list(p.group_sizes), "source": p.source,
+      "config": config.to_dict() if config is not None else None,
+      "status": status, "error": error,
+      "time_s": time_s if ok_time else None,
+      "tflops": measure.flops(p) / time_s / 1e12 if ok_time else None,
+      "gbps": measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
+      "timer": timer, "interpret": interpret and p.backend != "xla",
+      "numerics": None if numerics is None else {
+          "max_diff": numerics.max_diff, "rel_error": numerics.rel_error, "pct_bad": numerics.pct_bad},
+      **device, "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
   }
 
 
-def _measure_batch(run: _Run, pool: cf.Executor, items: list[tuple[str, Any, Callable, tuple, bool]]):
-  """Compile (parallel, timeout), check, then time together those that passed.
+# --- planning -------------------------------------------------------------------------
 
-  items: (candidate id, config or None, fn, args, check_against_reference)
-  """
-  opts = run.opts
-  futures = {name: pool.submit(measure.compile_fn, fn, args) for name, _, fn, args, _ in items}
-  passed = {}
-  for name, cfg, fn, args, do_check in items:
-    compiled, err = measure.await_result(futures[name], opts.timeout_s)
-    if err:
-      run.write(name, cfg, err[0], error=err[1])
-      continue
-    out, err = measure.await_result(run.run_pool.submit(lambda c=compiled, a=args: jax.block_until_ready(c(*a))),
-                                    opts.timeout_s, error_status="run_error")
-    if err:
-      run.write(name, cfg, err[0], error=err[1])
-      continue
-    numerics = measure.check(run.p, out, run.ref) if do_check else None
-    if numerics is not None and not numerics.passed:
-      run.write(name, cfg, numerics.status, error=numerics.summary(), numerics=numerics)
-      continue
-    passed[name] = (cfg, fn, args, compiled, numerics)
-  if not passed:
-    return
-  on_device = jax.default_backend() != "cpu"
-  times, timer = measure.time_variants({n: (v[1], v[2], v[3]) for n, v in passed.items()}, on_device=on_device)
-  for name, (cfg, _, _, _, numerics) in passed.items():
-    t = times.get(name)
-    if t is None or not math.isfinite(t):
-      run.write(name, cfg, "timing_error", error="no timing was recorded", numerics=numerics)
-    else:
-      run.write(name, cfg, "ok", time_s=t, timer=timer, numerics=numerics)
+def shard(problems: list[Problem], index: int, count: int) -> list[Problem]:
+  """Problem i of the set (sorted by key, so the YAML's order does not matter) goes to shard i % count."""
+  if count < 1 or not 0 <= index < count:
+    raise RagtuneError(f"--shard must be i/N with 0 <= i < N, got {index}/{count}")
+  ordered = sorted(problems, key=lambda p: p.key)
+  mine = {p.key for p in ordered[index::count]}
+  return [p for p in problems if p.key in mine]
 
 
-def plan(problems: list[Problem], opts: SweepOptions) -> tuple[list[tuple[Problem, list]], int, int]:
-  """For each problem, the candidates still to do; plus (to do, already done) counts."""
-  done = ResultsStore(opts.out_dir).done_ids()
-  todo, n_todo, n_done = [], 0, 0
-  for p in problems:
-    cands = search_space.candidates(p, opts.max_candidates)
-    ids = list(BASELINES) + [candidate_id(c) for c in cands]
-    remaining = [i for i in ids if row_id(p.key, i) not in done]
-    n_todo += len(remaining)
-    n_done += len(ids) - len(remaining)
-    todo.append((p, [(i, c) for i, c in zip(ids, [None, None] + cands) if i in remaining]))
-  return todo, n_todo, n_done
-
-
-def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgress | None = None) -> list[ProblemSummary]:
-  progress = progress or _Silent()
-  store = ResultsStore(opts.out_dir)
-  todo, n_todo, n_done = plan(problems, opts)
-  progress.start(n_todo, n_done)
-  device = _device_fields()
-  outer = cf.ThreadPoolExecutor(max_workers=opts.jobs, thread_name_prefix="ragtune-compile")
-  inner = cf.ThreadPoolExecutor(max_workers=opts.jobs + 1, thread_name_prefix="ragtune-run")
+def parse_devices(spec: str, available: int) -> tuple[int, ...]:
+  """'all' | 'N' (the first N) | '0,2,5' -> local device indices, checked against what exists."""
+  text = spec.strip().lower()
+  if text == "all":
+    return tuple(range(available))
   try:
-    for p, items in todo:
-      if not items:
+    if "," not in text:
+      n = int(text)
+      if n < 1:
+        raise RagtuneError(f"--devices {spec}: a count must be at least 1 (device 0 alone is --devices 0,)")
+      if n > available:
+        raise RagtuneError(f"--devices {spec}: only {available} local device(s) here")
+      return tuple(range(n))
+    idx = tuple(int(x) for x in text.split(",") if x.strip())
+  except ValueError:
+    raise RagtuneError(f"--devices must be all, a count or indices like 0,2,5; got {spec!r}") from None
+  bad = [i for i in idx if not 0 <= i < available]
+  if bad or not idx or len(set(idx)) != len(idx):
+    raise RagtuneError(f"--devices {spec}: indices must be distinct, in 0..{available - 1}")
+  return idx
+
+
+# Interpret-mode cost model, fitted on a 2-core CPU host: about a second to compile, then
+# each run costs the padded FLOPs (each group boundary adds up to one row tile) at the
+# interpreter's rate. A candidate is compiled once and run 5 times (check, warm-up, 3 timed).
+_INTERP_COMPILE_S = 1.0
+_INTERP_FLOPS_PER_S = {"fwd": 3e9, "dlhs": 3e9, "drhs": 5e8}
+
+
+def interpret_cost_s(p: Problem) -> float:
+  """Rough seconds one candidate of p takes on a CPU in Pallas interpret mode."""
+  cfg = kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g)
+  bm = getattr(cfg, "block_m", None) or getattr(cfg, "tm", 64)
+  padded = 2.0 * (p.m + p.g * bm) * p.k * p.n
+  return _INTERP_COMPILE_S + 5 * padded / _INTERP_FLOPS_PER_S[p.op]
+
+
+def cpu_timeout_warnings(problems: list[Problem], opts: SweepOptions, limit: int = 5) -> list[str]:
+  slow = [(interpret_cost_s(p), p) for p in problems if p.backend != "xla"]
+  slow = [(c, p) for c, p in slow if c > opts.timeout_s]
+  if not slow:
+    return []
+  lines = [f"{p.op} {p.backend} {p.dtype} {p.shape_label}: about {c:.0f}s per candidate in interpret mode, "
+           f"more than --timeout {opts.timeout_s:g}s" for c, p in sorted(slow, key=lambda x: -x[0])[:limit]]
+  if len(slow) > limit:
+    lines.append(f"... and {len(slow) - limit} more such problems")
+  lines.append(f"{len(slow)} of {len(problems)} problems will likely time out on this CPU. The CPU runs the Pallas "
+               "interpreter: use smoke-sized shapes (shapes/smoke.yaml) to check the pipeline, or raise --timeout.")
+  return lines
+
+
+@functools.lru_cache(maxsize=None)
+def probe_devices() -> dict[str, Any]:
+  """{platform, count, device_kind} of this host's accelerators, asked of a child process.
+
+  The parent never opens a device itself: a TPU host's chips can be held by one process
+  only, and a GPU context in the parent would cost every device memory. Asked once per
+  process.
+  """
+  code = ("import json, jax; d = jax.local_devices(); "
+          "print(json.dumps({'platform': d[0].platform, 'count': len(d), 'device_kind': d[0].device_kind}))")
+  try:
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  except subprocess.TimeoutExpired:
+    raise RagtuneError("listing this host's devices (in a child process) took over 300s") from None
+  try:
+    return json.loads(r.stdout.strip().splitlines()[-1])
+  except (ValueError, IndexError):
+    tail = " | ".join(r.stderr.strip().splitlines()[-3:])
+    raise RagtuneError(f"could not list this host's devices in a child process: {tail}") from None
+
+
+def keep_parent_off_device(platform: str) -> None:
+  """Leave the accelerator to the workers: the parent's own jax (if it needs one) is the CPU."""
+  if platform != "cpu":
+    import jax
+
+    try:
+      jax.config.update("jax_platforms", "cpu")
+    except Exception:  # noqa: BLE001 - already initialised: nothing more to do
+      pass
+
+
+def find_lut(device_kind: str):
+  """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None."""
+  from kernels.lut import BUNDLED_DIR
+
+  env = os.environ.get(kernels.ENV_VAR)
+  slug = f"{kernels.device_slug(device_kind)}.json"
+  path = (Path(env) / slug if Path(env).is_dir() else Path(env)) if env else BUNDLED_DIR / slug
+  try:
+    lut = kernels.Lut.from_file(path) if path.is_file() else None
+  except kernels.LutError:
+    return None
+  return lut if lut is not None and lut.device_kind == device_kind else None
+
+
+def _lut_hint(p: Problem, lut):
+  """The nearest LUT entry's config for p, if there is one (a stage-1 seed)."""
+  if lut is None:
+    return None
+  cfg = lut.lookup(p.op, p.m, p.k, p.n, p.g, p.dtype, backend=p.backend)
+  return cfg if cfg is not None and cfg.fits(p.op, p.dtype, p.m, p.k, p.n) else None
+
+
+@dataclasses.dataclass
+class _Task:
+  """One problem's work: the strategy, what is done, what the worker holds now."""
+  p: Problem
+  strategy: search_strategy.Strategy
+  configs: dict[str, Any]               # candidate id -> config
+  history: dict[Any, float | None]      # config -> seconds (None: failed), as the strategy sees it
+  planned: int                          # candidates this problem will time at most
+  pending: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+  rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # this problem's rows, old and new
+  best: dict[str, Any] | None = None
+  setup_failures: int = 0
+
+  def next_batch(self) -> list[tuple[str, Any]]:
+    batch = self.strategy.next_batch(self.history)
+    return [(candidate_id(c), c) for c in batch]
+
+
+def _by_problem(done: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+  out: dict[str, list[dict[str, Any]]] = {}
+  for r in done.values():
+    out.setdefault(r.get("problem"), []).append(r)
+  return out
+
+
+def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
+               prior: list[dict[str, Any]]) -> tuple[_Task, int, int]:
+  """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
+  if opts.budget:
+    cands = search_space.candidates(p)  # the whole pruned space; the budget limits it
+    hint = _lut_hint(p, opts.lut) if p.backend != "xla" else None
+    if hint is not None and hint not in cands:
+      cands.insert(1, hint)
+    seeds = cands[:1] + ([hint] if hint is not None else [])
+  else:
+    cands = search_space.candidates(p, opts.max_candidates)
+    seeds = []
+  strategy = search_strategy.make(cands, opts.budget, seeds)
+  configs = {candidate_id(c): c for c in cands}
+  history = {}
+  for cid, c in configs.items():
+    r = done.get(row_id(p.key, cid))
+    if r is not None:
+      history[c] = r["time_s"] if r.get("status") == "ok" else None
+  planned = min(opts.budget, len(cands)) if opts.budget else len(cands)
+  task = _Task(p, strategy, configs, history, planned, rows=list(prior))
+  base = [(b, None) for b in BASELINES if row_id(p.key, b) not in done]
+  task.pending = base + task.next_batch() if cands or base else []
+  n_done = sum(row_id(p.key, b) in done for b in BASELINES) + len(history)
+  n_todo = len(base) + max(0, planned - len(history))
+  return task, n_todo, n_done
+
+
+def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
+  """Per problem: candidates after pruning (and budget), done, to do, estimated seconds.
+
+  Touches no device: it reads the results folder and the search space only. The estimate
+  is the median wall time per row already recorded for the problem (or, failing that,
+  for the folder), times the rows left; None until some rows exist.
+  """
+  done = {r["id"]: r for r in ResultsStore(opts.out_dir).rows() if "id" in r}
+  per_problem: dict[str, list[float]] = {}
+  for r in done.values():
+    if isinstance(r.get("elapsed_s"), (int, float)):
+      per_problem.setdefault(r["problem"], []).append(r["elapsed_s"])
+  everything = [t for ts in per_problem.values() for t in ts]
+  grouped = _by_problem(done)
+  out = []
+  for p in problems:
+    task, n_todo, n_done = _make_task(p, opts, done, grouped.get(p.key, []))
+    times = per_problem.get(p.key) or everything
+    est = statistics.median(times) * n_todo if times else None
+    out.append({"problem": p, "candidates": task.planned, "done": n_done, "todo": n_todo, "est_s": est})
+  return out
+
+
+# --- workers (parent side) ------------------------------------------------------------
+
+def _worker_env(index: int, platform: str) -> dict[str, str]:
+  env = dict(os.environ)
+  if platform == "gpu":
+    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
+    env["RAGTUNE_DEVICE_INDEX"] = "0"
+  else:
+    env["RAGTUNE_DEVICE_INDEX"] = str(index)
+  # The workers import this ragtune, and the user's --builder module from the current folder.
+  root = str(Path(__file__).resolve().parents[1])
+  env["PYTHONPATH"] = os.pathsep.join(x for x in (root, os.getcwd(), env.get("PYTHONPATH", "")) if x)
+  env["PYTHONUNBUFFERED"] = "1"
+  return env
+
+
+class _Worker:
+  """One worker process and the thread that turns its messages into events."""
+
+  def __init__(self, slot: int, index: int, platform: str, events: queue.Queue, log_dir: Path):
+    from ragtune import worker as worker_mod
+
+    self.slot, self.index, self.events = slot, index, events
+    self._send = worker_mod.send
+    log_dir.mkdir(parents=True, exist_ok=True)
+    self.log_path = log_dir / f"worker-{slot}.log"
+    self.log = open(self.log_path, "ab")
+    self.log.write(f"--- worker for device {index} started {dt.datetime.now().isoformat(timespec='seconds')}\n".encode())
+    self.log.flush()
+    self.log_start = self.log.tell()
+    self.proc = subprocess.Popen([sys.executable, "-m", "ragtune.worker"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=self.log, env=_worker_env(index, platform))
+    self.device: dict[str, Any] | None = None
+    self.task: _Task | None = None
+    self.current: str | None = None      # the item being measured now
+    self.deadline: float | None = None
+    self.dead = False
+    self.purpose = "work"
+    threading.Thread(target=self._read, args=(worker_mod.recv,), daemon=True).start()
+
+  def _read(self, recv) -> None:
+    while True:
+      try:
+        msg = recv(self.proc.stdout)
+      except Exception:  # noqa: BLE001 - a torn message is the same as a dead worker
+        msg = None
+      self.events.put((self, msg if msg is not None else ("eof",)))
+      if msg is None:
+        return
+
+  def send(self, msg, timeout_s: float) -> None:
+    self.deadline = time.monotonic() + timeout_s
+    try:
+      self._send(self.proc.stdin, msg)
+    except (BrokenPipeError, OSError):
+      pass  # its end-of-file event follows
+
+  def kill(self) -> None:
+    self.dead = True
+    if self.proc.poll() is None:
+      self.proc.kill()
+    self.proc.wait()
+    self.log.close()
+
+  def close(self) -> None:
+    self.dead = True
+    try:
+      self._send(self.proc.stdin, ("exit",))
+      self.proc.stdin.close()
+      self.proc.wait(timeout=5)
+    except Exception:  # noqa: BLE001
+      pass
+    self.kill()
+
+  def death_note(self) -> str:
+    """Why it died: signal or exit code, and the tail of its stderr."""
+    rc = self.proc.wait()
+    how = f"killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.Signals._value2member_map_ \
+        else f"exited with code {rc}"
+    try:
+      with open(self.log_path, "rb") as f:
+        f.seek(self.log_start)
+        lines = [l for l in f.read().decode(errors="replace").splitlines() if l.strip()]
+    except OSError:
+      lines = []
+    fatal = next((i for i, l in enumerate(lines) if l.startswith("Fatal Python error")), None)
+    if fatal is not None:  # faulthandler: the error, then the crashing thread's innermost frames
+      start = next((i for i in range(fatal, len(lines)) if lines[i].startswith("Current thread")), fatal)
+      frames = [l.strip() for l in lines[start + 1:] if l.strip().startswith("File")][:2]
+      tail = " | ".join([lines[fatal]] + frames)[:400]
+    else:
+      tail = " | ".join(lines[-3:])[-400:]
+    return f"worker {how}" + (f"; stderr: {tail}" if tail else "")
+
+
+class _Pool:
+  """Shares the tasks out to one worker per device and writes every row."""
+
+  def __init__(self, opts: SweepOptions, store: ResultsStore, progress: SweepProgress, dtypes: set[str]):
+    self.opts, self.store, self.progress, self.dtypes = opts, store, progress, dtypes
+    self.events: queue.Queue = queue.Queue()
+    self.workers: dict[int, _Worker] = {}
+    self.start_failures: dict[int, int] = collections.Counter()
+    self.ceilings_asked = False
+    self.worker_opts = {"builder": opts.builder, "interpret": opts.interpret}
+    # Per device, a spare with its imports done, so a killed worker is replaced in a moment.
+    self.spares: dict[int, _Worker] = {}
+    self.spare_workers = opts.spare_workers
+
+  def _new(self, slot: int) -> _Worker:
+    return _Worker(slot, self.opts.devices[slot], self.opts.platform, self.events, self.opts.out_dir / "logs")
+
+  def _spawn(self, slot: int, task: _Task | None = None) -> None:
+    """Put a worker to work on this slot: the spare if it is alive, and start a new spare."""
+    w = self.spares.pop(slot, None)
+    if w is None or w.proc.poll() is not None:
+      w = self._new(slot)
+    w.task = task
+    w.deadline = time.monotonic() + max(120.0, self.opts.timeout_s)  # jax import and device start-up
+    w.send(("start",), max(120.0, self.opts.timeout_s))
+    replacing = slot in self.workers
+    self.workers[slot] = w
+    # A spare only once a slot has needed a replacement: a clean sweep starts no extra
+    # process, and one whose candidates keep failing gets each replacement at once.
+    if self.spare_workers and replacing:
+      self.spares[slot] = self._new(slot)
+
+  def close(self, graceful: bool = True) -> None:
+    for w in list(self.workers.values()) + list(self.spares.values()):
+      if not w.dead:
+        w.close() if graceful else w.kill()
+
+  def run(self, tasks: list[_Task]) -> None:
+    self.queue = collections.deque(tasks)
+    for slot in range(min(len(self.opts.devices), max(1, len(tasks)))):
+      self._spawn(slot)
+    while any(w.task is not None or w.purpose != "work" for w in self.workers.values()) or self.queue:
+      self.progress.tick()
+      now = time.monotonic()
+      deadlines = [w.deadline for w in self.workers.values() if w.deadline is not None]
+      wait = min([1.0] + [max(0.01, d - now) for d in deadlines])
+      try:
+        w, msg = self.events.get(timeout=wait)
+      except queue.Empty:
+        for w in list(self.workers.values()):
+          if w.deadline is not None and time.monotonic() > w.deadline:
+            self._lost(w, "timeout")
         continue
-      progress.problem(p)
-      run = _Run(p, opts, store, progress, device, inner)
-      base = _baseline_fns(p, run)
-      batch = [(i, None, *base[i], False) for i, _ in items if i in base]
-      if batch:
-        _measure_batch(run, outer, batch)
-      cands = [(i, c) for i, c in items if i not in base]
-      chunk = max(1, opts.jobs * 2)
-      for s in range(0, len(cands), chunk):
-        part = [(i, c, opts.op_builder(p, p.backend, c, opts.interpret), run.args, True) for i, c in cands[s:s + chunk]]
-        _measure_batch(run, outer, part)
-  finally:
-    outer.shutdown(wait=False, cancel_futures=True)
-    inner.shutdown(wait=False, cancel_futures=True)
-  return summarize(problems, store.rows())
+      if w.dead or self.workers.get(w.slot) is not w:
+        continue  # a killed worker's last words, or a spare that died idle (replaced when needed)
+      getattr(self, f"_on_{msg[0]}")(w, *msg[1:])
+
+  # -- events --
+
+  def _on_hello(self, w: _Worker, device: dict[str, Any]) -> None:
+    w.device, w.deadline = device, None
+    self.start_failures[w.slot] = 0
+    if self.opts.ceilings and not self.ceilings_asked:
+      from ragtune import ceilings
+
+      self.ceilings_asked = True
+      missing = ceilings.missing(self.opts.out_dir, device, self.dtypes)
+      if missing:
+        w.purpose = "ceilings"
+        w.send(("ceilings", sorted(missing)), max(120.0, self.opts.timeout_s))
+        return
+    self._feed(w)
+
+  def _on_ceilings(self, w: _Worker, data: dict[str, Any]) -> None:
+    from ragtune import ceilings
+
+    ceilings.save(self.opts.out_dir, w.device, data)
+    w.purpose, w.deadline = "work", None
+    self._feed(w)
+
+  def _on_begin(self, w: _Worker, cid: str) -> None:
+    w.current, w.deadline = cid, time.monotonic() + self.opts.timeout_s
+
+  def _on_row(self, w: _Worker, row: dict[str, Any]) -> None:
+    self._write(w.task, row)
+    w.current, w.deadline = None, time.monotonic() + self.opts.timeout_s
+
+  def _on_done(self, w: _Worker, key: str) -> None:
+    w.deadline = None
+    self._feed(w)
+
+  def _on_eof(self, w: _Worker) -> None:
+    self._lost(w, "crash")
+
+  def _on_retire(self, w: _Worker, reason: str) -> None:
+    # Its last row is written; the rest of its problem goes to a fresh process.
+    w.kill()
+    self._spawn(w.slot, w.task)
+
+  # -- helpers --
+
+  def _feed(self, w: _Worker) -> None:
+    """Give w the rest of its problem, its problem's next batch, or the next problem."""
+    while True:
+      t = w.task
+      if t is not None and not t.pending:
+        t.pending = t.next_batch()
+      if t is not None and t.pending:
+        w.current = None
+        w.send(("run", t.p, list(t.pending), self.worker_opts), self.opts.timeout_s)
+        return
+      if t is not None:
+        self.progress.problem_done(summarize([t.p], t.rows)[0])
+        w.task = None
+      if not self.queue:
+        w.deadline = None
+        return
+      w.task = self.queue.popleft()
+      self.progress.problem(w.task.p)
+
+  def _write(self, t: _Task, row: dict[str, Any]) -> None:
+    self.store.append(row)
+    t.rows.append(row)
+    t.pending = [(c, cfg) for c, cfg in t.pending if c != row["candidate"]]
+    if row["kind"] == "candidate":
+      cfg = t.configs.get(row["candidate"])
+      if cfg is not None:
+        t.history[cfg] = row["time_s"] if row["status"] == "ok" else None
+      if row["status"] == "ok" and (t.best is None or row["time_s"] < t.best["time_s"]):
+        t.best = row
+    self.progress.row(row, t.best)
+
+  def _lost(self, w: _Worker, status: str) -> None:
+    """w hung past its deadline (status 'timeout') or died ('crash'): record, replace, go on."""
+    if status == "timeout":
+      w.kill()
+      note = f"no result within {self.opts.timeout_s:g}s; worker killed"
+    else:
+      w.dead = True
+      note = w.death_note()
+      w.kill()
+    t, slot = w.task, w.slot
+    if w.device is None:  # died or hung while starting
+      self.start_failures[slot] += 1
+      if self.start_failures[slot] >= 3:
+        raise RagtuneError(f"the worker for device {w.index} failed to start 3 times: {note} "
+                           f"(log: {w.log_path})")
+    elif w.purpose == "ceilings":
+      self.opts.ceilings = False  # measuring the ceilings is a nicety; never retry it
+    elif t is not None and w.current is not None:
+      cfg = t.configs.get(w.current)
+      self._write(t, make_row(t.p, w.current, cfg, status, interpret=self.opts.interpret, device=w.device,
+                              error=note))
+    elif t is not None and t.pending:
+      t.setup_failures += 1
+      if t.setup_failures >= 2:  # the problem itself (inputs, reference) cannot be built here
+        for cid, cfg in list(t.pending):
+          self._write(t, make_row(t.p, cid, cfg, status, interpret=self.opts.interpret, device=w.device,
+                                  error=f"{note} while building the problem's inputs and reference"))
+    self._spawn(slot, t)
+
+
+def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgress | None = None,
+              on_wait=None) -> list[ProblemSummary]:
+  """Measure every problem; returns the per-problem summaries. Holds the folder's lock
+  throughout; with opts.wait_for_lock, on_wait(holder) is called before waiting for it."""
+  progress = progress or _Silent()
+  with lock.sweep_lock(opts.out_dir, wait=opts.wait_for_lock, on_wait=on_wait):
+    store = ResultsStore(opts.out_dir)
+    done = {r["id"]: r for r in store.rows() if "id" in r}
+    tasks, n_todo, n_done = [], 0, 0
+    grouped = _by_problem(done)
+    for p in problems:
+      task, todo, did = _make_task(p, opts, done, grouped.get(p.key, []))
+      n_todo, n_done = n_todo + todo, n_done + did
+      if task.pending:
+        tasks.append(task)
+    progress.start(n_todo, n_done)
+    if tasks:
+      pool = _Pool(opts, store, progress, {p.dtype for p in problems})
+      try:
+        pool.run(tasks)
+      except BaseException:  # Ctrl-C or an error: stop every worker now, whatever it is doing
+        pool.close(graceful=False)
+        raise
+      pool.close()
+    return summarize(problems, store.rows())
 
 
 def summarize(problems: list[Problem], rows: list[dict[str, Any]]) -> list[ProblemSummary]:
@@ -193,7 +596,7 @@ def summarize(problems: list[Problem], rows: list[dict[str, Any]]) -> list[Probl
     by_problem.setdefault(r["problem"], []).append(r)
   out = []
   for p in problems:
-    rs = by_problem.get(p.key, [])
+    rs = list({r["id"]: r for r in reversed(by_problem.get(p.key, []))}.values())[::-1]  # first of each id
     counts: dict[str, int] = {}
     for r in rs:
       if r["kind"] == "candidate":

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import export, measure, shapes, store, sweep
+from ragtune import export, shapes, store, sweep
 from ragtune.cli import app
 
 runner = CliRunner()
@@ -31,7 +31,7 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   spec = tmp_path / "tiny.yaml"
   spec.write_text(TINY)
   out, luts = tmp_path / "results", tmp_path / "luts"
-  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--jobs", "2"])
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output
   assert "sweep summary" in r.output and "interpret mode" in r.output
   rows = store.ResultsStore(out).rows()
@@ -73,31 +73,6 @@ def _problems(text, tmp_path):
   return shapes.expand(shapes.load_shape_set(spec))
 
 
-def test_wrong_and_nan_candidates_are_recorded_and_never_exported(tmp_path):
-  problems = _problems(TINY.replace("max_candidates: 2", "max_candidates: 4").replace("[fwd, drhs]", "[fwd]"), tmp_path)
-  cands = sweep.search_space.candidates(problems[0], 4)
-  wrong, nan = cands[1], cands[2]
-
-  def faulty_builder(p, backend, config, interpret):
-    fn = measure.build_op(p, backend, config, interpret)
-    if config == wrong:
-      return lambda *a: fn(*a) * 1.05
-    if config == nan:
-      return lambda *a: fn(*a).at[0, 0].set(jnp.nan)
-    return fn
-
-  opts = sweep.SweepOptions(out_dir=tmp_path / "res", interpret=True, jobs=2, max_candidates=4, op_builder=faulty_builder)
-  sweep.run_sweep(problems, opts)
-  rows = {r["candidate"]: r for r in store.ResultsStore(tmp_path / "res").rows()}
-  assert rows[sweep.candidate_id(wrong)]["status"] == "wrong"
-  assert rows[sweep.candidate_id(nan)]["status"] == "nan"
-  assert rows[sweep.candidate_id(wrong)]["time_s"] is None
-  luts = export.build_luts(store.load_results([tmp_path / "res"]))
-  (lut,) = luts.values()
-  exported = [e.config for e in lut.entries()]
-  assert wrong not in exported and nan not in exported and len(exported) == 1
-
-
 RESUME = """
 ops: [fwd, dlhs, drhs]
 backends: [pallas_gpu]
@@ -113,7 +88,7 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
   out = tmp_path / "res"
   records = out / "records.jsonl"
   env = dict(os.environ, PYTHONUNBUFFERED="1")
-  proc = subprocess.Popen([sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out), "--jobs", "1"],
+  proc = subprocess.Popen([sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out)],
                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 120
   while time.time() < deadline:
@@ -126,7 +101,7 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
   total = 3 * (2 + 5)
   assert 4 <= len(before) < total, "the sweep must be killed mid-run"
 
-  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--jobs", "2"])
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output
   assert f"resuming: {len(before)} measurements" in r.output
   after = store.ResultsStore(out).rows()
@@ -138,7 +113,7 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
 def test_merging_folders_is_order_independent(tmp_path):
   problems = _problems(TINY, tmp_path)
   for name in ("a", "b"):
-    sweep.run_sweep(problems, sweep.SweepOptions(out_dir=tmp_path / name, interpret=True, jobs=2, max_candidates=2))
+    sweep.run_sweep(problems, sweep.SweepOptions(out_dir=tmp_path / name, interpret=True, max_candidates=2))
   ab = export.build_luts(store.load_results([tmp_path / "a", tmp_path / "b"]))
   ba = export.build_luts(store.load_results([tmp_path / "b", tmp_path / "a"]))
   strip = lambda luts: {k: [e.to_dict() for e in v.entries()] for k, v in luts.items()}

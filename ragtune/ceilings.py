@@ -1,0 +1,112 @@
+"""The device's limits, measured: dense-matmul TF/s per dtype and copy GB/s.
+
+Measured once per (device kind, jax version) by a sweep's worker and kept in the results
+folder as ceilings.json, so tables can say how far each problem is from them. On a CPU
+host the sizes are small (it is a pipeline check, and the interpreter is what is timed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from ragtune.store import write_atomic
+
+FILE = "ceilings.json"
+
+
+def _key(device_kind: str, jax_version: str) -> str:
+  return f"{device_kind}|{jax_version}"
+
+
+def load(dirs: Iterable[str | Path]) -> dict[str, dict[str, Any]]:
+  out: dict[str, dict[str, Any]] = {}
+  for d in dirs:
+    path = Path(d) / FILE if Path(d).is_dir() else Path(d).with_name(FILE)
+    try:
+      data = json.loads(path.read_text())
+    except (OSError, ValueError):
+      continue
+    if isinstance(data, dict):
+      for k, v in data.items():
+        out.setdefault(k, v)
+  return out
+
+
+def missing(out_dir: Path, device: dict[str, Any], dtypes: Iterable[str]) -> set[str]:
+  have = load([out_dir]).get(_key(device["device_kind"], device["jax_version"]), {})
+  if not have.get("copy_gbps"):
+    return set(dtypes)
+  return {d for d in dtypes if d not in have.get("matmul_tflops", {})}
+
+
+def save(out_dir: Path, device: dict[str, Any], data: dict[str, Any]) -> None:
+  path = Path(out_dir) / FILE
+  try:
+    current = json.loads(path.read_text())
+  except (OSError, ValueError):
+    current = {}
+  k = _key(device["device_kind"], device["jax_version"])
+  entry = current.get(k, {"device_kind": device["device_kind"], "jax_version": device["jax_version"]})
+  entry.setdefault("matmul_tflops", {}).update(data["matmul_tflops"])
+  entry.update({f: data[f] for f in data if f != "matmul_tflops"})
+  current[k] = entry
+  write_atomic(path, json.dumps(current, indent=1, sort_keys=True) + "\n")
+
+
+def peaks(ceil: dict[str, dict[str, Any]], device_kind: str, jax_version: str | None, dtype: str):
+  """(matmul TF/s, copy GB/s) for a row, preferring the same jax version; None where unknown."""
+  entry = ceil.get(_key(device_kind, jax_version or "")) or next(
+      (v for v in ceil.values() if v.get("device_kind") == device_kind), None)
+  if not entry:
+    return None, None
+  return entry.get("matmul_tflops", {}).get(dtype), entry.get("copy_gbps")
+
+
+def pct_of_peak(row: dict[str, Any], ceil: dict[str, dict[str, Any]]) -> tuple[float | None, str]:
+  """% of the roof that binds this problem: matmul TF/s if compute-bound, copy GB/s if memory-bound."""
+  tf, bw = peaks(ceil, row.get("device_kind", ""), row.get("jax_version"), row.get("dtype", ""))
+  tflops, gbps = row.get("tflops"), row.get("gbps")
+  if not tf or not bw or not tflops or not gbps:
+    return None, ""
+  intensity = tflops * 1e12 / (gbps * 1e9)     # FLOP per byte moved
+  ridge = tf * 1e12 / (bw * 1e9)
+  if intensity >= ridge:
+    return 100.0 * tflops / tf, "compute"
+  return 100.0 * gbps / bw, "memory"
+
+
+def _best_time(fn, *args, reps: int) -> float:
+  import jax
+
+  jax.block_until_ready(fn(*args))
+  best = float("inf")
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    best = min(best, time.perf_counter() - t0)
+  return best
+
+
+def measure_ceilings(dtypes: Iterable[str], platform: str) -> dict[str, Any]:
+  """Runs on the worker's device. Large problems on an accelerator, small ones on a CPU."""
+  import jax
+  import jax.numpy as jnp
+
+  n, copy_elems, reps = (512, 8 << 20, 3) if platform == "cpu" else (8192, 256 << 20, 10)
+  out: dict[str, Any] = {"matmul_tflops": {}}
+  mm = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype))
+  for dtype in dtypes:
+    k1, k2 = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(k1, (n, n), jnp.float32).astype(dtype)
+    b = jax.random.normal(k2, (n, n), jnp.float32).astype(dtype)
+    out["matmul_tflops"][dtype] = 2 * n ** 3 / _best_time(mm, a, b, reps=reps) / 1e12
+  x = jnp.ones((copy_elems,), jnp.float32)
+  copy = jax.jit(lambda v: v * 1.0001)          # reads and writes every byte once
+  out["copy_gbps"] = 2 * x.nbytes / _best_time(copy, x, reps=reps) / 1e9
+  out["sizes"] = {"matmul_n": n, "copy_bytes": int(x.nbytes)}
+  out["measured"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+  return out

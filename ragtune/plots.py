@@ -1,0 +1,227 @@
+"""`ragtune report` figures and report.md. matplotlib is an optional extra: `pip install -e '.[report]'`.
+
+Per device kind:
+- <slug>-tflops.png:     per problem, TF/s of the tuned kernel, the default config, XLA and a dense matmul;
+- <slug>-roofline.png:   every problem's best against the measured matmul and copy ceilings;
+- <slug>-candidates.png: the distribution of candidate times per problem, with default and XLA marked.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import kernels
+from ragtune import ceilings as ceilings_mod
+from ragtune import report
+from ragtune.store import write_atomic
+
+OP_MARKERS = {"fwd": "o", "dlhs": "s", "drhs": "^"}
+COLORS = {"tuned": "#1f77b4", "default": "#9ecae1", "xla": "#ff7f0e", "dense": "#7f7f7f"}
+
+
+def _pyplot():
+  import matplotlib
+
+  matplotlib.use("Agg")  # files only; never needs a display
+  import matplotlib.pyplot as plt
+
+  return plt
+
+
+def _plain_log_ticks(axis) -> None:
+  from matplotlib.ticker import FuncFormatter, LogLocator
+
+  axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+  axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+  axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+def _legend_above(ax, ncol: int) -> None:
+  ax.legend(fontsize=8, ncol=ncol, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+
+
+def _label(r) -> str:
+  dt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(r["dtype"], r["dtype"])
+  return f"{r['op']} {dt} m={r['m']} k={r['k']} n={r['n']} g={r['g']}"
+
+
+def _flops(r) -> float:
+  return 2.0 * r["rows"] * r["k"] * r["n"]
+
+
+def _problem_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
+  """problem key -> routed rows (sum of group sizes), for FLOPs of baselines."""
+  return {r["problem"]: int(sum(r.get("group_sizes") or [r["m"]])) for r in rows}
+
+
+def tflops_plot(best: pd.DataFrame, path: Path, title: str) -> None:
+  plt = _pyplot()
+  df = best.sort_values(["op", "dtype", "m", "k", "n"]).reset_index(drop=True)
+  series = [("tuned", "best_ms"), ("default config", "default_ms"), ("XLA ragged_dot", "xla_ms"),
+            ("dense matmul, same FLOPs", "dense_ms")]
+  colors = [COLORS["tuned"], COLORS["default"], COLORS["xla"], COLORS["dense"]]
+  n = len(df)
+  fig, ax = plt.subplots(figsize=(10, 1.8 + 0.75 * n))
+  h = 0.8 / len(series)
+  values = {}
+  for i, ((name, col), color) in enumerate(zip(series, colors)):
+    tf = [_flops(r) / (r[col] / 1e3) / 1e12 if r[col] and not math.isnan(r[col]) else 0 for _, r in df.iterrows()]
+    values[name] = tf
+    ys = [y + (i - 1.5) * h for y in range(n)]
+    ax.barh(ys, tf, height=h, color=color, label=name)
+    for y, v in zip(ys, tf):
+      if v:
+        ax.text(v, y, f" {v:.3g}", va="center", fontsize=6.5, color="#333333")
+  positive = [v for tf in values.values() for v in tf if v > 0]
+  if positive and max(positive) / min(positive) > 30:  # decode and prefill on one axis
+    ax.set_xscale("log")
+    _plain_log_ticks(ax.xaxis)
+  if positive:
+    ax.set_xlim(right=max(positive) * (3 if ax.get_xscale() == "log" else 1.15))
+  ax.set_yticks(range(n))
+  ax.set_yticklabels([_label(r) for _, r in df.iterrows()], fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xlabel("TF/s (higher is better)")
+  fig.suptitle(title, fontsize=10)
+  _legend_above(ax, 4)
+  ax.grid(axis="x", alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def roofline_plot(best: pd.DataFrame, ceil: dict, device_kind: str, jax_version: str | None, path: Path,
+                  title: str) -> None:
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(8, 5.5))
+  df = best[best["best_ms"].notna()]
+  ai = df["tflops"] * 1e12 / (df["gbps"] * 1e9)
+  lo = max(1e-2, float(ai.min()) / 4) if len(ai) else 0.1
+  hi = float(ai.max()) * 4 if len(ai) else 1e3
+  xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+  drawn = False
+  for dtype in sorted(df["dtype"].unique()):
+    tf, bw = ceilings_mod.peaks(ceil, device_kind, jax_version, dtype)
+    if tf and bw:
+      ax.plot(xs, [min(tf, x * bw * 1e9 / 1e12) for x in xs], "-", lw=1.5,
+              label=f"roof {dtype}: {tf:.4g} TF/s, {bw:.4g} GB/s")
+      drawn = True
+  for op, grp in df.groupby("op"):
+    x = grp["tflops"] * 1e12 / (grp["gbps"] * 1e9)
+    ax.scatter(x, grp["tflops"], marker=OP_MARKERS.get(op, "o"), s=45, color=COLORS["tuned"], label=f"{op}, tuned",
+               zorder=3)
+    xla_tf = [_flops(r) / (r["xla_ms"] / 1e3) / 1e12 if r["xla_ms"] and not math.isnan(r["xla_ms"]) else float("nan")
+              for _, r in grp.iterrows()]
+    ax.scatter(x, xla_tf, marker=OP_MARKERS.get(op, "o"), s=45, facecolors="none", edgecolors="#ff7f0e",
+               label=f"{op}, XLA", zorder=3)
+    for xi, (_, r) in zip(x, grp.iterrows()):
+      ax.annotate(f"{r['op']} m={r['m']} g={r['g']}", (xi, r["tflops"]), textcoords="offset points",
+                  xytext=(6, -3), fontsize=6.5, color="#333333")
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  _plain_log_ticks(ax.xaxis)
+  _plain_log_ticks(ax.yaxis)
+  ax.set_xlabel("arithmetic intensity (FLOP per byte of weights + activations)")
+  ax.set_ylabel("TF/s")
+  ax.set_title(title + ("" if drawn else "\n(no measured ceilings in these results)"), fontsize=10)
+  ax.grid(which="both", alpha=0.25)
+  ax.legend(fontsize=7.5, loc="best")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def candidates_plot(rows: pd.DataFrame, best: pd.DataFrame, path: Path, title: str) -> None:
+  plt = _pyplot()
+  order = best.sort_values(["op", "dtype", "m", "k", "n"])
+  n = len(order)
+  fig, ax = plt.subplots(figsize=(10, 1.8 + 0.6 * n))
+  data, labels = [], []
+  for y, (_, b) in enumerate(order.iterrows()):
+    grp = rows[rows["problem"] == b["problem"]]
+    ok = grp[(grp["kind"] == "candidate") & (grp["status"] == "ok")]["time_s"].dropna() * 1e3
+    data.append(list(ok) or [float("nan")])
+    failed = int(((grp["kind"] == "candidate") & (grp["status"] != "ok")).sum())
+    labels.append(_label(b) + (f"  ({failed} failed)" if failed else ""))
+    ax.scatter(ok, [y] * len(ok), s=10, alpha=0.5, color=COLORS["tuned"], zorder=2,
+               label="candidates" if y == 0 else None)
+    if not math.isnan(b["default_ms"]):
+      ax.scatter([b["default_ms"]], [y], marker="|", s=250, color="black", zorder=3,
+                 label="default config" if y == 0 else None)
+    if not math.isnan(b["xla_ms"]):
+      ax.scatter([b["xla_ms"]], [y], marker="x", s=50, color=COLORS["xla"], zorder=3,
+                 label="XLA ragged_dot" if y == 0 else None)
+  style = dict(positions=range(n), widths=0.5, showfliers=False, medianprops={"color": "#333333"},
+               boxprops={"color": "#999999"}, whiskerprops={"color": "#999999"}, capprops={"color": "#999999"})
+  try:
+    ax.boxplot(data, orientation="horizontal", **style)  # matplotlib >= 3.10
+  except TypeError:
+    ax.boxplot(data, vert=False, **style)
+  ax.set_yticks(range(n))
+  ax.set_yticklabels(labels, fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xscale("log")
+  _plain_log_ticks(ax.xaxis)
+  ax.set_xlabel("time per call, ms (log scale; lower is better)")
+  fig.suptitle(title, fontsize=10)
+  ax.grid(axis="x", which="both", alpha=0.25)
+  _legend_above(ax, 3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def _md_table(df: pd.DataFrame) -> str:
+  def cell(v):
+    if isinstance(v, float):
+      return "-" if math.isnan(v) else f"{v:.4g}"
+    return str(v).replace("|", "\\|")
+  head = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
+  return head + "".join("| " + " | ".join(cell(v) for v in r) + " |\n" for r in df.itertuples(index=False))
+
+
+def write_report(rows: list[dict[str, Any]], ceil: dict, out: Path) -> list[Path]:
+  """PNGs (when matplotlib is installed) and report.md beside them. Returns what was written."""
+  try:
+    _pyplot()
+    have_plots = True
+  except ImportError:
+    have_plots = False
+  problem_rows = _problem_rows(rows)
+  frame = pd.DataFrame(rows)
+  written, md = [], ["# ragtune report", ""]
+  for kind, kind_rows in sorted(frame.groupby("device_kind")):
+    best = report.best_frame(kind_rows.to_dict("records"), ceil)
+    best["rows"] = best["problem"].map(problem_rows)
+    jax_version = kind_rows["jax_version"].dropna().iloc[0] if kind_rows["jax_version"].notna().any() else None
+    interp = bool(kind_rows.get("interpret", pd.Series([False])).fillna(False).any())
+    slug = kernels.device_slug(kind)
+    note = " (CPU: Pallas interpret-mode wall clock, not GPU timings)" if interp else ""
+    md += [f"## {kind}{note}", ""]
+    tf, bw = zip(*[ceilings_mod.peaks(ceil, kind, jax_version, d) for d in sorted(best["dtype"].unique())])
+    if any(bw):
+      peaks = ", ".join(f"{d} matmul {t:.4g} TF/s" for d, t in zip(sorted(best["dtype"].unique()), tf) if t)
+      md += [f"Measured ceilings: {peaks}; copy {next(b for b in bw if b):.4g} GB/s.", ""]
+    md += [_md_table(report.show_best(kind_rows.to_dict("records"), ceil)), ""]
+    if have_plots:
+      figs = [(f"{slug}-tflops.png", "TF/s per problem: tuned vs default vs XLA vs dense",
+               lambda p: tflops_plot(best, p, f"{kind}: TF/s per problem{note}")),
+              (f"{slug}-roofline.png", "Roofline against the measured ceilings",
+               lambda p: roofline_plot(best, ceil, kind, jax_version, p, f"{kind}: roofline{note}")),
+              (f"{slug}-candidates.png", "Candidate times per problem",
+               lambda p: candidates_plot(kind_rows, best, p, f"{kind}: candidate times per problem{note}"))]
+      for name, caption, draw in figs:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / f".{name}.tmp.png"
+        draw(tmp)
+        tmp.replace(out / name)  # atomic, like every file we write
+        written.append(out / name)
+        md += [f"### {caption}", "", f"![{caption}]({name})", ""]
+  if not have_plots:
+    md += ["(No plots: install the optional extra with `pip install -e '.[report]'`.)", ""]
+  write_atomic(out / "report.md", "\n".join(md))
+  return written + [out / "report.md"]

@@ -1,0 +1,87 @@
+"""Sweep progress: a rich bar in a terminal, plain timestamped lines everywhere else.
+
+Logs (CI, nohup, SLURM) get a line per finished problem and at least one every
+`every_s` seconds, each with elapsed time, ETA and the best so far.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+
+def _fmt_s(s: float | None) -> str:
+  if s is None:
+    return "?"
+  s = int(round(s))
+  return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def best_text(best: dict[str, Any] | None) -> str:
+  return f"best {best['time_s'] * 1e3:.4g} ms ({best['tflops']:.4g} TF/s)" if best else "no correct candidate yet"
+
+
+class PlainProgress:
+  """Line-oriented progress. `clock` and `write` are injectable for tests."""
+
+  def __init__(self, write: Callable[[str], None], every_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
+    self.write, self.every_s, self.clock = write, every_s, clock
+    self.total = self.done = 0
+    self.t0 = self.last = clock()
+    self.label, self.best = "", None
+
+  def _eta(self) -> float | None:
+    if not self.done:
+      return None
+    return (self.clock() - self.t0) / self.done * max(0, self.total - self.done)
+
+  def _line(self, what: str) -> None:
+    self.last = self.clock()
+    self.write(f"[{_fmt_s(self.clock() - self.t0)} elapsed, eta {_fmt_s(self._eta())}] "
+               f"{self.done}/{self.total} {what}")
+
+  def start(self, total: int, skipped: int) -> None:
+    self.total, self.t0, self.last = total, self.clock(), self.clock()
+    if skipped:
+      self.write(f"resuming: {skipped} measurements already in the results file are skipped")
+
+  def problem(self, p) -> None:
+    self.label, self.best = f"{p.op} {p.backend} {p.dtype} {p.shape_label}", None
+
+  def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None:
+    self.done += 1
+    self.best = best
+    self.tick()
+
+  def tick(self) -> None:
+    """Called on every row and by the sweep's heartbeat: a line if every_s have passed."""
+    if self.clock() - self.last >= self.every_s:
+      self._line(f"{self.label}: {best_text(self.best)}")
+
+  def problem_done(self, s) -> None:
+    p = s.problem
+    counts = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items()))
+    self._line(f"done {p.op} {p.backend} {p.dtype} {p.shape_label}: "
+               f"{best_text(s.best) if s.best else s.why} [{counts}]")
+
+
+class RichProgress:
+  def __init__(self, progress, console):
+    self.progress, self.console, self.task = progress, console, None
+
+  def start(self, total: int, skipped: int) -> None:
+    if skipped:
+      self.console.print(f"resuming: {skipped} measurements already in the results file are skipped")
+    self.task = self.progress.add_task("sweep", total=total, best="")
+
+  def problem(self, p) -> None:
+    self.progress.update(self.task, description=f"{p.op} {p.backend} {p.dtype} {p.shape_label}", best="")
+
+  def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None:
+    self.progress.update(self.task, advance=1, best=best_text(best) if best else "")
+
+  def tick(self) -> None:
+    pass
+
+  def problem_done(self, s) -> None:
+    pass

@@ -1,0 +1,83 @@
+"""Shards partition a shape set; plan / sweep --dry-run count and estimate without a device; CPU cost warnings."""
+
+import json
+import random
+
+from typer.testing import CliRunner
+
+from ragtune import search_space, shapes, store, sweep
+from ragtune.cli import app
+
+runner = CliRunner()
+
+
+def test_shards_partition_the_problems_exactly(tmp_path):
+  problems = shapes.expand(shapes.load_shape_set("shapes/moe.yaml"))
+  keys = sorted(p.key for p in problems)
+  for n in (1, 2, 3, 7):
+    parts = [sweep.shard(problems, i, n) for i in range(n)]
+    got = [p.key for part in parts for p in part]
+    assert sorted(got) == keys, "every problem in exactly one shard"
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    shuffled = problems[:]
+    random.Random(n).shuffle(shuffled)
+    assert [{p.key for p in sweep.shard(shuffled, i, n)} for i in range(n)] == [{p.key for p in part} for part in parts], \
+        "a shard does not depend on the order of the shape file"
+
+
+def test_bad_shard_and_devices_are_one_error_line(tmp_path):
+  spec = tmp_path / "s.yaml"
+  spec.write_text("shapes:\n  - {m: 16, k: 16, n: 16, g: 2}\n")
+  for args in (["--shard", "3/3"], ["--shard", "x"], ["--devices", "0,9"], ["--devices", "many"]):
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "res"), *args])
+    lines = [l for l in r.output.splitlines() if l.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (args, r.output)
+  assert not (tmp_path / "res" / store.RECORDS).exists()
+
+
+SPEC = """
+ops: [fwd, drhs]
+backends: [pallas_gpu]
+shapes:
+  - {m: 96, k: 64, n: 80, g: 4}
+"""
+
+
+def test_plan_and_dry_run_count_done_and_estimate(tmp_path):
+  spec, out = tmp_path / "p.yaml", tmp_path / "res"
+  spec.write_text(SPEC)
+  problems = shapes.expand(shapes.load_shape_set(spec))
+  fwd = problems[0]
+  cands = search_space.candidates(fwd)
+  dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
+  rows = []
+  for cid, cfg, t in [("baseline:xla", None, 2.0), ("baseline:dense", None, 2.0)] + \
+      [(sweep.candidate_id(c), c, 4.0) for c in cands[:3]]:
+    r = sweep.make_row(fwd, cid, cfg, "ok", interpret=True, device=dev, time_s=1e-3)
+    r["elapsed_s"] = t
+    rows.append(r)
+  out.mkdir()
+  (out / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+  plan = {r["problem"].op: r for r in sweep.plan(problems, sweep.SweepOptions(out_dir=out))}
+  assert plan["fwd"]["candidates"] == len(cands) and plan["fwd"]["done"] == 5
+  assert plan["fwd"]["todo"] == len(cands) - 3
+  assert plan["fwd"]["est_s"] == 4.0 * (len(cands) - 3), "median seconds per row so far x rows left"
+  assert plan["drhs"]["done"] == 0 and plan["drhs"]["est_s"] == 4.0 * plan["drhs"]["todo"]
+
+  budgeted = {r["problem"].op: r for r in sweep.plan(problems, sweep.SweepOptions(out_dir=out, budget=10))}
+  assert budgeted["fwd"]["candidates"] == 10 and budgeted["fwd"]["todo"] == 10 - 3
+
+  r = runner.invoke(app, ["plan", str(spec), "-o", str(out)])
+  d = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--dry-run"])
+  assert r.exit_code == d.exit_code == 0, r.output + d.output
+  assert r.output == d.output and "measurements to do" in r.output
+  assert (out / store.RECORDS).read_text().count("\n") == 5, "a plan measures nothing"
+
+
+def test_cpu_sweep_warns_when_interpret_mode_will_hit_the_timeout():
+  big = shapes.expand(shapes.load_shape_set("shapes/moe.yaml"), ops=["drhs"])
+  warn = sweep.cpu_timeout_warnings(big, sweep.SweepOptions(out_dir=None, timeout_s=120))
+  assert warn and "smoke" in warn[-1] and "--timeout" in warn[-1]
+  small = shapes.expand(shapes.load_shape_set("shapes/smoke.yaml"))
+  assert sweep.cpu_timeout_warnings(small, sweep.SweepOptions(out_dir=None, timeout_s=120)) == []

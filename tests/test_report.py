@@ -1,0 +1,84 @@
+"""show / report: the summary's columns, % of peak, 160-column --all, 4-significant-digit CSVs, PNG plots."""
+
+import json
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from ragtune import ceilings, report, search_space, store, sweep
+from ragtune.cli import app
+from ragtune.shapes import Problem
+
+runner = CliRunner()
+DEV = {"device_kind": "Fake GPU 80GB", "platform": "gpu", "jax_version": "0.0.1"}
+
+
+def _results(tmp_path):
+  """Two problems (prefill and decode) with baselines and candidates; one has none correct."""
+  rows = []
+  prefill = Problem("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, "multinomial(seed=0)", (512,) * 8)
+  decode = Problem("fwd", "pallas_gpu", "bfloat16", 16, 4096, 14336, 8, "multinomial(seed=0)", (2,) * 8)
+  for p, scale in ((prefill, 1.0), (decode, 0.01)):
+    rows.append(sweep.make_row(p, "baseline:xla", None, "ok", interpret=False, device=DEV, time_s=9.123456e-3 * scale))
+    rows.append(sweep.make_row(p, "baseline:dense", None, "ok", interpret=False, device=DEV, time_s=1.2345678e-3 * scale))
+    for i, c in enumerate(search_space.candidates(p, 12)):
+      rows.append(sweep.make_row(p, sweep.candidate_id(c), c, "ok", interpret=False, device=DEV,
+                                 time_s=(1.5e-3 + i * 1.37e-4 + 1.11111e-7) * scale))
+  broken = Problem("drhs", "pallas_gpu", "bfloat16", 64, 128, 128, 2, "multinomial(seed=0)", (32, 32))
+  for c, s in zip(search_space.candidates(broken, 3), ("timeout", "timeout", "crash")):
+    rows.append(sweep.make_row(broken, sweep.candidate_id(c), c, s, interpret=False, device=DEV, error="x"))
+  out = tmp_path / "res"
+  out.mkdir()
+  (out / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+  ceilings.save(out, DEV, {"matmul_tflops": {"bfloat16": 800.0}, "copy_gbps": 3000.0})
+  return out, prefill, decode
+
+
+def test_show_has_the_summary_columns_and_percent_of_peak(tmp_path):
+  out, prefill, decode = _results(tmp_path)
+  df = report.best_frame(store.load_results([out]), ceilings.load([out])).set_index("m")
+  best = df.loc[4096]
+  assert best["bound"] == "compute" and abs(best["pct_peak"] - 100 * best["tflops"] / 800) < 1e-9
+  assert df.loc[16, "bound"] == "memory" and abs(df.loc[16, "pct_peak"] - 100 * df.loc[16, "gbps"] / 3000) < 1e-9
+  assert df.loc[64, "best_config"] == "no correct candidate: 2 timeout, 1 crash"
+  r = runner.invoke(app, ["show", str(out)])
+  assert r.exit_code == 0, r.output
+  for col in ("best_ms", "pct_peak", "xla_ms", "default_ms", "vs_xla", "vs_default", "backend", "statuses"):
+    assert col in r.output
+  assert "% compute" in r.output and "% memory" in r.output
+
+
+def test_show_all_fits_160_columns(tmp_path):
+  out, _, _ = _results(tmp_path)
+  r = runner.invoke(app, ["show", str(out), "--all"])
+  assert r.exit_code == 0
+  lines = r.output.splitlines()
+  assert len(lines) > 20 and max(map(len, lines)) <= 160, max(map(len, lines))
+  assert "bm=" in r.output and "block_m" not in r.output
+
+
+def test_csvs_round_to_4_significant_digits_records_keep_full_precision(tmp_path):
+  out, _, _ = _results(tmp_path)
+  rep = tmp_path / "rep"
+  r = runner.invoke(app, ["report", str(out), "-o", str(rep)])
+  assert r.exit_code == 0, r.output
+  rows = pd.read_csv(rep / "rows.csv")
+  xla = rows[rows["candidate"] == "baseline:xla"]["time_s"].max()
+  assert xla == 0.009123, "4 significant digits"
+  assert any(r["time_s"] == 9.123456e-3 for r in store.ResultsStore(out).rows()), "records keep full precision"
+  best = pd.read_csv(rep / "best.csv")
+  assert (best["best_ms"].dropna().map(lambda v: len(f"{v:.10g}".replace(".", "").lstrip("0"))) <= 4).all()
+
+
+def test_report_writes_readable_pngs_and_markdown(tmp_path):
+  out, _, _ = _results(tmp_path)
+  rep = tmp_path / "rep"
+  r = runner.invoke(app, ["report", str(out), "-o", str(rep)])
+  assert r.exit_code == 0, r.output
+  names = ["fake-gpu-80gb-tflops.png", "fake-gpu-80gb-roofline.png", "fake-gpu-80gb-candidates.png"]
+  for name in names:
+    data = (rep / name).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
+  md = (rep / "report.md").read_text()
+  assert all(f"]({n})" in md for n in names) and "| op |" in md and "800 TF/s" in md
+  assert not list(rep.glob(".*tmp*")), "files are written atomically"

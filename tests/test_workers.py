@@ -1,0 +1,202 @@
+"""Worker processes: faults recorded and never exported, timeouts killed, Ctrl-C, the folder lock, devices."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ragtune import ceilings, export, lock, search_space, shapes, store, sweep
+from ragtune.cli import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+FAULTS = """
+ops: [fwd]
+backends: [pallas_gpu]
+max_candidates: 7
+shapes:
+  - {m: 48, k: 32, n: 40, g: 3}
+"""
+
+
+def _env(**extra):
+  env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
+  env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
+  return env
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  return True
+
+
+def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
+  spec, out = tmp_path / "f.yaml", tmp_path / "res"
+  spec.write_text(FAULTS)
+  t0 = time.time()
+  proc = subprocess.run([sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out),
+                         "--builder", "fault_builders:build", "--timeout", "10"],
+                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=150)
+  assert proc.returncode == 0, proc.stderr
+  assert time.time() - t0 < 150, "the sweep ends once its summary is printed"
+  rows = store.ResultsStore(out).rows()
+  ids = [r["id"] for r in rows]
+  assert len(ids) == len(set(ids)) == 2 + 7, "every baseline and candidate once"
+  (p,) = shapes.expand(shapes.load_shape_set(spec))
+  cands = search_space.candidates(p, 7)
+  by_cand = {r["candidate"]: r for r in rows}
+  status = [by_cand[sweep.candidate_id(c)]["status"] for c in cands]
+  assert status == ["ok", "timeout", "crash", "wrong", "nan", "run_error", "ok"], status
+  poisoned = by_cand[sweep.candidate_id(cands[5])]
+  assert "ILLEGAL_ADDRESS" in poisoned["error"]
+  assert by_cand[sweep.candidate_id(cands[6])]["worker_pid"] != poisoned["worker_pid"], \
+      "after a fault that can poison a device context, a fresh worker takes over"
+  crash = by_cand[sweep.candidate_id(cands[2])]
+  assert "SIGSEGV" in crash["error"]
+  hung = by_cand[sweep.candidate_id(cands[1])]
+  assert "10s" in hung["error"] and not _alive(hung["worker_pid"]), "a timed-out computation is stopped"
+  # Rows after a fault come from a fresh worker; baselines and the first candidate share one.
+  assert by_cand["baseline:xla"]["worker_pid"] == by_cand[sweep.candidate_id(cands[0])]["worker_pid"]
+  assert by_cand[sweep.candidate_id(cands[3])]["worker_pid"] != hung["worker_pid"]
+
+  assert "ok=2" in proc.stdout and "crash=1" in proc.stdout and "timeout=1" in proc.stdout
+  assert "done fwd pallas_gpu" in proc.stdout and "elapsed" in proc.stdout, "plain progress lines off a terminal"
+  (lut,) = export.build_luts(store.load_results([out])).values()
+  exported = [e.config for e in lut.entries()]
+  assert len(exported) == 1 and exported[0] in (cands[0], cands[6])
+
+  # The device's ceilings were measured once, by a worker, and kept beside the records.
+  device = {k: by_cand["baseline:xla"][k] for k in ("device_kind", "jax_version")}
+  (entry,) = ceilings.load([out]).values()
+  assert entry["matmul_tflops"]["bfloat16"] > 0 and entry["copy_gbps"] > 0
+  assert ceilings.missing(out, device, ["bfloat16"]) == set() and ceilings.missing(out, device, ["float32"]) == {"float32"}
+
+
+def test_no_passing_candidate_says_why(tmp_path):
+  p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 48, 32, 40, 3, "x", (16, 16, 16))
+  cands = search_space.candidates(p, 3)
+  dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
+  rows = [sweep.make_row(p, sweep.candidate_id(c), c, s, interpret=True, device=dev)
+          for c, s in zip(cands, ["timeout", "timeout", "crash"])]
+  (s,) = sweep.summarize([p], rows)
+  assert s.best is None and s.why == "no correct candidate: 2 timeout, 1 crash"
+
+
+def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path):
+  spec, out = tmp_path / "f.yaml", tmp_path / "res"
+  spec.write_text(FAULTS.replace("max_candidates: 7", "max_candidates: 3"))
+  records = out / "records.jsonl"
+  proc = subprocess.Popen([sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out),
+                           "--builder", "fault_builders:build", "--timeout", "60"],
+                          cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 90
+  while time.time() < deadline and not (records.exists() and records.read_text().count("\n") >= 3):
+    time.sleep(0.1)
+  time.sleep(0.5)  # the worker is now inside the candidate that hangs
+  proc.send_signal(signal.SIGINT)
+  t0 = time.time()
+  _, err = proc.communicate(timeout=20)
+  assert time.time() - t0 < 3, "Ctrl-C stops the sweep within a second or two"
+  assert proc.returncode == 130 and "resume" in err, err
+  rows = store.ResultsStore(out).rows()
+  assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
+  assert not _alive(rows[-1]["worker_pid"]), "no worker left behind"
+  assert not (out / lock.HOLDER).exists()
+
+
+def test_second_sweep_into_a_locked_folder_stops_at_once_naming_the_holder(tmp_path):
+  spec, out = tmp_path / "s.yaml", tmp_path / "res"
+  spec.write_text("backends: [xla]\nshapes:\n  - {m: 16, k: 16, n: 16, g: 2}\n")
+  holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ragtune.lock import sweep_lock\n"
+                             f"with sweep_lock({str(out)!r}):\n  print('held', flush=True); time.sleep(60)"],
+                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    t0 = time.time()
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+    assert r.exit_code == 2 and time.time() - t0 < 10
+    lines = [l for l in r.output.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1 and f"pid {holder.pid}" in lines[0] and "--wait" in lines[0], r.output
+    assert not (out / store.RECORDS).exists(), "nothing written"
+    # --wait waits for the holder; once it is gone (even killed) the lock is free again.
+    threading.Timer(1.0, holder.kill).start()
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--wait"])
+    assert r.exit_code == 0 and "waiting for the sweep" in r.output and f"pid {holder.pid}" in r.output, r.output
+    assert len(store.ResultsStore(out).rows()) == 2
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+def test_duplicate_ids_in_older_files_are_read_once(tmp_path):
+  p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 48, 32, 40, 3, "x", (16, 16, 16))
+  (c,) = search_space.candidates(p, 1)
+  dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
+  first = sweep.make_row(p, sweep.candidate_id(c), c, "ok", interpret=True, device=dev, time_s=1e-3)
+  second = dict(first, time_s=5e-4)
+  (tmp_path / store.RECORDS).write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+  rows = store.load_results([tmp_path])
+  assert len(rows) == 1 and rows[0]["time_s"] == 1e-3
+  r = runner.invoke(app, ["show", str(tmp_path), "--all"])
+  assert r.exit_code == 0 and r.output.count(" ok ") == 1, r.output
+
+
+def test_two_devices_cover_every_problem_once_within_the_budget(tmp_path):
+  spec, out = tmp_path / "d.yaml", tmp_path / "res"
+  spec.write_text("ops: [fwd]\nbackends: [pallas_gpu]\nmax_candidates: 1\nshapes:\n"
+                  "  - {m: 32, k: 32, n: 32, g: 2}\n  - {m: 48, k: 32, n: 32, g: 3}\n  - {m: 40, k: 32, n: 32, g: 2}\n")
+  problems = shapes.expand(shapes.load_shape_set(spec))
+  opts = sweep.SweepOptions(out_dir=out, interpret=True, budget=2, devices=(0, 1), ceilings=False)
+  sweep.run_sweep(problems, opts)
+  rows = store.ResultsStore(out).rows()
+  ids = [r["id"] for r in rows]
+  assert len(ids) == len(set(ids)) == 3 * (2 + 2), "baselines + a budget of 2 candidates, once each"
+  assert {r["problem"] for r in rows} == {p.key for p in problems}
+  assert {r["device_index"] for r in rows} == {0, 1}, "both workers took problems"
+  for p in problems:  # one problem's baselines and candidates come from one worker
+    assert len({r["worker_pid"] for r in rows if r["problem"] == p.key}) == 1
+
+
+def test_plain_progress_prints_every_30s_and_per_problem():
+  from ragtune import progress
+
+  now, lines = [0.0], []
+  pp = progress.PlainProgress(lines.append, clock=lambda: now[0])
+  p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 48, 32, 40, 3, "x", (16, 16, 16))
+  pp.start(10, 0)
+  pp.problem(p)
+  now[0] = 5.0
+  pp.row({}, {"time_s": 2e-3, "tflops": 1.5})
+  pp.tick()
+  assert lines == [], "nothing new within 30 s"
+  now[0] = 31.0
+  pp.tick()  # the sweep's heartbeat, even while one candidate runs long
+  assert len(lines) == 1 and "0:31 elapsed" in lines[0] and "eta 4:39" in lines[0] and "best 2 ms" in lines[0], lines
+  now[0] = 40.0
+  pp.problem_done(sweep.ProblemSummary(p, {"timeout": 3}, None, {}))
+  assert len(lines) == 2 and "no correct candidate: 3 timeout" in lines[1]
+
+
+def test_a_problem_that_kills_every_worker_is_recorded_and_the_sweep_ends(tmp_path, monkeypatch):
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+  monkeypatch.syspath_prepend(str(TESTS))
+  spec = tmp_path / "s.yaml"
+  spec.write_text(FAULTS.replace("max_candidates: 7", "max_candidates: 1"))
+  problems = shapes.expand(shapes.load_shape_set(spec))
+  opts = sweep.SweepOptions(out_dir=tmp_path / "res", interpret=True, max_candidates=1, timeout_s=60,
+                            builder="segv_in_worker:build", ceilings=False)
+  (s,) = sweep.run_sweep(problems, opts)
+  rows = store.ResultsStore(tmp_path / "res").rows()
+  assert [r["status"] for r in rows] == ["crash"] * 3, "two baselines and the candidate, once each"
+  assert all("SIGSEGV" in r["error"] and "inputs and reference" in r["error"] for r in rows)
+  assert s.why == "no correct candidate: 1 crash"
