@@ -99,7 +99,7 @@ def test_sweep_selectors(tmp_path):
   spec.write_text("ops: [fwd, drhs]\nmax_candidates: 1\nshapes:\n  - {m: 24, k: 16, n: 16, g: 2}\n"
                   "  - {m: 40, k: 16, n: 32, g: 2}\nmodels:\n  - {model: olmoe-1b-7b, tokens: [2]}\n")
   out = tmp_path / "res"
-  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--op", "fwd", "--shape", "40,16,32", "-j", "1"])
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--op", "fwd", "--shape", "40,16,32"])
   assert r.exit_code == 0, r.output
   rows = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines()]
   assert {(r["op"], r["m"], r["k"], r["n"]) for r in rows} == {("fwd", 40, 16, 32)}
