@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any, Union
 
 OPS = ("fwd", "dlhs", "drhs")
-BACKENDS = ("pallas_gpu", "pallas_tpu", "xla")
+BACKENDS = ("pallas_gpu", "mosaic_gpu", "pallas_tpu", "xla")
 DTYPES = ("bfloat16", "float16", "float32")
 
 GPU_BLOCK_RANGE = (16, 256)
@@ -20,6 +20,10 @@ GPU_NUM_WARPS = (1, 2, 4, 8, 16)
 GPU_NUM_STAGES = (1, 2, 3, 4, 5, 6, 7, 8)
 GPU_BAND_RANGE = (1, 1024)
 TPU_VMEM_BYTES = 16 * 1024 * 1024
+MOSAIC_BLOCK_MN = (64, 128, 192, 256)
+MOSAIC_BLOCK_K = (64, 128)
+MOSAIC_STEPS_RANGE = (2, 8)
+MOSAIC_BAND_RANGE = (1, 64)
 
 # Shared memory one thread block may use (the opt-in maximum), by device family. Sources:
 # NVIDIA's CUDA C++ Programming Guide, "Compute Capabilities" table (sm_90: 227 KB, sm_80:
@@ -184,8 +188,76 @@ class TpuConfig:
     return dataclasses.asdict(self)
 
 
-Config = Union[GpuConfig, TpuConfig]
-CONFIG_TYPES = {"pallas_gpu": GpuConfig, "pallas_tpu": TpuConfig}
+@dataclasses.dataclass(frozen=True)
+class MosaicConfig:
+  """Mosaic GPU (Hopper TMA + wgmma) kernel config, in the op's own frame.
+
+  block_m:  fwd/dlhs: rows per output tile (a multiple of 64: one wgmma per warpgroup
+            row of 64); drhs: rows of a group reduced per pipeline step. One of 64, 128,
+            192, 256.
+  block_n:  output columns per tile; one of 64, 128, 192, 256 (a wgmma N; the f32
+            accumulator holds block_m x block_n in registers of one warpgroup).
+  block_k:  fwd/dlhs: contraction per pipeline step; drhs: output rows (of k) per tile.
+            64 or 128 (64 16-bit elements are one 128-byte swizzle row; a drhs output tile
+            needs 64 rows per warpgroup).
+            k is zero-padded to a multiple of block_k only when it is not one already.
+  max_concurrent_steps: TMA pipeline depth (operand tiles in flight); 2..8.
+  grid_block_n: width, in column blocks, of the band the persistent grid snakes through
+            (plgpu.planar_snake): the programs in flight share a band's weight columns and
+            rows. In [1, 64].
+
+  Shared memory: max_concurrent_steps stages of the two operand tiles plus one output
+  tile; see smem_bytes. Blocks are not clamped to the shape: TMA reads past the end of an
+  array as zeros and clips stores, so any block is valid for any shape that fits.
+  """
+
+  block_m: int = 128
+  block_n: int = 128
+  block_k: int = 64
+  max_concurrent_steps: int = 4
+  grid_block_n: int = 1
+
+  def __post_init__(self):
+    for name, allowed in (("block_m", MOSAIC_BLOCK_MN), ("block_n", MOSAIC_BLOCK_MN),
+                          ("block_k", MOSAIC_BLOCK_K)):
+      v = getattr(self, name)
+      if isinstance(v, bool) or v not in allowed:
+        raise ValueError(f"MosaicConfig.{name} must be one of {allowed}, got {v!r}")
+    for name, (lo, hi) in (("max_concurrent_steps", MOSAIC_STEPS_RANGE),
+                           ("grid_block_n", MOSAIC_BAND_RANGE)):
+      v = getattr(self, name)
+      if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ValueError(f"MosaicConfig.{name} must be an integer in [{lo}, {hi}], got {v!r}")
+
+  def smem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
+    """Shared memory the kernel allocates: max_concurrent_steps stages of the operand
+    tiles (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m,
+    block_k] lhs and [block_m, block_n] dout) and one output tile ([block_m, block_n];
+    tgmm [block_k, block_n]) in the output dtype, taken as `dtype`. Stages beyond the
+    gmm pipeline's static length are not allocated, as emit_pipeline shrinks them;
+    tgmm's pipeline length is a group's row count, dynamic, so it always takes all."""
+    _, contraction, _ = op_dims(op, m, k, n)
+    b = itemsize(dtype)
+    if op == "drhs":
+      steps = self.max_concurrent_steps
+      stage = self.block_m * (self.block_k + self.block_n)
+      out = self.block_k * self.block_n
+    else:
+      steps = -(-contraction // self.block_k)
+      stage = self.block_k * (self.block_m + self.block_n)
+      out = self.block_m * self.block_n
+    return (stage * max(1, min(self.max_concurrent_steps, steps)) + out) * b
+
+  def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
+    """Whether this config's shared memory fits a block on a device of this kind."""
+    return self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+Config = Union[GpuConfig, MosaicConfig, TpuConfig]
+CONFIG_TYPES = {"pallas_gpu": GpuConfig, "mosaic_gpu": MosaicConfig, "pallas_tpu": TpuConfig}
 
 
 def config_from_dict(backend: str, d: dict[str, Any]) -> Config | None:
