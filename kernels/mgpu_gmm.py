@@ -85,6 +85,24 @@ def store_rows(o_smem, o_gmem, first_row, num_rows, max_rows: int, row0, col0, b
     start = start + (num_rows & rows)
 
 
+def band_snake(idx, num_rows: int, num_cols: int, band: int):
+  """The (row, col) cell of step `idx` when a num_rows x num_cols grid is walked in bands
+  of `band` columns: within a band the column varies fastest, every other band walks its
+  rows bottom-up (so consecutive bands share the rows at their turn), and the last band
+  may be narrower. A bijection from [0, num_rows * num_cols); the same order as
+  plgpu.planar_snake(idx, shape, 1, band), with no division by a zero-width tail band
+  (which XLA's CPU compiler constant-folds into a SIGFPE in the interpreter)."""
+  band = max(1, min(band, num_cols))
+  per_band = band * num_rows
+  b = idx // per_band
+  local = idx - b * per_band
+  first_col = b * band
+  width = jnp.maximum(jnp.minimum(band, num_cols - first_col), 1)
+  row = local // width
+  row = jnp.where(b % 2 == 0, row, num_rows - 1 - row)
+  return row, first_col + local % width
+
+
 def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end_ref,
                 lhs_gmem, rhs_gmem, o_gmem, *, m, k, g_local, num_tiles, num_col_blocks,
                 cfg: MosaicConfig, transpose_rhs):
@@ -92,7 +110,7 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end
 
   @plgpu.nd_loop((num_tiles * num_col_blocks,), collective_axes="sm")
   def _cell(loop_info):
-    t, j = plgpu.planar_snake(loop_info.index[0], (num_tiles, num_col_blocks), 1, cfg.grid_block_n)
+    t, j = band_snake(loop_info.index[0], num_tiles, num_col_blocks, cfg.grid_block_n)
     is_real = t < active_ref[0]  # spare tiles of the static bound store nothing
     seg = tile_seg_ref[t]
     is_group = is_real & (seg >= 1) & (seg <= g_local)
@@ -171,13 +189,13 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: Mosai
       grid=(num_sms(interpret),),
       grid_names=("sm",),
       compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-      interpret=_interpret_params(interpret),
+      interpret=interpret_params(interpret),
   )
   out = call(sched.tile_segment, sched.tile_row_block, sched.active, seg_starts, seg_ends, lhs, rhs)
   return out[:m, :n]
 
 
-def _interpret_params(interpret):
+def interpret_params(interpret):
   if interpret is True:
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
     # TMA reads past an array's end as zeros: the interpreter does that with these two.
