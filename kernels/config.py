@@ -12,7 +12,8 @@ import dataclasses
 from typing import Any, Union
 
 OPS = ("fwd", "dlhs", "drhs")
-BACKENDS = ("pallas_gpu", "mosaic_gpu", "pallas_tpu", "xla")
+# BACKENDS (the backend names) and CONFIG_TYPES (name -> config class) are read from the
+# registry in kernels/backends/ on access; see __getattr__ at the end of this module.
 DTYPES = ("bfloat16", "float16", "float32")
 
 GPU_BLOCK_RANGE = (16, 256)
@@ -257,17 +258,16 @@ class MosaicConfig:
 
 
 Config = Union[GpuConfig, MosaicConfig, TpuConfig]
-CONFIG_TYPES = {"pallas_gpu": GpuConfig, "mosaic_gpu": MosaicConfig, "pallas_tpu": TpuConfig}
 
 
 def config_from_dict(backend: str, d: dict[str, Any]) -> Config | None:
   """Build the config type of `backend` from a plain dict (as stored in a LUT)."""
-  if backend == "xla":
+  from kernels import backends
+  cls = backends.get(backend).config_type
+  if cls is None:
+    if d:
+      raise ValueError(f"backend {backend!r} has no config, got {d!r}")
     return None
-  try:
-    cls = CONFIG_TYPES[backend]
-  except KeyError:
-    raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}") from None
   fields = {f.name for f in dataclasses.fields(cls)}
   unknown = set(d) - fields
   if unknown:
@@ -308,22 +308,62 @@ def _gpu_default(op: str, dtype: str, rows: int, contraction: int, cols: int, g:
   return base
 
 
+def gpu_default(op: str, dtype: str, m: int, k: int, n: int, g: int,
+                device_kind: str | None = None) -> GpuConfig:
+  rows, contraction, cols = op_dims(op, m, k, n)
+  cfg = _gpu_default(op, dtype, rows, contraction, cols, g, gpu_family(device_kind))
+  return cfg.clamped(rows, contraction, cols)
+
+
+def tpu_default(op: str, dtype: str, m: int, k: int, n: int, g: int,
+                device_kind: str | None = None) -> TpuConfig:
+  rows, contraction, cols = op_dims(op, m, k, n)
+
+  def tile(d, choices=(512, 256, 128)):
+    for c in choices:
+      if d % c == 0:
+        return c
+    return 128
+  tm = min(512, max(8, next_pow2(rows))) if rows < 512 else 512
+  return TpuConfig(tm=tm, tk=tile(contraction), tn=tile(cols))
+
+
+# Mosaic GPU defaults, in the op's own frame. Why: one warpgroup holds the f32 accumulator
+# in registers, and 128x128 is the largest tile it holds without spilling (128 values per
+# thread); block_k 64 is one 128-byte swizzle row of 16-bit elements. Four stages in
+# flight (~160 KiB of shared memory with the output tile) hide HBM latency on Hopper. Few
+# rows per group (decode) take 64-row tiles, so less of each tile is wasted on rows of a
+# neighbouring group. drhs reduces 64 rows a step into a [128, 128] tile of [k, n].
+_MOSAIC_DEFAULTS = {
+    "gmm": MosaicConfig(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
+    "tgmm": MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=4, grid_block_n=1),
+}
+
+
+def mosaic_default(op: str, dtype: str, m: int, k: int, n: int, g: int,
+                   device_kind: str | None = None) -> MosaicConfig:
+  cfg = _MOSAIC_DEFAULTS["tgmm" if op == "drhs" else "gmm"]
+  if op != "drhs" and max(1, m // max(1, g)) <= 96:
+    cfg = dataclasses.replace(cfg, block_m=64)
+  # A device with less shared memory than Hopper gets fewer stages in flight.
+  while cfg.max_concurrent_steps > MOSAIC_STEPS_RANGE[0] and not cfg.fits(op, dtype, m, k, n, device_kind):
+    cfg = dataclasses.replace(cfg, max_concurrent_steps=cfg.max_concurrent_steps - 1)
+  return cfg
+
+
 def default_config(backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int,
                    device_kind: str | None = None) -> Config | None:
   """Built-in heuristic used when no LUT entry applies, for a device of `device_kind`
-  (None: the safe family of gpu_smem_limit)."""
-  rows, contraction, cols = op_dims(op, m, k, n)
-  if backend == "xla":
-    return None
-  if backend == "pallas_gpu":
-    cfg = _gpu_default(op, dtype, rows, contraction, cols, g, gpu_family(device_kind))
-    return cfg.clamped(rows, contraction, cols)
-  if backend == "pallas_tpu":
-    def tile(d, choices=(512, 256, 128)):
-      for c in choices:
-        if d % c == 0:
-          return c
-      return 128
-    tm = min(512, max(8, next_pow2(rows))) if rows < 512 else 512
-    return TpuConfig(tm=tm, tk=tile(contraction), tn=tile(cols))
-  raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+  (None: the safe family of gpu_smem_limit). Each backend's `default` in kernels/backends/."""
+  from kernels import backends
+  op_dims(op, m, k, n)  # validates op
+  return backends.get(backend).default(op, dtype, m, k, n, g, device_kind)
+
+
+def __getattr__(name: str):
+  if name in ("BACKENDS", "CONFIG_TYPES"):
+    from kernels import backends
+    if name == "BACKENDS":
+      return backends.NAMES
+    return {b.name: b.config_type for b in backends.REGISTRY.values() if b.config_type is not None}
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

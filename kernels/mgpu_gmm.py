@@ -172,7 +172,8 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: Mosai
   # with zeros, only the dims that need it (model shapes rarely do, but for m).
   lhs = pad_to_multiple(pad_to_multiple(lhs, 0, ROW_TILE), 1, cfg.block_k)
   rhs = pad_to_multiple(rhs, 2 if transpose_rhs else 1, cfg.block_k)
-  rhs = pad_to_multiple(rhs, 1 if transpose_rhs else 2, ROW_TILE if transpose_rhs else swizzle_elems(rhs.dtype))
+  # n: a multiple of the 128-byte row in the rhs tiles and in the output's.
+  rhs = pad_to_multiple(rhs, 1 if transpose_rhs else 2, swizzle_elems(rhs.dtype))
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
 
   # Rows m..m_pad are past sum(group_sizes): the zero segment after the groups.

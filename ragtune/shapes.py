@@ -32,7 +32,7 @@ from ragtune.errors import RagtuneError
 from ragtune.presets import MODEL_PRESETS
 
 Op = Literal["fwd", "dlhs", "drhs"]
-Backend = Literal["pallas_gpu", "pallas_tpu", "xla"]
+Backend = Literal["pallas_gpu", "mosaic_gpu", "pallas_tpu", "xla"]
 Dtype = Literal["bfloat16", "float16", "float32"]
 
 
