@@ -201,3 +201,57 @@ def test_pad_to_multiple_pads_only_when_needed():
   assert mgpu_gmm.pad_to_multiple(x, 1, 64) is x
   y = mgpu_gmm.pad_to_multiple(x, 0, 8)
   assert y.shape == (8, 64) and not np.any(np.asarray(y)[5:])
+
+
+# --- backend="auto" following a LUT that mixes backends ---------------------------------------
+
+def _custom_calls(mod):
+  return {"pallas_gpu": mod.count(TRITON), "mosaic_gpu": mod.count(MOSAIC)}
+
+
+@pytest.mark.parametrize("winners", [
+    {"fwd": "pallas_gpu", "dlhs": "mosaic_gpu", "drhs": "xla"},
+    {"fwd": "mosaic_gpu", "dlhs": "xla", "drhs": "pallas_gpu"},
+    {"fwd": "xla", "dlhs": "pallas_gpu", "drhs": "mosaic_gpu"},
+], ids=lambda w: "-".join(w.values()))
+def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
+  """What this proves: given a GPU platform and the active LUT, "auto" picks each op's
+  backend with Lut.choose and each op lowers to that backend's kernel (Triton, Mosaic GPU,
+  or plain XLA). The platform is faked: this host is a CPU, and export for CUDA does not
+  change jax.default_backend(); on a real GPU that call says "gpu" by itself."""
+  from test_backends import SHAPE, _mixed_lut
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  kernels.set_active_lut(_mixed_lut(winners))
+  m, k, n, g = SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"]
+  bf = jnp.bfloat16
+  plan = kernels.resolve_plan("auto", None, m, k, n, g, bf)
+  assert {op: name for op, (name, _) in plan.items()} == winners
+
+  fwd = export_for_h100(lambda x, w, s: kernels.ragged_dot(x, w, s), S((m, k), bf), S((g, k, n), bf), S((g,), jnp.int32))
+  expect = {name: int(winners["fwd"] == name) for name in ("pallas_gpu", "mosaic_gpu")}
+  assert _custom_calls(fwd) == expect
+
+  def loss(x, w, s):
+    return jnp.sum(kernels.ragged_dot(x, w, s).astype(jnp.float32) ** 2)
+
+  grad = export_for_h100(jax.grad(loss, argnums=(0, 1)), S((m, k), bf), S((g, k, n), bf), S((g,), jnp.int32))
+  per_backend = {name: sum(w == name for w in winners.values()) for name in ("pallas_gpu", "mosaic_gpu")}
+  assert _custom_calls(grad) == per_backend
+
+
+def test_auto_without_an_applicable_entry_falls_back_to_pallas_gpu(monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  kernels.set_active_lut(kernels.Lut(H100, []))
+  bf = jnp.bfloat16
+
+  def loss(x, w, s, backend):
+    return jnp.sum(kernels.ragged_dot(x, w, s, backend=backend).astype(jnp.float32) ** 2)
+
+  args = (S((256, 128), bf), S((4, 128, 192), bf), S((4,), jnp.int32))
+  auto = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "auto"), argnums=(0, 1)), *args)
+  assert _custom_calls(auto) == {"pallas_gpu": 3, "mosaic_gpu": 0}
+  # An explicit backend means that backend, whatever the LUT says.
+  from test_backends import _mixed_lut
+  kernels.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
+  explicit = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "mosaic_gpu"), argnums=(0, 1)), *args)
+  assert _custom_calls(explicit) == {"pallas_gpu": 0, "mosaic_gpu": 3}
