@@ -33,8 +33,15 @@ from kernels.config import MosaicConfig
 FALLBACK_NUM_SMS = 132
 # Programs the GPU interpreter simulates (each is a host thread, so keep it small).
 INTERPRET_NUM_SMS = 2
-DTYPES = ("bfloat16", "float16")
+DTYPES = ("bfloat16", "float16")  # wgmma's 16-bit inputs; kernels/backends/mosaic_gpu.py
 ROW_TILE = 8  # rows of a TMA box in the swizzled layout
+
+
+def check_inputs(*arrays) -> None:
+  """The kernels take one 16-bit input dtype; ragged_dot promotes and casts before."""
+  names = {jnp.dtype(a.dtype).name for a in arrays}
+  if len(names) != 1 or not names <= set(DTYPES):
+    raise TypeError(f"Mosaic GPU kernels take inputs of one dtype among {DTYPES}, got {sorted(names)}")
 
 
 def swizzle_elems(dtype) -> int:
@@ -161,6 +168,7 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: Mosai
   interpret: False, True (the GPU interpreter with default params) or InterpretGPUParams.
   """
   del precision
+  check_inputs(lhs, rhs)
   m, k = lhs.shape
   g_local = rhs.shape[0]
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]

@@ -26,8 +26,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import group_metadata
-from kernels.mgpu_gmm import (ROW_TILE, band_snake, interpret_params, num_sms, out_cols, pad_to_multiple,
-                              swizzle_elems)
+from kernels.mgpu_gmm import (ROW_TILE, band_snake, check_inputs, interpret_params, num_sms,
+                              out_cols, pad_to_multiple, swizzle_elems)
 
 
 def group_row_blocks(start, end, block_m):
@@ -92,6 +92,7 @@ def tgmm(a: jax.Array, b: jax.Array, group_sizes: jax.Array, *, num_groups: int,
   [group_offset, group_offset + num_groups) of group_sizes; an output tile is
   [tile_a, tile_b] and block_m rows are reduced per pipeline step. a and b share a 16-bit
   dtype."""
+  check_inputs(a, b)
   m, ka = a.shape
   kb = b.shape[1]
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)

@@ -92,6 +92,11 @@ def test_f32_inputs_are_refused_explicitly():
   x, w, gs = rand(0, (8, 16), jnp.float32), rand(1, (1, 16, 8), jnp.float32), jnp.array([8], jnp.int32)
   with pytest.raises(TypeError, match="mosaic_gpu.*supports lhs/rhs dtypes.*float32"):
     kernels.ragged_dot(x, w, gs, backend="mosaic_gpu")
+  with pytest.raises(TypeError, match="one dtype among"):  # the op functions, called directly
+    kernels.forward(x, w, gs, backend="mosaic_gpu", config=SMALL, out_dtype=jnp.float32)
+  with pytest.raises(TypeError, match="one dtype among"):
+    kernels.grad_rhs(x.astype(jnp.bfloat16), rand(2, (8, 8), jnp.float16), gs, num_groups=1, backend="mosaic_gpu",
+                     config=SMALL, out_dtype=jnp.float32)
 
 
 # --- numerics in the interpreter ------------------------------------------------------------
