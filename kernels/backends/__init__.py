@@ -62,10 +62,7 @@ _MODULES = (
     "kernels.backends.xla",
 )
 
-REGISTRY: dict[str, Backend] = {}
-for _module in _MODULES:
-  _backend = importlib.import_module(_module).BACKEND
-  REGISTRY[_backend.name] = _backend
+REGISTRY: dict[str, Backend] = {b.name: b for b in (importlib.import_module(m).BACKEND for m in _MODULES)}
 
 NAMES = tuple(REGISTRY)
 
