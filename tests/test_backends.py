@@ -125,3 +125,20 @@ def test_xla_entry_with_a_config_is_refused():
   data = {"schema": kernels.SCHEMA, "schema_version": kernels.SCHEMA_VERSION, "device_kind": H100, "entries": [bad]}
   with pytest.raises(kernels.LutError, match="has no config"):
     kernels.Lut.from_dict(data)
+
+
+def test_resolve_plan_explicit_backend_and_configs_under_auto(monkeypatch):
+  s = (SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"], jnp.bfloat16)
+  kernels.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
+  # On this CPU host "auto" is xla, except for an op given a config of another backend.
+  plan = kernels.resolve_plan("auto", {"fwd": M()}, *s)
+  assert plan == {"fwd": ("mosaic_gpu", M()), "dlhs": ("xla", None), "drhs": ("xla", None)}
+  # An explicit backend takes its own LUT entries (lookup), not the per-shape winner.
+  plan = kernels.resolve_plan("mosaic_gpu", None, *s)
+  assert all(name == "mosaic_gpu" and cfg == M(64, 128, 64, 2, 1) for name, cfg in plan.values())
+  with pytest.raises(TypeError, match="must be a MosaicConfig"):
+    kernels.resolve_plan("mosaic_gpu", G(), *s)
+  from kernels.ragged_dot import default_interpret
+  assert default_interpret("mosaic_gpu") and not default_interpret("xla")
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert not default_interpret("mosaic_gpu") and not default_interpret("pallas_gpu")
