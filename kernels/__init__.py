@@ -10,18 +10,19 @@ A model imports only this package:
 This package depends on jax and numpy only.
 """
 
-from kernels.config import (BACKENDS, DTYPES, OPS, GpuConfig, TpuConfig, config_from_dict,
-                            default_config, op_dims)
+from kernels.backends import REGISTRY, Backend
+from kernels.config import (BACKENDS, DTYPES, OPS, GpuConfig, MosaicConfig, TpuConfig,
+                            config_from_dict, default_config, op_dims)
 from kernels.lut import (ENV_VAR, SCHEMA, SCHEMA_VERSION, Entry, Lut, LutError, LutFn,
                          active_lut, current_device_kind, device_slug, load_lut,
                          reset_active_lut, set_active_lut)
 from kernels.ragged_dot import (OP_FUNCTIONS, Choice, choose_config, explain, forward, grad_lhs,
-                                grad_rhs, ragged_dot, resolve_backend, select_config)
+                                grad_rhs, ragged_dot, resolve_backend, resolve_plan, select_config)
 
 __all__ = [
-    "BACKENDS", "DTYPES", "OPS", "GpuConfig", "TpuConfig", "config_from_dict", "default_config",
+    "REGISTRY", "Backend", "BACKENDS", "DTYPES", "OPS", "GpuConfig", "MosaicConfig", "TpuConfig", "config_from_dict", "default_config",
     "op_dims", "ENV_VAR", "SCHEMA", "SCHEMA_VERSION", "Entry", "Lut", "LutError", "LutFn",
     "active_lut", "current_device_kind", "device_slug", "load_lut", "reset_active_lut",
     "set_active_lut", "OP_FUNCTIONS", "forward", "grad_lhs", "grad_rhs", "ragged_dot",
-    "resolve_backend", "select_config", "Choice", "choose_config", "explain",
+    "resolve_backend", "resolve_plan", "select_config", "Choice", "choose_config", "explain",
 ]

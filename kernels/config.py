@@ -12,7 +12,8 @@ import dataclasses
 from typing import Any, Union
 
 OPS = ("fwd", "dlhs", "drhs")
-BACKENDS = ("pallas_gpu", "pallas_tpu", "xla")
+# BACKENDS (the backend names) and CONFIG_TYPES (name -> config class) are read from the
+# registry in kernels/backends/ on access; see __getattr__ at the end of this module.
 DTYPES = ("bfloat16", "float16", "float32")
 
 GPU_BLOCK_RANGE = (16, 256)
@@ -20,6 +21,10 @@ GPU_NUM_WARPS = (1, 2, 4, 8, 16)
 GPU_NUM_STAGES = (1, 2, 3, 4, 5, 6, 7, 8)
 GPU_BAND_RANGE = (1, 1024)
 TPU_VMEM_BYTES = 16 * 1024 * 1024
+MOSAIC_BLOCK_MN = (64, 128, 192, 256)
+MOSAIC_BLOCK_K = (64, 128)
+MOSAIC_STEPS_RANGE = (2, 8)
+MOSAIC_BAND_RANGE = (1, 64)
 
 # Shared memory one thread block may use (the opt-in maximum), by device family. Sources:
 # NVIDIA's CUDA C++ Programming Guide, "Compute Capabilities" table (sm_90: 227 KB, sm_80:
@@ -184,18 +189,85 @@ class TpuConfig:
     return dataclasses.asdict(self)
 
 
-Config = Union[GpuConfig, TpuConfig]
-CONFIG_TYPES = {"pallas_gpu": GpuConfig, "pallas_tpu": TpuConfig}
+@dataclasses.dataclass(frozen=True)
+class MosaicConfig:
+  """Mosaic GPU (Hopper TMA + wgmma) kernel config, in the op's own frame.
+
+  block_m:  fwd/dlhs: rows per output tile (a multiple of 64: one wgmma per warpgroup
+            row of 64); drhs: rows of a group reduced per pipeline step. One of 64, 128,
+            192, 256.
+  block_n:  output columns per tile; one of 64, 128, 192, 256 (a wgmma N; the f32
+            accumulator holds block_m x block_n in registers of one warpgroup).
+  block_k:  fwd/dlhs: contraction per pipeline step; drhs: output rows (of k) per tile.
+            64 or 128 (64 16-bit elements are one 128-byte swizzle row; a drhs output tile
+            needs 64 rows per warpgroup).
+            k is zero-padded to a multiple of block_k only when it is not one already.
+  max_concurrent_steps: TMA pipeline depth (operand tiles in flight); 2..8.
+  grid_block_n: width, in column blocks, of the band the persistent grid snakes through
+            (plgpu.planar_snake): the programs in flight share a band's weight columns and
+            rows. In [1, 64].
+
+  Shared memory: max_concurrent_steps stages of the two operand tiles plus one output
+  tile; see smem_bytes. Blocks are not clamped to the shape: TMA reads past the end of an
+  array as zeros and clips stores, so any block is valid for any shape that fits.
+  """
+
+  block_m: int = 128
+  block_n: int = 128
+  block_k: int = 64
+  max_concurrent_steps: int = 4
+  grid_block_n: int = 1
+
+  def __post_init__(self):
+    for name, allowed in (("block_m", MOSAIC_BLOCK_MN), ("block_n", MOSAIC_BLOCK_MN),
+                          ("block_k", MOSAIC_BLOCK_K)):
+      v = getattr(self, name)
+      if isinstance(v, bool) or v not in allowed:
+        raise ValueError(f"MosaicConfig.{name} must be one of {allowed}, got {v!r}")
+    for name, (lo, hi) in (("max_concurrent_steps", MOSAIC_STEPS_RANGE),
+                           ("grid_block_n", MOSAIC_BAND_RANGE)):
+      v = getattr(self, name)
+      if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ValueError(f"MosaicConfig.{name} must be an integer in [{lo}, {hi}], got {v!r}")
+
+  def smem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
+    """Shared memory the kernel allocates: max_concurrent_steps stages of the operand
+    tiles (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m,
+    block_k] lhs and [block_m, block_n] dout) and one output tile ([block_m, block_n];
+    tgmm [block_k, block_n]) in the output dtype, taken as `dtype`. Stages beyond the
+    gmm pipeline's static length are not allocated, as emit_pipeline shrinks them;
+    tgmm's pipeline length is a group's row count, dynamic, so it always takes all."""
+    _, contraction, _ = op_dims(op, m, k, n)
+    b = itemsize(dtype)
+    if op == "drhs":
+      steps = self.max_concurrent_steps
+      stage = self.block_m * (self.block_k + self.block_n)
+      out = self.block_k * self.block_n
+    else:
+      steps = -(-contraction // self.block_k)
+      stage = self.block_k * (self.block_m + self.block_n)
+      out = self.block_m * self.block_n
+    return (stage * max(1, min(self.max_concurrent_steps, steps)) + out) * b
+
+  def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
+    """Whether this config's shared memory fits a block on a device of this kind."""
+    return self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+Config = Union[GpuConfig, MosaicConfig, TpuConfig]
 
 
 def config_from_dict(backend: str, d: dict[str, Any]) -> Config | None:
   """Build the config type of `backend` from a plain dict (as stored in a LUT)."""
-  if backend == "xla":
+  from kernels import backends
+  cls = backends.get(backend).config_type
+  if cls is None:
+    if d:
+      raise ValueError(f"backend {backend!r} has no config, got {d!r}")
     return None
-  try:
-    cls = CONFIG_TYPES[backend]
-  except KeyError:
-    raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}") from None
   fields = {f.name for f in dataclasses.fields(cls)}
   unknown = set(d) - fields
   if unknown:
@@ -236,22 +308,62 @@ def _gpu_default(op: str, dtype: str, rows: int, contraction: int, cols: int, g:
   return base
 
 
+def gpu_default(op: str, dtype: str, m: int, k: int, n: int, g: int,
+                device_kind: str | None = None) -> GpuConfig:
+  rows, contraction, cols = op_dims(op, m, k, n)
+  cfg = _gpu_default(op, dtype, rows, contraction, cols, g, gpu_family(device_kind))
+  return cfg.clamped(rows, contraction, cols)
+
+
+def tpu_default(op: str, dtype: str, m: int, k: int, n: int, g: int,
+                device_kind: str | None = None) -> TpuConfig:
+  rows, contraction, cols = op_dims(op, m, k, n)
+
+  def tile(d, choices=(512, 256, 128)):
+    for c in choices:
+      if d % c == 0:
+        return c
+    return 128
+  tm = min(512, max(8, next_pow2(rows))) if rows < 512 else 512
+  return TpuConfig(tm=tm, tk=tile(contraction), tn=tile(cols))
+
+
+# Mosaic GPU defaults, in the op's own frame. Why: one warpgroup holds the f32 accumulator
+# in registers, and 128x128 is the largest tile it holds without spilling (128 values per
+# thread); block_k 64 is one 128-byte swizzle row of 16-bit elements. Four stages in
+# flight (~160 KiB of shared memory with the output tile) hide HBM latency on Hopper. Few
+# rows per group (decode) take 64-row tiles, so less of each tile is wasted on rows of a
+# neighbouring group. drhs reduces 64 rows a step into a [128, 128] tile of [k, n].
+_MOSAIC_DEFAULTS = {
+    "gmm": MosaicConfig(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
+    "tgmm": MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=4, grid_block_n=1),
+}
+
+
+def mosaic_default(op: str, dtype: str, m: int, k: int, n: int, g: int,
+                   device_kind: str | None = None) -> MosaicConfig:
+  cfg = _MOSAIC_DEFAULTS["tgmm" if op == "drhs" else "gmm"]
+  if op != "drhs" and max(1, m // max(1, g)) <= 96:
+    cfg = dataclasses.replace(cfg, block_m=64)
+  # A device with less shared memory than Hopper gets fewer stages in flight.
+  while cfg.max_concurrent_steps > MOSAIC_STEPS_RANGE[0] and not cfg.fits(op, dtype, m, k, n, device_kind):
+    cfg = dataclasses.replace(cfg, max_concurrent_steps=cfg.max_concurrent_steps - 1)
+  return cfg
+
+
 def default_config(backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int,
                    device_kind: str | None = None) -> Config | None:
   """Built-in heuristic used when no LUT entry applies, for a device of `device_kind`
-  (None: the safe family of gpu_smem_limit)."""
-  rows, contraction, cols = op_dims(op, m, k, n)
-  if backend == "xla":
-    return None
-  if backend == "pallas_gpu":
-    cfg = _gpu_default(op, dtype, rows, contraction, cols, g, gpu_family(device_kind))
-    return cfg.clamped(rows, contraction, cols)
-  if backend == "pallas_tpu":
-    def tile(d, choices=(512, 256, 128)):
-      for c in choices:
-        if d % c == 0:
-          return c
-      return 128
-    tm = min(512, max(8, next_pow2(rows))) if rows < 512 else 512
-    return TpuConfig(tm=tm, tk=tile(contraction), tn=tile(cols))
-  raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+  (None: the safe family of gpu_smem_limit). Each backend's `default` in kernels/backends/."""
+  from kernels import backends
+  op_dims(op, m, k, n)  # validates op
+  return backends.get(backend).default(op, dtype, m, k, n, g, device_kind)
+
+
+def __getattr__(name: str):
+  if name in ("BACKENDS", "CONFIG_TYPES"):
+    from kernels import backends
+    if name == "BACKENDS":
+      return backends.NAMES
+    return {b.name: b.config_type for b in backends.REGISTRY.values() if b.config_type is not None}
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

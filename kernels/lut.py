@@ -32,7 +32,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kernels.config import BACKENDS, DTYPES, OPS, Config, config_from_dict, op_dims
+from kernels import backends
+from kernels.config import DTYPES, OPS, Config, config_from_dict, op_dims
 
 SCHEMA = "ragtune-lut"
 # 2: GpuConfig.grid_order was replaced by the launch-order bands group_m / group_k.
@@ -96,8 +97,8 @@ def _entry_from_dict(d: Any, where: str) -> Entry:
     raise LutError(f"{where}: missing key(s) {missing}")
   if d["op"] not in OPS:
     raise LutError(f"{where}.op: expected one of {OPS}, got {d['op']!r}")
-  if d["backend"] not in BACKENDS:
-    raise LutError(f"{where}.backend: expected one of {BACKENDS}, got {d['backend']!r}")
+  if d["backend"] not in backends.NAMES:
+    raise LutError(f"{where}.backend: expected one of {backends.NAMES}, got {d['backend']!r}")
   if d["dtype"] not in DTYPES:
     raise LutError(f"{where}.dtype: expected one of {DTYPES}, got {d['dtype']!r}")
   for dim in ("m", "k", "n", "g"):
@@ -208,6 +209,36 @@ class Lut:
       if d < best_d or (d == best_d and best is not None and e.m > best.m):
         best, best_d = e, d
     return best if best_d <= MAX_DISTANCE else None
+
+  def choose(self, op: str, m: int, k: int, n: int, g: int, dtype: Any) -> tuple[str, Config | None] | None:
+    """(backend, config) to run the forward problem (m, k, n, g) as `op` with, or None;
+    the entry of `choose_entry`."""
+    e = self.choose_entry(op, m, k, n, g, dtype)
+    return None if e is None else (e.backend, e.config)
+
+  def choose_entry(self, op: str, m: int, k: int, n: int, g: int, dtype: Any) -> Entry | None:
+    """The entry to run the forward problem (m, k, n, g) as `op` with, or None.
+
+    The nearest tuned shape comes from `nearest` over every backend's entries of this op
+    and dtype (an xla entry, with no config, always fits); among the entries at that
+    shape (m, k, n, g), the fastest by its measured `time_s` wins. Entries carry only
+    correct candidates (export-lut writes rows that matched jax.lax.ragged_dot); one with
+    no time ranks after every timed one, and ties go to the registry's backend order.
+    """
+    near = self.nearest(op, m, k, n, g, dtype)
+    if near is None:
+      return None
+    order = {name: i for i, name in enumerate(backends.NAMES)}
+
+    def rank(e: Entry):
+      t = e.extra.get("time_s")
+      timed = isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0
+      return (0, t, order[e.backend]) if timed else (1, 0.0, order[e.backend])
+
+    at_shape = [e for e in self._entries.values()
+                if e.op == op and e.dtype == near.dtype and (e.m, e.k, e.n, e.g) == (near.m, near.k, near.n, near.g)
+                and (e.config is None or e.config.fits(op, e.dtype, m, k, n, self.device_kind))]
+    return min(at_shape, key=rank)
 
   def lookup(self, op: str, m: int, k: int, n: int, g: int, dtype: Any, *,
              backend: str | None = None) -> Config | None:

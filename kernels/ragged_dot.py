@@ -18,39 +18,39 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import gpu_gmm, gpu_tgmm, tpu_gmm, xla
+from kernels import backends
 from kernels import lut as lut_mod
-from kernels.config import BACKENDS, CONFIG_TYPES, OPS, Config, config_from_dict, default_config
+from kernels.config import OPS, Config, config_from_dict, default_config
 
 logger = logging.getLogger("kernels")
 
-# Input dtypes each Pallas backend computes in (megablox/TPU has no float16 matmul).
-PALLAS_DTYPES = {"pallas_gpu": ("bfloat16", "float16", "float32"), "pallas_tpu": ("bfloat16", "float32")}
+# Input dtypes each backend with knobs computes in (see kernels/backends/).
+PALLAS_DTYPES = {b.name: b.dtypes for b in backends.REGISTRY.values() if b.config_type is not None}
+GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
 # --- argument handling ----------------------------------------------------------------
 
 def resolve_backend(backend: str) -> str:
+  """The backend "auto" falls back to on this platform (pallas_gpu on a GPU, pallas_tpu on
+  a TPU, else xla); any other name is checked and returned. On a GPU, ragged_dot's "auto"
+  first asks the LUT per op (Lut.choose); see resolve_plan."""
   if backend == "auto":
     platform = jax.default_backend()
-    if platform in ("gpu", "cuda", "rocm"):
+    if platform in GPU_PLATFORMS:
       return "pallas_gpu"
     if platform == "tpu":
       return "pallas_tpu"
     return "xla"
-  if backend not in BACKENDS:
-    raise ValueError(f"backend must be one of {('auto',) + BACKENDS}, got {backend!r}")
+  if backend not in backends.REGISTRY:
+    raise ValueError(f"backend must be one of {('auto',) + backends.NAMES}, got {backend!r}")
   return backend
 
 
 def default_interpret(backend: str) -> bool:
-  """Interpret a Pallas backend when its hardware is not the default device."""
-  platform = jax.default_backend()
-  if backend == "pallas_gpu":
-    return platform not in ("gpu", "cuda", "rocm")
-  if backend == "pallas_tpu":
-    return platform != "tpu"
-  return False
+  """Interpret a kernel backend when its hardware is not the default device."""
+  b = backends.get(backend)
+  return b.config_type is not None and jax.default_backend() not in b.platforms
 
 
 def _canonical_precision(precision):
@@ -95,13 +95,7 @@ def _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset):
 
 
 def _check_config(backend: str, op: str, cfg: Any) -> None:
-  if backend == "xla":
-    if cfg is not None:
-      raise TypeError(f"config[{op!r}] must be None for backend 'xla' (it has no knobs), got {cfg!r}")
-    return
-  expected = CONFIG_TYPES[backend]
-  if not isinstance(cfg, expected):
-    raise TypeError(f"config[{op!r}] must be a {expected.__name__} for backend {backend!r}, got {cfg!r}")
+  backends.get(backend).check_config(op, cfg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +104,8 @@ class Choice:
 
   source: "lut-exact" (an entry for this very (m, k, n, g)), "lut-nearest" (the closest
     tuned shape, in `tuned_shape`, at `distance` by the rule of `Lut.nearest`),
-    "heuristic" (`default_config`), "explicit" (passed as config=), or "none" (the xla
-    backend has no knobs).
+    "heuristic" (`default_config`), "explicit" (passed as config=), or "none" (a backend
+    with no knobs, such as xla).
   """
 
   op: str
@@ -130,9 +124,15 @@ class Choice:
     return f"{self.op}: {self.backend} {self.config if self.config is not None else '(no config)'} <- {where}"
 
 
+def _from_entry(op: str, table, e, m: int, k: int, n: int, g: int) -> Choice:
+  source = "lut-exact" if (e.m, e.k, e.n, e.g) == (m, k, n, g) else "lut-nearest"
+  return Choice(op, e.backend, e.config, source, (e.m, e.k, e.n, e.g), lut_mod.shape_distance(e, m, k, n, g),
+                table.source)
+
+
 def choose_config(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: Any) -> Choice:
-  """The config `ragged_dot` uses for `op` when none is given, with its source."""
-  if backend == "xla":
+  """The config `ragged_dot` uses for `op` on `backend` when none is given, with its source."""
+  if backends.get(backend).config_type is None:
     return Choice(op, backend, None, "none")
   dt = lut_mod.canonical_dtype(dtype)
   table = lut_mod.active_lut()
@@ -140,10 +140,7 @@ def choose_config(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: 
   if e is None:
     heuristic = default_config(backend, op, dt, m, k, n, g, device_kind=lut_mod.current_device_kind())
     return Choice(op, backend, heuristic, "heuristic")
-  d = lut_mod.shape_distance(e, m, k, n, g)
-  exact = (e.m, e.k, e.n, e.g) == (m, k, n, g)
-  return Choice(op, backend, e.config, "lut-exact" if exact else "lut-nearest", (e.m, e.k, e.n, e.g), d,
-                table.source)
+  return _from_entry(op, table, e, m, k, n, g)
 
 
 def select_config(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: Any) -> Config | None:
@@ -155,9 +152,9 @@ def _as_config(backend: str, op: str, cfg: Any) -> Any:
   """A plain dict (as a LUT stores it) becomes the backend's config type."""
   if not isinstance(cfg, Mapping):
     return cfg
-  if backend == "xla":
+  if backends.get(backend).config_type is None:
     if cfg:
-      raise TypeError(f"config[{op!r}] must be None or {{}} for backend 'xla' (it has no knobs), got {cfg!r}")
+      raise TypeError(f"config[{op!r}] must be None or {{}} for backend {backend!r} (it has no knobs), got {cfg!r}")
     return None
   try:
     return config_from_dict(backend, dict(cfg))
@@ -167,25 +164,43 @@ def _as_config(backend: str, op: str, cfg: Any) -> Any:
 
 def _per_op(config: Mapping) -> bool:
   """{op: config} rather than one config as a dict: keys are ops, or values are configs."""
-  return set(config) <= set(OPS) or any(v is None or isinstance(v, (Mapping, *CONFIG_TYPES.values()))
+  config_types = tuple(b.config_type for b in backends.REGISTRY.values() if b.config_type is not None)
+  return set(config) <= set(OPS) or any(v is None or isinstance(v, (Mapping, *config_types))
                                         for v in config.values())
 
 
-def resolve_choices(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict[str, Choice]:
+def _given_configs(config) -> dict[str, Any]:
   if config is None:
-    given = {}
-  elif isinstance(config, Mapping) and _per_op(config):
+    return {}
+  if isinstance(config, Mapping) and _per_op(config):
     unknown = set(config) - set(OPS)
     if unknown:
       raise ValueError(f"config keys must be among {OPS}, got {sorted(unknown)}")
-    given = dict(config)
-  else:
-    given = {op: config for op in OPS}
+    return dict(config)
+  return {op: config for op in OPS}
+
+
+def resolve_choices(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict[str, Choice]:
+  """The Choice of each op. An explicit backend runs every op. "auto" on a GPU asks the
+  active LUT for each op on its own (Lut.choose_entry: the fastest correct entry at the
+  nearest tuned shape, any backend, XLA included) and falls back to pallas_gpu and its
+  heuristic; elsewhere it is resolve_backend("auto"). A config object given for an op
+  under "auto" runs on the backend it belongs to; a plain dict on the fallback."""
+  given = _given_configs(config)
+  auto = backend == "auto"
+  fallback = resolve_backend(backend)
+  table = lut_mod.active_lut() if auto and fallback == "pallas_gpu" else None
   out = {}
   for op in OPS:
-    cfg = _as_config(backend, op, given.get(op))
-    choice = Choice(op, backend, cfg, "explicit") if cfg is not None else choose_config(op, backend, m, k, n, g, dtype)
-    _check_config(backend, op, choice.config)
+    cfg = given.get(op)
+    name = (backends.backend_of_config(cfg) or fallback) if auto else fallback
+    cfg = _as_config(name, op, cfg)
+    if cfg is not None:
+      choice = Choice(op, name, cfg, "explicit")
+    else:
+      e = table.choose_entry(op, m, k, n, g, dtype) if table is not None else None
+      choice = _from_entry(op, table, e, m, k, n, g) if e is not None else choose_config(op, name, m, k, n, g, dtype)
+    _check_config(choice.backend, op, choice.config)
     out[op] = choice
   return out
 
@@ -194,10 +209,10 @@ def resolve_configs(config, backend: str, m: int, k: int, n: int, g: int, dtype)
   return {op: c.config for op, c in resolve_choices(config, backend, m, k, n, g, dtype).items()}
 
 
-def _check_dtype(backend: str, compute_dtype) -> None:
-  if backend != "xla" and jnp.dtype(compute_dtype).name not in PALLAS_DTYPES[backend]:
-    raise TypeError(f"backend {backend!r} supports lhs/rhs dtypes {PALLAS_DTYPES[backend]}, got "
-                    f"{jnp.dtype(compute_dtype).name}; use backend='xla'")
+def resolve_plan(backend: str, config, m: int, k: int, n: int, g: int,
+                 dtype) -> dict[str, tuple[str, Config | None]]:
+  """(backend, config) for each op; see resolve_choices."""
+  return {op: (c.backend, c.config) for op, c in resolve_choices(config, backend, m, k, n, g, dtype).items()}
 
 
 def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend: str = "auto") -> dict[str, Choice]:
@@ -217,9 +232,13 @@ def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend
   k_rhs = rhs_shape[2] if transpose_rhs else rhs_shape[1]
   if k != k_rhs:
     raise ValueError(f"contraction mismatch: lhs_shape {lhs_shape} vs rhs_shape {rhs_shape} (transpose_rhs={transpose_rhs})")
-  backend = resolve_backend(backend)
-  _check_dtype(backend, dtype)
-  return resolve_choices(None, backend, m, k, n, g, dtype)
+  name = jnp.dtype(dtype).name
+  if backend != "auto":
+    backends.get(resolve_backend(backend)).check_dtype(name, name, name)
+  choices = resolve_choices(None, backend, m, k, n, g, dtype)
+  for c in choices.values():
+    backends.get(c.backend).check_dtype(name, name, name)
+  return choices
 
 
 _logged: set = set()
@@ -237,49 +256,33 @@ def _log_choices(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dty
                "; ".join(str(c) for c in choices.values()))
 
 
-# --- the three ops, per backend -------------------------------------------------------
+# --- the three ops, each from its backend's module (kernels/backends/) ------------------
 
 def forward(lhs, rhs, group_sizes, *, backend: str, config: Config | None, out_dtype,
             transpose_rhs: bool = False, group_offset=None, precision=None, interpret: bool = False):
   """out[m,n]: grouped matmul of lhs [m,k] with rhs [g,k,n] ([g,n,k] if transpose_rhs)."""
-  if backend == "pallas_gpu":
-    return gpu_gmm.gmm(lhs, rhs, group_sizes, config=config, out_dtype=out_dtype,
-                       transpose_rhs=transpose_rhs, group_offset=group_offset,
-                       precision=precision, interpret=interpret)
-  if backend == "pallas_tpu":
-    return tpu_gmm.gmm(lhs, rhs, group_sizes, config=config, out_dtype=out_dtype,
-                       transpose_rhs=transpose_rhs, group_offset=group_offset, interpret=interpret)
-  return xla.gmm(lhs, rhs, group_sizes, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
-                 group_offset=group_offset, precision=precision)
+  return backends.get(backend).forward(
+      lhs, rhs, group_sizes, config=config, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
+      group_offset=group_offset, precision=precision, interpret=interpret)
 
 
-def grad_lhs(dout, rhs, group_sizes, *, transpose_rhs: bool = False, **kw):
+def grad_lhs(dout, rhs, group_sizes, *, backend: str, transpose_rhs: bool = False, **kw):
   """dlhs[m,k] = dout[m,n] @ rhs[group]^T; reads rhs in place with the other layout."""
-  return forward(dout, rhs, group_sizes, transpose_rhs=not transpose_rhs, **kw)
-
-
-def _swap_kn(cfg):
-  if cfg is None:
-    return None
-  if hasattr(cfg, "block_k"):
-    return dataclasses.replace(cfg, block_k=cfg.block_n, block_n=cfg.block_k)
-  return dataclasses.replace(cfg, tk=cfg.tn, tn=cfg.tk)
+  own = backends.get(backend).grad_lhs
+  if own is not None:
+    return own(dout, rhs, group_sizes, transpose_rhs=transpose_rhs, **kw)
+  return forward(dout, rhs, group_sizes, backend=backend, transpose_rhs=not transpose_rhs, **kw)
 
 
 def grad_rhs(lhs, dout, group_sizes, *, num_groups: int, backend: str, config: Config | None,
              out_dtype, transpose_rhs: bool = False, group_offset=None, precision=None,
              interpret: bool = False):
-  """drhs[g,k,n] = lhs[group]^T @ dout[group] (or [g,n,k] with transpose_rhs)."""
-  a, b = (dout, lhs) if transpose_rhs else (lhs, dout)
-  cfg = _swap_kn(config) if transpose_rhs else config  # config is in the [g,k,n] frame
-  if backend == "pallas_gpu":
-    return gpu_tgmm.tgmm(a, b, group_sizes, num_groups=num_groups, config=cfg, out_dtype=out_dtype,
-                         group_offset=group_offset, precision=precision, interpret=interpret)
-  if backend == "pallas_tpu":
-    return tpu_gmm.tgmm(a, b, group_sizes, num_groups=num_groups, config=cfg, out_dtype=out_dtype,
-                        group_offset=group_offset, interpret=interpret)
-  return xla.tgmm(a, b, group_sizes, num_groups=num_groups, out_dtype=out_dtype,
-                  group_offset=group_offset, precision=precision)
+  """drhs[g,k,n] = lhs[group]^T @ dout[group] (or [g,n,k] with transpose_rhs); the config
+  is in the [g,k,n] frame."""
+  return backends.get(backend).grad_rhs(
+      lhs, dout, group_sizes, num_groups=num_groups, config=config, out_dtype=out_dtype,
+      transpose_rhs=transpose_rhs, group_offset=group_offset, precision=precision,
+      interpret=interpret)
 
 
 OP_FUNCTIONS = {"fwd": forward, "dlhs": grad_lhs, "drhs": grad_rhs}
@@ -289,7 +292,7 @@ OP_FUNCTIONS = {"fwd": forward, "dlhs": grad_lhs, "drhs": grad_rhs}
 
 @dataclasses.dataclass(frozen=True)
 class _Plan:
-  backend: str
+  backends: tuple[str, str, str]  # per op, in OPS order
   fwd: Config | None
   dlhs: Config | None
   drhs: Config | None
@@ -297,12 +300,13 @@ class _Plan:
   precision: Any
   out_dtype: str
   compute_dtype: str
-  interpret: bool
+  interpret: tuple[Any, Any, Any]  # per op, in OPS order
   has_offset: bool
 
   def common(self, op: str, group_offset) -> dict[str, Any]:
-    return dict(backend=self.backend, config=getattr(self, op), transpose_rhs=self.transpose_rhs,
-                precision=self.precision, interpret=self.interpret,
+    i = OPS.index(op)
+    return dict(backend=self.backends[i], config=getattr(self, op), transpose_rhs=self.transpose_rhs,
+                precision=self.precision, interpret=self.interpret[i],
                 group_offset=group_offset if self.has_offset else None)
 
 
@@ -339,32 +343,39 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
   group_offset: int32 scalar for expert parallelism. rhs then holds groups
     [group_offset, group_offset + rhs.shape[0]) of the len(group_sizes) groups, and rows
     of every other group come out 0.
-  backend: "pallas_gpu" | "pallas_tpu" | "xla" | "auto" (GPU, TPU, else XLA).
+  backend: "pallas_gpu" | "mosaic_gpu" | "pallas_tpu" | "xla" | "auto". "auto" on a GPU
+    picks the backend of each op (fwd, dlhs, drhs) from the active LUT (Lut.choose), else
+    pallas_gpu; on a TPU pallas_tpu; elsewhere xla. See resolve_plan.
   config: None (the active LUT, else a heuristic), one config for all three ops, or a
-    mapping {"fwd", "dlhs", "drhs"} -> config. Configs are GpuConfig / TpuConfig, or
-    plain dicts of their fields as a LUT stores them. `kernels.explain` says what None picks.
-  interpret: run a Pallas backend in interpret mode; None means "when the backend's
-    hardware (GPU for pallas_gpu, TPU for pallas_tpu) is not the default device".
+    mapping {"fwd", "dlhs", "drhs"} -> config. Configs are GpuConfig / MosaicConfig /
+    TpuConfig, or plain dicts of their fields as a LUT stores them. `kernels.explain`
+    says what None picks.
+  interpret: run a kernel backend in interpret mode; None means "when the backend's
+    hardware (GPU for pallas_gpu/mosaic_gpu, TPU for pallas_tpu) is not the default
+    device". mosaic_gpu also takes jax's InterpretGPUParams.
   """
   _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset)
-  backend = resolve_backend(backend)
+  if backend != "auto":
+    backend = resolve_backend(backend)
   out_dtype = jax.eval_shape(
       functools.partial(jax.lax.ragged_dot, preferred_element_type=preferred_element_type),
       jax.ShapeDtypeStruct(lhs.shape, lhs.dtype),
       jax.ShapeDtypeStruct((rhs.shape[0], lhs.shape[1], rhs.shape[1] if transpose_rhs else rhs.shape[2]), rhs.dtype),
       jax.ShapeDtypeStruct((rhs.shape[0],), jnp.int32)).dtype
   compute_dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
-  _check_dtype(backend, compute_dtype)
+  if backend != "auto":
+    backends.get(backend).check_dtype(lhs.dtype, rhs.dtype, compute_dtype.name)
   m, k = lhs.shape
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
   choices = resolve_choices(config, backend, m, k, n, rhs.shape[0], compute_dtype)
   _log_choices(choices, m, k, n, rhs.shape[0], compute_dtype)
-  configs = {op: c.config for op, c in choices.items()}
-  if interpret is None:
-    interpret = default_interpret(backend)
-  plan = _Plan(backend, configs["fwd"], configs["dlhs"], configs["drhs"], bool(transpose_rhs),
+  names = tuple(choices[op].backend for op in OPS)
+  for name in set(names):  # "auto" may pick a backend per op; each must take the dtype
+    backends.get(name).check_dtype(lhs.dtype, rhs.dtype, compute_dtype.name)
+  modes = tuple(default_interpret(name) if interpret is None else interpret for name in names)
+  plan = _Plan(names, choices["fwd"].config, choices["dlhs"].config, choices["drhs"].config, bool(transpose_rhs),
                _canonical_precision(precision), jnp.dtype(out_dtype).name, compute_dtype.name,
-               bool(interpret), group_offset is not None)
+               modes, group_offset is not None)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
   return _ragged_dot(lhs.astype(compute_dtype), rhs.astype(compute_dtype),
                      group_sizes.astype(jnp.int32), offset, plan)

@@ -1,0 +1,38 @@
+"""Backend 'mosaic_gpu': Hopper TMA + wgmma kernels (kernels/mgpu_gmm.py, kernels/mgpu_tgmm.py).
+
+The kernel modules are imported on first use: jax's Mosaic GPU package imports absl
+(absl-py), which `import kernels` must not need.
+"""
+
+import importlib
+
+from kernels.backends import Backend
+from kernels.config import MosaicConfig, mosaic_default
+
+
+def forward(lhs, rhs, group_sizes, *, config, out_dtype, transpose_rhs=False, group_offset=None,
+            precision=None, interpret=False):
+  mgpu_gmm = importlib.import_module("kernels.mgpu_gmm")
+  return mgpu_gmm.gmm(lhs, rhs, group_sizes, config=config, out_dtype=out_dtype,
+                      transpose_rhs=transpose_rhs, group_offset=group_offset,
+                      precision=precision, interpret=interpret)
+
+
+def grad_rhs(lhs, dout, group_sizes, *, num_groups, config, out_dtype, transpose_rhs=False,
+             group_offset=None, precision=None, interpret=False):
+  """drhs in the config's [g,k,n] frame: the output tile is [block_k, block_n] of [k, n]
+  (with transpose_rhs, [block_n, block_k] of [n, k]); block_m rows are reduced a step."""
+  del precision
+  mgpu_tgmm = importlib.import_module("kernels.mgpu_tgmm")
+  a, b = (dout, lhs) if transpose_rhs else (lhs, dout)
+  tile_a, tile_b = (config.block_n, config.block_k) if transpose_rhs else (config.block_k, config.block_n)
+  return mgpu_tgmm.tgmm(a, b, group_sizes, num_groups=num_groups, block_m=config.block_m,
+                        tile_a=tile_a, tile_b=tile_b, grid_block_n=config.grid_block_n,
+                        max_concurrent_steps=config.max_concurrent_steps, out_dtype=out_dtype,
+                        group_offset=group_offset, interpret=interpret)
+
+
+# wgmma takes 16-bit inputs here; float32 goes to pallas_gpu or xla.
+BACKEND = Backend(
+    name="mosaic_gpu", forward=forward, grad_rhs=grad_rhs, default=mosaic_default,
+    config_type=MosaicConfig, dtypes=("bfloat16", "float16"), platforms=("gpu", "cuda"))

@@ -1,0 +1,265 @@
+"""backend="mosaic_gpu": export for CUDA (Mosaic GPU custom call) and numerics in jax's
+Mosaic GPU interpreter on CPU.
+
+jax's Mosaic GPU package imports absl (absl-py, in the test extra); without it these
+tests skip. The interpreter runs the kernels as they are, except for two things it does
+not model, handled here and in the kernels:
+- its wgmma cannot read a transposed tile (transpose_rhs, drhs): tests/mgpu_interpret.py
+  adds that, as Hopper's wgmma does for 16-bit inputs;
+- it drops a store that runs past an array's end, where a GPU's TMA clips it: interpreted
+  kernels write to an output padded to whole tiles (mgpu_gmm.out_cols).
+Each interpreted kernel call simulates INTERPRET_NUM_SMS programs on host threads, so
+shapes are small and each case is one call.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AbstractDevice, AbstractMesh, AxisType
+
+pytest.importorskip("absl", reason="jax's Mosaic GPU package needs absl-py")
+
+import kernels  # noqa: E402
+from conftest import np_ragged_dot, rand  # noqa: E402
+from kernels import mgpu_gmm, mgpu_tgmm  # noqa: E402
+from mgpu_interpret import transposed_wgmma  # noqa: E402
+
+S = jax.ShapeDtypeStruct
+MOSAIC = "mosaic_gpu_v2"
+TRITON = "__gpu$xla.gpu.triton"
+H100 = "NVIDIA H100 80GB HBM3"
+SMALL = kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, grid_block_n=2)
+
+
+def export_for_h100(f, *args):
+  dev = AbstractDevice(device_kind=H100, num_cores=None, platform="cuda")
+  mesh = AbstractMesh((1,), ("x",), axis_types=(AxisType.Auto,), abstract_device=dev)
+  checks = [jax.export.DisabledSafetyCheck.custom_call(MOSAIC), jax.export.DisabledSafetyCheck.custom_call(TRITON)]
+  with jax.sharding.use_abstract_mesh(mesh):
+    exp = jax.export.export(jax.jit(f), platforms=["cuda"], disabled_checks=checks)(*args)
+  return exp.mlir_module()
+
+
+# --- export for CUDA ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["fwd", "dlhs", "drhs"])
+@pytest.mark.parametrize("m,k,n", [(37, 40, 24), (300, 72, 200), (1024, 512, 768)],
+                         ids=["smaller_than_blocks", "ragged", "block_multiples"])
+def test_each_op_exports_to_one_mosaic_kernel(op, m, k, n):
+  g, bf = 5, jnp.bfloat16
+  cfg = kernels.default_config("mosaic_gpu", op, "bfloat16", m, k, n, g, device_kind=H100)
+  assert cfg.fits(op, "bfloat16", m, k, n, H100)
+  common = dict(backend="mosaic_gpu", config=cfg, out_dtype=bf, interpret=False)
+  gs, off = S((8,), jnp.int32), S((), jnp.int32)
+  if op == "fwd":
+    f = lambda x, w, s, o: kernels.forward(x, w, s, group_offset=o, **common)
+    args = (S((m, k), bf), S((g, k, n), bf), gs, off)
+  elif op == "dlhs":
+    f = lambda d, w, s, o: kernels.grad_lhs(d, w, s, group_offset=o, **common)
+    args = (S((m, n), bf), S((g, k, n), bf), gs, off)
+  else:
+    f = lambda x, d, s, o: kernels.grad_rhs(x, d, s, num_groups=g, group_offset=o, **common)
+    args = (S((m, k), bf), S((m, n), bf), gs, off)
+  mod = export_for_h100(f, *args)
+  assert mod.count(MOSAIC) == 1 and TRITON not in mod
+
+
+@pytest.mark.parametrize("transpose_rhs", [False, True])
+def test_grad_through_mosaic_exports_three_kernels(transpose_rhs):
+  m, k, n, g = 200, 128, 96, 4
+
+  def loss(x, w, s, off):
+    y = kernels.ragged_dot(x, w, s, backend="mosaic_gpu", group_offset=off, transpose_rhs=transpose_rhs,
+                           interpret=False)
+    return jnp.sum(y.astype(jnp.float32) ** 2)
+
+  w = S((g, n, k) if transpose_rhs else (g, k, n), jnp.float16)
+  mod = export_for_h100(jax.grad(loss, argnums=(0, 1)), S((m, k), jnp.float16), w, S((8,), jnp.int32),
+                        S((), jnp.int32))
+  assert mod.count(MOSAIC) == 3  # fwd gmm, dlhs gmm (transposed read), drhs tgmm
+
+
+def test_f32_output_and_sm_count_fallback_export():
+  assert mgpu_gmm.num_sms() == mgpu_gmm.FALLBACK_NUM_SMS  # CPU host: no GPU to ask
+  bf = jnp.bfloat16
+  mod = export_for_h100(lambda x, w, s: mgpu_gmm.gmm(x, w, s, config=SMALL, out_dtype=jnp.float32),
+                        S((64, 64), bf), S((2, 64, 64), bf), S((2,), jnp.int32))
+  assert mod.count(MOSAIC) == 1
+
+
+def test_f32_inputs_are_refused_explicitly():
+  x, w, gs = rand(0, (8, 16), jnp.float32), rand(1, (1, 16, 8), jnp.float32), jnp.array([8], jnp.int32)
+  with pytest.raises(TypeError, match="mosaic_gpu.*supports lhs/rhs dtypes.*float32"):
+    kernels.ragged_dot(x, w, gs, backend="mosaic_gpu")
+  with pytest.raises(TypeError, match="one dtype among"):  # the op functions, called directly
+    kernels.forward(x, w, gs, backend="mosaic_gpu", config=SMALL, out_dtype=jnp.float32)
+  with pytest.raises(TypeError, match="one dtype among"):
+    kernels.grad_rhs(x.astype(jnp.bfloat16), rand(2, (8, 8), jnp.float16), gs, num_groups=1, backend="mosaic_gpu",
+                     config=SMALL, out_dtype=jnp.float32)
+
+
+# --- numerics in the interpreter ------------------------------------------------------------
+
+TOL = {jnp.bfloat16: 2e-2, jnp.float16: 5e-3}
+
+
+def _check(out, ref64, dtype):
+  scale = max(1.0, np.abs(ref64).max())
+  np.testing.assert_allclose(np.asarray(out, np.float64), ref64, atol=TOL[dtype] * scale, rtol=TOL[dtype])
+
+
+CASES = {
+    # name: (m, k, n, group_sizes, transpose_rhs, group_offset, g_local)
+    "empty_groups_sum_lt_m_ragged_mkn": (37, 40, 24, [9, 0, 13, 0, 6], False, None, 5),
+    "offset_shard_last_transposed": (50, 40, 80, [12, 9, 0, 20], True, 2, 2),
+    "nothing_routed": (16, 64, 64, [0, 0], False, None, 2),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_forward_matches_lax_and_numpy_in_interpreter(case):
+  m, k, n, sizes, tr, off, g_local = CASES[case]
+  dtype = jnp.bfloat16
+  lhs = rand(1, (m, k), dtype)
+  rhs = rand(2, (g_local, n, k) if tr else (g_local, k, n), dtype)
+  gs = jnp.array(sizes, jnp.int32)
+  kw = dict(transpose_rhs=tr, group_offset=None if off is None else jnp.int32(off))
+  with transposed_wgmma():
+    out = kernels.ragged_dot(lhs, rhs, gs, backend="mosaic_gpu", config=SMALL, interpret=True, **kw)
+  assert out.shape == (m, n) and out.dtype == dtype
+  _check(out, np_ragged_dot(lhs, rhs, gs, transpose_rhs=tr, group_offset=off or 0), dtype)
+  assert not np.any(np.asarray(out, np.float32)[sum(sizes):]), "rows past sum(group_sizes) must be 0"
+  if off is None:
+    rhs_kn = rhs.swapaxes(1, 2) if tr else rhs
+    _check(out, np.asarray(jax.lax.ragged_dot(lhs, rhs_kn, gs, preferred_element_type=jnp.float32), np.float64), dtype)
+
+
+def test_vjp_matches_numpy_in_interpreter(transpose_rhs=True, group_offset=1):
+  """fwd, dlhs and drhs through the custom_vjp, each on its own kernel, against the float64
+  gradients, with transposed weights of a shard. (The plain layout's kernels are the
+  forward above (fwd; dlhs is a transposed read) and tgmm below: each interpreted case
+  costs seconds, so the vjp runs once.)"""
+  m, k, n, sizes = 53, 72, 40, [11, 0, 20, 9]
+  g_local = 2 if group_offset is not None else 4
+  dtype = jnp.float16
+  lhs, dout = rand(3, (m, k), dtype), rand(5, (m, n), dtype)
+  rhs = rand(4, (g_local, n, k) if transpose_rhs else (g_local, k, n), dtype)
+  gs = jnp.array(sizes, jnp.int32)
+  kw = dict(transpose_rhs=transpose_rhs, group_offset=None if group_offset is None else jnp.int32(group_offset))
+  f = lambda a, b: kernels.ragged_dot(a, b, gs, backend="mosaic_gpu", config=SMALL, interpret=True, **kw)
+  with transposed_wgmma():
+    _, vjp = jax.vjp(f, lhs, rhs)
+    dlhs, drhs = vjp(dout)
+  off = group_offset or 0
+  l64, d64 = np.asarray(lhs, np.float64), np.asarray(dout, np.float64)
+  r64 = np.asarray(rhs, np.float64)
+  r_kn = r64.transpose(0, 2, 1) if transpose_rhs else r64
+  ref_dlhs, ref_drhs, start = np.zeros_like(l64), np.zeros_like(r_kn), 0
+  for i, size in enumerate(sizes):
+    rows = slice(start, start + size)
+    if 0 <= i - off < g_local:
+      ref_dlhs[rows] = d64[rows] @ r_kn[i - off].T
+      ref_drhs[i - off] = l64[rows].T @ d64[rows]
+    start += size
+  _check(dlhs, ref_dlhs, dtype)
+  _check(drhs, ref_drhs.transpose(0, 2, 1) if transpose_rhs else ref_drhs, dtype)
+
+
+def test_mixed_input_dtypes_are_promoted():
+  lhs, rhs, gs = rand(6, (24, 64), jnp.bfloat16), rand(7, (2, 64, 64), jnp.float16), jnp.array([10, 9], jnp.int32)
+  with pytest.raises(TypeError, match="mosaic_gpu"):  # bf16 x f16 promotes to f32
+    kernels.ragged_dot(lhs, rhs, gs, backend="mosaic_gpu")
+  out = kernels.ragged_dot(lhs, rhs.astype(jnp.bfloat16), gs, backend="mosaic_gpu", config=SMALL,
+                           preferred_element_type=jnp.float32, interpret=True)
+  assert out.dtype == jnp.float32
+  _check(out, np_ragged_dot(lhs, rhs.astype(jnp.bfloat16), gs), jnp.bfloat16)
+
+
+def test_tgmm_larger_tiles_in_interpreter():
+  """drhs with a row step larger than a group, a 128-row output tile and a ragged n."""
+  m, k, n, sizes = 90, 128, 72, [30, 0, 41]
+  a, b = rand(8, (m, k), jnp.bfloat16), rand(9, (m, n), jnp.bfloat16)
+  with transposed_wgmma():
+    out = mgpu_tgmm.tgmm(a, b, jnp.array(sizes, jnp.int32), num_groups=3, block_m=128, tile_a=128, tile_b=64,
+                         grid_block_n=1, max_concurrent_steps=3, out_dtype=jnp.float32, interpret=True)
+  a64, b64, ref, start = np.asarray(a, np.float64), np.asarray(b, np.float64), np.zeros((3, k, n)), 0
+  for i, size in enumerate(sizes):
+    ref[i] = a64[start:start + size].T @ b64[start:start + size]
+    start += size
+  _check(out, ref, jnp.bfloat16)
+
+
+# --- pure helpers ----------------------------------------------------------------------------
+
+def test_band_snake_matches_planar_snake_and_is_a_bijection():
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  for rows, cols, band in [(5, 7, 2), (1, 1, 1), (6, 4, 4), (2, 3, 16)]:
+    idx = jnp.arange(rows * cols, dtype=jnp.int32)
+    r, c = (np.asarray(x) for x in mgpu_gmm.band_snake(idx, rows, cols, band))
+    assert len(set(zip(r.tolist(), c.tolist()))) == rows * cols
+    assert r.min() >= 0 and r.max() < rows and c.min() >= 0 and c.max() < cols
+    pr, pc = plgpu.planar_snake(idx, (rows, cols), 1, band)  # eager: its 0-wide tail is masked
+    np.testing.assert_array_equal(r, pr)
+    np.testing.assert_array_equal(c, pc)
+
+
+def test_pad_to_multiple_pads_only_when_needed():
+  x = jnp.ones((5, 64))
+  assert mgpu_gmm.pad_to_multiple(x, 1, 64) is x
+  y = mgpu_gmm.pad_to_multiple(x, 0, 8)
+  assert y.shape == (8, 64) and not np.any(np.asarray(y)[5:])
+
+
+# --- backend="auto" following a LUT that mixes backends ---------------------------------------
+
+def _custom_calls(mod):
+  return {"pallas_gpu": mod.count(TRITON), "mosaic_gpu": mod.count(MOSAIC)}
+
+
+@pytest.mark.parametrize("winners", [
+    {"fwd": "pallas_gpu", "dlhs": "mosaic_gpu", "drhs": "xla"},
+    {"fwd": "mosaic_gpu", "dlhs": "xla", "drhs": "pallas_gpu"},
+    {"fwd": "xla", "dlhs": "pallas_gpu", "drhs": "mosaic_gpu"},
+], ids=lambda w: "-".join(w.values()))
+def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
+  """What this proves: given a GPU platform and the active LUT, "auto" picks each op's
+  backend with Lut.choose and each op lowers to that backend's kernel (Triton, Mosaic GPU,
+  or plain XLA). The platform is faked: this host is a CPU, and export for CUDA does not
+  change jax.default_backend(); on a real GPU that call says "gpu" by itself."""
+  from test_backends import SHAPE, _mixed_lut
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  kernels.set_active_lut(_mixed_lut(winners))
+  m, k, n, g = SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"]
+  bf = jnp.bfloat16
+  plan = kernels.resolve_plan("auto", None, m, k, n, g, bf)
+  assert {op: name for op, (name, _) in plan.items()} == winners
+
+  fwd = export_for_h100(lambda x, w, s: kernels.ragged_dot(x, w, s), S((m, k), bf), S((g, k, n), bf), S((g,), jnp.int32))
+  expect = {name: int(winners["fwd"] == name) for name in ("pallas_gpu", "mosaic_gpu")}
+  assert _custom_calls(fwd) == expect
+
+  def loss(x, w, s):
+    return jnp.sum(kernels.ragged_dot(x, w, s).astype(jnp.float32) ** 2)
+
+  grad = export_for_h100(jax.grad(loss, argnums=(0, 1)), S((m, k), bf), S((g, k, n), bf), S((g,), jnp.int32))
+  per_backend = {name: sum(w == name for w in winners.values()) for name in ("pallas_gpu", "mosaic_gpu")}
+  assert _custom_calls(grad) == per_backend
+
+
+def test_auto_without_an_applicable_entry_falls_back_to_pallas_gpu(monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  kernels.set_active_lut(kernels.Lut(H100, []))
+  bf = jnp.bfloat16
+
+  def loss(x, w, s, backend):
+    return jnp.sum(kernels.ragged_dot(x, w, s, backend=backend).astype(jnp.float32) ** 2)
+
+  args = (S((256, 128), bf), S((4, 128, 192), bf), S((4,), jnp.int32))
+  auto = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "auto"), argnums=(0, 1)), *args)
+  assert _custom_calls(auto) == {"pallas_gpu": 3, "mosaic_gpu": 0}
+  # An explicit backend means that backend, whatever the LUT says.
+  from test_backends import _mixed_lut
+  kernels.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
+  explicit = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "mosaic_gpu"), argnums=(0, 1)), *args)
+  assert _custom_calls(explicit) == {"pallas_gpu": 0, "mosaic_gpu": 3}
