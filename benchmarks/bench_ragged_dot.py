@@ -12,6 +12,7 @@ default shape there is a small one, as interpret mode is slow.
 """
 
 import argparse
+import dataclasses
 
 import jax
 
@@ -35,6 +36,9 @@ def main(argv=None):
   ap.add_argument("--dtype", default="bfloat16")
   ap.add_argument("--op", default="fwd", choices=kernels.OPS)
   ap.add_argument("--backend", default="auto", help="auto: the device's Pallas backend; pallas_gpu on a CPU host")
+  ap.add_argument("--bands", default="",
+                  help="pallas_gpu: also time the config with these launch bands (group_m; group_k for drhs), "
+                       "e.g. 1,16,1024 to compare launch orders side by side")
   ap.add_argument("--warmup", type=int, default=3)
   ap.add_argument("--iters", type=int, default=20)
   args = ap.parse_args(argv)
@@ -53,11 +57,17 @@ def main(argv=None):
   choice = kernels.choose_config(p.op, backend, p.m, p.k, p.n, p.g, p.dtype)
   mode = "INTERPRET mode, CPU emulation: not GPU/TPU speed" if interpret else "compiled"
   name = f"{backend} [{mode}]" if backend != "xla" else "xla (kernels.ragged_dot)"
-  variants = {
-      name: (measure.build_op(p, backend, choice.config, interpret), a),
+  variants = {name: (measure.build_op(p, backend, choice.config, interpret), a)}
+  if args.bands and isinstance(choice.config, kernels.GpuConfig):
+    knob = "group_k" if p.op == "drhs" else "group_m"
+    for band in (int(b) for b in args.bands.split(",")):
+      cfg = dataclasses.replace(choice.config, **{knob: band})
+      if cfg != choice.config:
+        variants[f"{name} {knob}={band}"] = (measure.build_op(p, backend, cfg, interpret), a)
+  variants.update({
       "xla ragged_dot": (measure.build_op(p, "xla", None, False), a),
       "dense matmul, same FLOPs": (measure.dense_matmul, measure.dense_args(p, x)),
-  }
+  })
   fns = {v: (fn, args_, measure.compile_fn(fn, args_)) for v, (fn, args_) in variants.items()}
   out = jax.block_until_ready(fns[name][2](*a))
   res = measure.check(p, out, measure.reference(p.op, x))
