@@ -186,7 +186,7 @@ def _results_dir(out: Optional[Path]) -> Path:
 def sweep(
     shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML (see README: 'Shape sets')."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/]."),
-    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help="Backends (repeat or comma-separate): pallas_gpu, pallas_tpu, xla. Default: the file's."),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help=f"Backends (repeat or comma-separate): {', '.join(kernels.BACKENDS)}. Default: the file's."),
     ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
     model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
