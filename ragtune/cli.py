@@ -117,7 +117,7 @@ def _summary_table(summaries, ceil=None) -> Table:
 
   t = Table(title="sweep summary (best correct config per problem)")
   for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "% peak", "xla ms",
-              "default ms", "vs xla", "vs default", "statuses", "best config"):
+              "default ms", "vs xla", "vs default", "winner", "statuses", "best config"):
     t.add_column(col, overflow="fold")
   for s in summaries:
     p, b = s.problem, s.best
@@ -129,7 +129,7 @@ def _summary_table(summaries, ceil=None) -> Table:
               fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
               f"{s.baselines['xla'] / b['time_s']:.2f}x" if b and s.baselines.get("xla") else "-",
               f"{s.baselines['default'] / b['time_s']:.2f}x" if b and s.baselines.get("default") else "-",
-              statuses or "-", short_config(b["candidate"]) if b else s.why)
+              s.winner, statuses or "-", short_config(b["candidate"]) if b else s.why)
   return t
 
 
@@ -186,7 +186,7 @@ def _results_dir(out: Optional[Path]) -> Path:
 def sweep(
     shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML (see README: 'Shape sets')."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/]."),
-    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help="Backends (repeat or comma-separate): pallas_gpu, pallas_tpu, xla. Default: the file's."),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help="Backends (repeat or comma-separate): pallas_gpu, mosaic_gpu, pallas_tpu, xla. Default: the file's."),
     ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
     model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
