@@ -354,7 +354,8 @@ def export_lut(
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE_OR_DIR", help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results folder]."),
     fmt: str = typer.Option("json", "--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py)."),
 ):
-  """Pick the fastest correct config per (device, op, backend, dtype, shape) and write the LUT atomically."""
+  """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
+  entry where XLA's own op was fastest, and write the LUT atomically."""
   from ragtune import export, store
   from ragtune import sweep as sweep_mod
 

@@ -8,7 +8,7 @@ order gives the same LUT.
 XLA is a candidate too: every problem times `baseline:xla` (XLA's own op) in the same
 worker as its candidates. Where the fastest of those rows for a (device, op, dtype, m, k,
 n, g) beats the best entry of every backend swept there (or no backend has a correct
-one), the LUT also gets an `xla` entry (config {}), so `Lut.choose` and `auto` run XLA
+one), and no XLA row failed there, the LUT also gets an `xla` entry (config {}), so `Lut.choose` and `auto` run XLA
 there. Each backend keeps its own best entry either way, for `Lut.lookup(backend=...)`.
 """
 
@@ -51,11 +51,14 @@ def build_luts(rows: list[dict[str, Any]]) -> dict[str, kernels.Lut]:
       best[key] = r
 
   # XLA as a candidate: its fastest baseline row per shape, whichever backend's problem timed it.
+  # Like a config, XLA is distrusted on a shape where any of its rows failed (e.g. a timeout).
+  xla_rows = [r for r in rows if r.get("candidate") == "baseline:xla"]
+  xla_failed = {tuple(r[f] for f in SHAPE_FIELDS) for r in xla_rows if r.get("status") != "ok"}
   xla_best: dict[tuple, dict[str, Any]] = {}
-  for r in rows:
-    if r.get("candidate") != "baseline:xla" or not _is_ok(r):
-      continue
+  for r in xla_rows:
     shape = tuple(r[f] for f in SHAPE_FIELDS)
+    if not _is_ok(r) or shape in xla_failed:
+      continue
     rank = (r["time_s"], r.get("_source", ""), r["problem"])
     cur = xla_best.get(shape)
     if cur is None or rank < (cur["time_s"], cur.get("_source", ""), cur["problem"]):
