@@ -117,7 +117,7 @@ def _summary_table(summaries, ceil=None) -> Table:
 
   t = Table(title="sweep summary (best correct config per problem)")
   for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "% peak", "xla ms",
-              "default ms", "vs xla", "vs default", "statuses", "best config"):
+              "default ms", "vs xla", "vs default", "winner", "statuses", "best config"):
     t.add_column(col, overflow="fold")
   for s in summaries:
     p, b = s.problem, s.best
@@ -129,7 +129,7 @@ def _summary_table(summaries, ceil=None) -> Table:
               fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
               f"{s.baselines['xla'] / b['time_s']:.2f}x" if b and s.baselines.get("xla") else "-",
               f"{s.baselines['default'] / b['time_s']:.2f}x" if b and s.baselines.get("default") else "-",
-              statuses or "-", short_config(b["candidate"]) if b else s.why)
+              s.winner, statuses or "-", short_config(b["candidate"]) if b else s.why)
   return t
 
 
@@ -354,7 +354,8 @@ def export_lut(
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE_OR_DIR", help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results folder]."),
     fmt: str = typer.Option("json", "--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py)."),
 ):
-  """Pick the fastest correct config per (device, op, backend, dtype, shape) and write the LUT atomically."""
+  """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
+  entry where XLA's own op was fastest, and write the LUT atomically."""
   from ragtune import export, store
   from ragtune import sweep as sweep_mod
 

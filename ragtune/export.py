@@ -4,6 +4,12 @@ Only rows with status "ok" (compiled, matched jax.lax.ragged_dot, timed) are eli
 so a config that failed its check anywhere in its own problem is never exported. The
 choice depends only on the set of rows, not their order, so merging folders in any
 order gives the same LUT.
+
+XLA is a candidate too: every problem times `baseline:xla` (XLA's own op) in the same
+worker as its candidates. Where the fastest of those rows for a (device, op, dtype, m, k,
+n, g) beats the best entry of every backend swept there (or no backend has a correct
+one), and no XLA row failed there, the LUT also gets an `xla` entry (config {}), so `Lut.choose` and `auto` run XLA
+there. Each backend keeps its own best entry either way, for `Lut.lookup(backend=...)`.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from ragtune.errors import RagtuneError
 from ragtune.store import candidate_id, write_atomic
 
 KEY_FIELDS = ("device_kind", "op", "backend", "dtype", "m", "k", "n", "g")
+SHAPE_FIELDS = ("device_kind", "op", "dtype", "m", "k", "n", "g")
 
 
 def _is_ok(r: dict[str, Any]) -> bool:
@@ -43,10 +50,46 @@ def build_luts(rows: list[dict[str, Any]]) -> dict[str, kernels.Lut]:
     if cur is None or rank < (cur["time_s"], cur["candidate"], cur.get("_source", "")):
       best[key] = r
 
+  # XLA as a candidate: its fastest baseline row per shape, whichever backend's problem timed it.
+  # Like a config, XLA is distrusted on a shape where any of its rows failed (e.g. a timeout).
+  xla_rows = [r for r in rows if r.get("candidate") == "baseline:xla"]
+  xla_failed = {tuple(r[f] for f in SHAPE_FIELDS) for r in xla_rows if r.get("status") != "ok"}
+  xla_best: dict[tuple, dict[str, Any]] = {}
+  for r in xla_rows:
+    shape = tuple(r[f] for f in SHAPE_FIELDS)
+    if not _is_ok(r) or shape in xla_failed:
+      continue
+    rank = (r["time_s"], r.get("_source", ""), r["problem"])
+    cur = xla_best.get(shape)
+    if cur is None or rank < (cur["time_s"], cur.get("_source", ""), cur["problem"]):
+      xla_best[shape] = r
+  kernel_best: dict[tuple, tuple[float, str]] = {}  # shape -> (time, backend) of the fastest entry
+  for key, r in best.items():
+    shape = tuple(r[f] for f in SHAPE_FIELDS)
+    kernel_best[shape] = min(kernel_best.get(shape, (r["time_s"], r["backend"])), (r["time_s"], r["backend"]))
+
   # Times of every ok row, so each entry's baselines come from its own run (folder).
   times = {(r.get("_source", ""), r["problem"], r["candidate"]): r["time_s"] for r in rows if _is_ok(r)}
 
   entries: dict[str, list[kernels.Entry]] = {}
+  for shape, r in sorted(xla_best.items(), key=lambda kv: [str(x) for x in kv[0]]):
+    rival = kernel_best.get(shape)
+    t = r["time_s"]
+    if rival is not None and not t < rival[0]:
+      continue  # a kernel is as fast or faster here: no xla entry
+    dense_s = times.get((r.get("_source", ""), r["problem"], "baseline:dense"))
+    extra = {
+        "time_s": t, "tflops": r.get("tflops"), "gbps": r.get("gbps"),
+        "baselines": {"xla_s": t, "default_s": None, "dense_s": dense_s},
+        "speedup_vs_xla": 1.0, "speedup_vs_default": None,
+        "runner_up": None if rival is None else {"backend": rival[1], "time_s": rival[0],
+                                                 "speedup": round(rival[0] / t, 4)},
+        "timer": r.get("timer"), "interpret": False,
+        "group_dist": r.get("group_dist"), "jax_version": r.get("jax_version"),
+        "measured": r.get("timestamp"),
+    }
+    device, op, dtype, m, k, n, g = shape
+    entries.setdefault(device, []).append(kernels.Entry(op, "xla", dtype, m, k, n, g, None, extra))
   for key, r in sorted(best.items(), key=lambda kv: [str(x) for x in kv[0]]):
     src, prob = r.get("_source", ""), r["problem"]
     default = kernels.default_config(r["backend"], r["op"], r["dtype"], r["m"], r["k"], r["n"], r["g"],

@@ -36,11 +36,15 @@ def _shape(r) -> str:
 
 def best_frame(rows: list[dict[str, Any]], ceil: dict | None = None) -> pd.DataFrame:
   """One line per (device, problem), with the sweep summary's columns: best correct config,
-  its time and % of the binding peak, the XLA, default-config and dense baselines, statuses."""
+  its time and % of the binding peak, the XLA, default-config and dense baselines, the
+  winning backend at that shape and op (XLA included) and its runner-up, statuses."""
+  from ragtune import winners
+
   df = pd.DataFrame(rows)
   out = []
   if df.empty:
     return pd.DataFrame(out)
+  per_shape = winners.backend_times(rows)
   for key, grp in df.groupby(KEYS + ["problem"], sort=True, dropna=False):
     r0 = dict(zip(KEYS, key[:-1]))
     cands = grp[grp["kind"] == "candidate"]
@@ -67,6 +71,8 @@ def best_frame(rows: list[dict[str, Any]], ceil: dict | None = None) -> pd.DataF
         "dense_ms": base["dense"] * 1e3,
         "vs_xla": base["xla"] / t if best else float("nan"),
         "vs_default": default_s / t if best else float("nan"),
+        "winner": winners.winner_text(per_shape.get(winners.shape_key({**r0, "problem": key[-1]}))),
+        "runner_up": winners.runner_up(per_shape.get(winners.shape_key({**r0, "problem": key[-1]}))),
         "ok": int(len(ok)),
         "failed": int(len(cands) - len(ok)),
         "statuses": statuses,
@@ -82,7 +88,7 @@ def _why(counts: dict[str, int]) -> str:
 
 
 SHOW_COLUMNS = ["op", "backend", "dtype", "shape", "best_ms", "tflops", "pct_peak", "xla_ms", "default_ms", "vs_xla",
-                "vs_default", "statuses", "best_config"]
+                "vs_default", "winner", "statuses", "best_config"]
 
 
 def show_best(rows: list[dict[str, Any]], ceil: dict | None = None) -> pd.DataFrame:
@@ -91,13 +97,15 @@ def show_best(rows: list[dict[str, Any]], ceil: dict | None = None) -> pd.DataFr
     return df
   df = df.copy()
   df["pct_peak"] = [f"{p:.3g}% {b}" if not math.isnan(p) else "-" for p, b in zip(df["pct_peak"], df["bound"])]
+  df["dtype"] = df["dtype"].map(lambda d: DTYPE_ABBREV.get(d, d))  # within 160 columns
   if df["device_kind"].nunique() > 1:
     return df[["device_kind"] + SHOW_COLUMNS]
   return df[SHOW_COLUMNS]
 
 
 ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "num_warps": "w", "num_stages": "s",
-          "group_m": "gm", "group_k": "gk"}
+          "group_m": "gm", "group_k": "gk", "max_concurrent_steps": "cs", "grid_block_n": "gn"}
+DTYPE_ABBREV = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 
 def short_config(candidate: str) -> str:
@@ -115,7 +123,7 @@ def compact_rows(rows: list[dict[str, Any]], width: int = 160) -> pd.DataFrame:
   df = rows_frame(rows)
   out = pd.DataFrame({
       "op": df["op"], "backend": df["backend"].str.replace("pallas_", "", regex=False),
-      "dtype": df["dtype"].map(lambda d: {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(d, d)),
+      "dtype": df["dtype"].map(lambda d: DTYPE_ABBREV.get(d, d)),
       "m,k,n,g": [f"{m},{k},{n},{g}" for m, k, n, g in zip(df["m"], df["k"], df["n"], df["g"])],
       "config": df["candidate"].map(lambda c: short_config(c).replace("baseline:", "")),
       "status": df["status"],

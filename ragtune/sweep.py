@@ -84,6 +84,7 @@ class ProblemSummary:
   counts: dict[str, int]
   best: dict[str, Any] | None
   baselines: dict[str, float | None]
+  winner: str = "-"  # the fastest backend at this shape and op, XLA included: 'mosaic_gpu 1.31x'
 
   @property
   def why(self) -> str:
@@ -591,7 +592,13 @@ def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgre
 
 
 def summarize(problems: list[Problem], rows: list[dict[str, Any]]) -> list[ProblemSummary]:
+  """Per problem: status counts, best correct candidate, baselines, and the winner among
+  every backend the rows hold for its shape and op (ragtune/winners.py)."""
+  from ragtune import winners
+
   by_problem: dict[str, list[dict[str, Any]]] = {}
+  per_shape = winners.backend_times(rows)
+  device_kind = kernels.current_device_kind()
   for r in rows:
     by_problem.setdefault(r["problem"], []).append(r)
   out = []
@@ -605,9 +612,10 @@ def summarize(problems: list[Problem], rows: list[dict[str, Any]]) -> list[Probl
     best = min(ok, key=lambda r: (r["time_s"], r["candidate"])) if ok else None
     baselines = {b.split(":")[1]: next((r["time_s"] for r in rs if r["candidate"] == b and r["status"] == "ok"), None)
                  for b in BASELINES}
-    default = kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g,
-                                     device_kind=kernels.current_device_kind())
+    default = kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=device_kind)
     if default is not None:
       baselines["default"] = next((r["time_s"] for r in ok if r["candidate"] == candidate_id(default)), None)
-    out.append(ProblemSummary(p, counts, best, baselines))
+    dev = rs[0].get("device_kind") if rs else device_kind
+    winner = winners.winner_text(per_shape.get(winners.shape_key({"problem": p.key, "device_kind": dev})))
+    out.append(ProblemSummary(p, counts, best, baselines, winner))
   return out

@@ -27,9 +27,26 @@ def test_group_size_distributions(dist):
 
 
 def test_shipped_shape_files_load():
-  for name in ("smoke", "moe", "decode"):
+  for name in ("smoke", "moe", "decode", "gpu_slice"):
     probs = shapes.expand(shapes.load_shape_set(f"shapes/{name}.yaml"))
     assert probs, name
+    swept = {p.backend for p in probs}
+    # moe and gpu_slice sweep both GPU backends; smoke (the CPU pipeline check) Triton only.
+    assert swept == ({"pallas_gpu", "mosaic_gpu"} if name in ("moe", "gpu_slice") else {"pallas_gpu"}), name
+
+
+def test_backend_lists_in_yaml_and_on_the_command_line(tmp_path):
+  spec = shapes.ShapeSet.model_validate({"backends": ["pallas_gpu", "mosaic_gpu"], "shapes": [{"m": 64, "k": 32, "n": 32, "g": 2}]})
+  assert [p.backend for p in shapes.expand(spec)] == ["pallas_gpu", "mosaic_gpu"]
+  from typer.testing import CliRunner
+
+  from ragtune.cli import app
+
+  f = tmp_path / "one.yaml"
+  f.write_text("backends: [pallas_gpu]\nshapes:\n  - {m: 64, k: 32, n: 32, g: 2}\n")
+  r = CliRunner().invoke(app, ["plan", str(f), "-o", str(tmp_path / "res"), "--backend", "pallas_gpu,mosaic_gpu"])
+  assert r.exit_code == 0, r.output
+  assert "pallas_gpu" in r.output and "mosaic_gpu" in r.output and "2 problems" in r.output
 
 
 def test_search_space_is_valid_and_default_first():
