@@ -157,7 +157,7 @@ def _load_problems(shapes_file: Path, ops, backend, shard: Optional[str], shape=
 
 def _plan_table(rows) -> Table:
   t = Table(title="plan")
-  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "candidates", "done", "to do", "est. time"):
+  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "candidates", "rows done", "rows to do", "est. time"):
     t.add_column(col, overflow="fold")
   for r in rows:
     p = r["problem"]
@@ -172,7 +172,7 @@ def _print_plan(rows) -> None:
   known = [r["est_s"] for r in rows if r["est_s"] is not None]
   est = (f", about {sum(known):.0f}s" + (" (partial estimate)" if len(known) < len(rows) else "") if known
          else " (no time estimate until some rows are recorded)")
-  console.print(f"{len(rows)} problems, {todo} measurements to do{est}")
+  console.print(f"{len(rows)} problems, {todo} measurements to do (candidates and the 2 baselines per problem){est}")
 
 
 def _results_dir(out: Optional[Path]) -> Path:
