@@ -17,16 +17,12 @@ import dataclasses
 import jax
 
 import kernels
+from kernels.ragged_dot import default_interpret
 from ragtune import measure
 from ragtune.shapes import GroupDist, Problem
 
 DEVICE_SHAPE = (8192, 4096, 14336, 8)
 CPU_SHAPE = (256, 128, 256, 8)
-
-
-def _hardware_for(backend: str) -> bool:
-  platform = jax.default_backend()
-  return {"pallas_gpu": platform in ("gpu", "cuda", "rocm"), "pallas_tpu": platform == "tpu"}.get(backend, True)
 
 
 def main(argv=None):
@@ -47,7 +43,7 @@ def main(argv=None):
   backend = kernels.resolve_backend(args.backend)
   if args.backend == "auto" and backend == "xla":
     backend = "pallas_gpu"  # a CPU host: still time the Pallas kernel (interpreted), not XLA against XLA
-  interpret = not _hardware_for(backend)
+  interpret = default_interpret(backend)
   default = DEVICE_SHAPE if on_device else CPU_SHAPE
   m, k, n, g = (getattr(args, d) or v for d, v in zip("mkng", default))
   sizes = GroupDist(dist="multinomial", seed=0).draw(m, g)

@@ -24,8 +24,6 @@ from kernels.config import OPS, Config, config_from_dict, default_config
 
 logger = logging.getLogger("kernels")
 
-# Input dtypes each backend with knobs computes in (see kernels/backends/).
-PALLAS_DTYPES = {b.name: b.dtypes for b in backends.REGISTRY.values() if b.config_type is not None}
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
