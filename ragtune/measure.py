@@ -129,8 +129,14 @@ def _wallclock_median(fn: Callable, args: tuple, warmup: int, iters: int) -> flo
   return statistics.median(times)
 
 
-def _tune_jax_times(fns: dict[str, tuple[Callable, tuple, Any]]) -> dict[str, float]:
+def _tune_jax_times(fns: dict[str, tuple[Callable, tuple, Any]], samples: int | None = None) -> dict[str, float]:
+  """Device time of each variant from profiler events, all in one tune-jax run: one profile
+  per sample, each running every variant once; the mean without the extremes of each.
+
+  tune-jax quietly falls back to host timing when the profiler yields nothing; that is made
+  an error here, so the caller's fallback can say which clock ran and why."""
   import logging
+  import math
 
   import tune_jax
 
@@ -147,18 +153,32 @@ def _tune_jax_times(fns: dict[str, tuple[Callable, tuple, Any]]) -> dict[str, fl
     lo, hi = spans[variant]
     return fn(*args[lo:hi])
 
-  tuned = tune_jax.tune(run, hyperparams={"variant": names}, example_args=flat_args)
-  tuned(*flat_args)
-  return {r.hyperparams["variant"]: float(r.t_mean) for _, r in tuned.timing_results.items()}
+  cfg = tune_jax.CONFIG
+  saved = (cfg.allow_fallback_timing, cfg.profiling_samples)
+  cfg.allow_fallback_timing, cfg.profiling_samples = False, samples or cfg.profiling_samples
+  try:
+    tuned = tune_jax.tune(run, hyperparams={"variant": names}, example_args=flat_args)
+    tuned(*flat_args)
+  finally:
+    cfg.allow_fallback_timing, cfg.profiling_samples = saved
+  times = {r.hyperparams["variant"]: float(r.t_mean) for _, r in tuned.timing_results.items()}
+  unseen = [n for n in names if not math.isfinite(times.get(n, math.inf)) or times[n] <= 0]
+  if unseen:
+    raise RuntimeError(f"no profiler events for {unseen}")
+  return times
 
 
 def time_variants(fns: dict[str, tuple[Callable, tuple, Any]], *, on_device: bool, warmup: int = 1,
-                  iters: int = 3) -> tuple[dict[str, float], str]:
-  """Seconds per call of each named (fn, args, compiled), all measured in the same run."""
+                  iters: int = 3, samples: int | None = None) -> tuple[dict[str, float], str]:
+  """Seconds per call of each named (fn, args, compiled), all measured in the same run.
+
+  The second value names the timer. On a device it is "tune-jax"; if the profiler path
+  fails there, it is the wall-clock label followed by the reason, so no row hides a fallback."""
+  fallback = ""
   if on_device:
     try:
-      return _tune_jax_times(fns), "tune-jax"
-    except Exception:  # noqa: BLE001 - fall back to the host clock, and say so
-      pass
+      return _tune_jax_times(fns, samples), "tune-jax" if samples is None else f"tune-jax(samples={samples})"
+    except Exception as e:  # noqa: BLE001 - fall back to the host clock, and say why
+      fallback = f"; tune-jax failed: {error_text(e, 200)}"
   return ({name: _wallclock_median(compiled, args, warmup, iters) for name, (_, args, compiled) in fns.items()},
-          f"wallclock-median(warmup={warmup},iters={iters})")
+          f"wallclock-median(warmup={warmup},iters={iters}){fallback}")
