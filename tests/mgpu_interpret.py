@@ -1,5 +1,8 @@
 """Test-only support for running kernels/mgpu_*.py in jax 0.10's Mosaic GPU interpreter.
 
+jax 0.11 reads transposed shared-memory tiles in the interpreter itself (its
+`interpret_utils.to_access` carries a permutation), so there `transposed_wgmma` does nothing.
+
 The interpreter's wgmma reads its operands with `to_range`, which knows only indexing
 transforms, so a wgmma on `plgpu.transpose_ref(tile)` fails with
 "AttributeError: 'TransposeTransform' object has no attribute 'indices'". Hopper's wgmma
@@ -53,9 +56,16 @@ def _wgmma(*, token, device_id, grid_point_coords, thread_id, acc_allocation_key
   return token
 
 
+# jax >= 0.11: the interpreter's own wgmma (whose arguments differ) handles transposes.
+INTERPRETER_READS_TRANSPOSES = hasattr(interpret_utils, "to_access")
+
+
 @contextlib.contextmanager
 def transposed_wgmma():
   """Within this context, the interpreter's wgmma accepts transposed operands."""
+  if INTERPRETER_READS_TRANSPOSES:
+    yield
+    return
   gpu_callbacks.wgmma = _wgmma
   try:
     yield
