@@ -27,6 +27,20 @@ shapes:
 """
 
 
+def _ops_where_xla_wins(rows):
+  """Ops whose XLA baseline beat every passing kernel config; export-lut gives each an xla entry.
+  On a CPU which side wins depends on jax and the host (jax 0.11's interpreter beats XLA on
+  some tiny problems), so the rows decide."""
+  ok = [r for r in rows if r["status"] == "ok"]
+  wins = set()
+  for op in {r["op"] for r in ok}:
+    xla = min(r["time_s"] for r in ok if r["op"] == op and r["candidate"] == "baseline:xla")
+    kernel = min(r["time_s"] for r in ok if r["op"] == op and r.get("kind") == "candidate")
+    if xla < kernel:
+      wins.add(op)
+  return wins
+
+
 def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   spec = tmp_path / "tiny.yaml"
   spec.write_text(TINY)
@@ -37,19 +51,20 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   rows = store.ResultsStore(out).rows()
   assert {r["candidate"] for r in rows} >= {"baseline:xla", "baseline:dense"}
   assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+  xla_wins = _ops_where_xla_wins(rows)
+  expected = sorted([(op, "pallas_gpu") for op in ("fwd", "drhs")] + [(op, "xla") for op in xla_wins])
 
   r = runner.invoke(app, ["verify", str(out), "--full"])
   assert r.exit_code == 0, r.output
-  # On a CPU, XLA beats the Pallas interpreter on both problems: an xla entry beside each kernel's.
-  assert "4 passed, 0 failed" in r.output and "NumericsResult(PASS)" in r.output and "regions (2x2)" in r.output
+  # Each kernel's entry, and an xla entry where XLA beat the (interpreted) kernel.
+  assert f"{len(expected)} passed, 0 failed" in r.output and "NumericsResult(PASS)" in r.output and "regions (2x2)" in r.output
 
   r = runner.invoke(app, ["export-lut", str(out), "-o", str(luts), "--format", "python"])
   assert r.exit_code == 0, r.output
   lut_file = luts / f"{kernels.device_slug(kernels.current_device_kind())}.json"
   data = json.loads(lut_file.read_text())
-  assert data["schema"] == "ragtune-lut" and len(data["entries"]) == 4
-  assert sorted((e["op"], e["backend"]) for e in data["entries"]) == [
-      ("drhs", "pallas_gpu"), ("drhs", "xla"), ("fwd", "pallas_gpu"), ("fwd", "xla")]
+  assert data["schema"] == "ragtune-lut"
+  assert sorted((e["op"], e["backend"]) for e in data["entries"]) == expected
   fwd = next(e for e in data["entries"] if e["op"] == "fwd" and e["backend"] == "pallas_gpu")
   assert fwd["baselines"]["xla_s"] > 0 and fwd["speedup_vs_xla"] > 0
 
@@ -57,7 +72,7 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   chosen = kernels.select_config("fwd", "pallas_gpu", 48, 32, 40, 3, jnp.bfloat16)
   assert chosen == kernels.config_from_dict("pallas_gpu", fwd["config"])
   assert chosen == lut.lookup("fwd", 48, 32, 40, 3, "bfloat16", backend="pallas_gpu")
-  assert lut.choose("fwd", 48, 32, 40, 3, "bfloat16") == ("xla", None)
+  assert lut.choose("fwd", 48, 32, 40, 3, "bfloat16") == (("xla", None) if "fwd" in xla_wins else ("pallas_gpu", chosen))
   jaxpr = str(jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
       jnp.ones((48, 32), jnp.bfloat16), jnp.ones((3, 32, 40), jnp.bfloat16), jnp.array([10, 20, 18], jnp.int32)))
   assert f"num_warps={chosen.num_warps}" in jaxpr and f"num_stages={chosen.num_stages}" in jaxpr
@@ -65,7 +80,7 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   # The python-format LUT works with kernels alone.
   py = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(luts)!r}); import {lut_file.stem.replace('-', '_')} as m; "
                        "print(len(m.load()))"], capture_output=True, text=True, cwd=ROOT)
-  assert py.returncode == 0 and py.stdout.strip() == "4", py.stderr
+  assert py.returncode == 0 and py.stdout.strip() == str(len(expected)), py.stderr
 
   r = runner.invoke(app, ["show", str(out), "--csv", str(tmp_path / "best.csv")])
   assert r.exit_code == 0 and (tmp_path / "best.csv").exists()
@@ -123,4 +138,5 @@ def test_merging_folders_is_order_independent(tmp_path):
   strip = lambda luts: {k: [e.to_dict() for e in v.entries()] for k, v in luts.items()}
   assert strip(ab) == strip(ba)
   (lut,) = ab.values()
-  assert len(lut) == 4  # pallas_gpu and xla (faster than the interpreter) for fwd and drhs
+  rows = store.load_results([tmp_path / "a", tmp_path / "b"])
+  assert len(lut) == 2 + len(_ops_where_xla_wins(rows))  # each op's kernel, and xla where it won
