@@ -131,7 +131,7 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end
       @pl.when(is_group)  # other segments' rows stay 0: the accumulator starts at 0
       def _matmul():
         def step(_, lhs_smem, rhs_smem):
-          rhs_tile = plgpu.transpose_ref(rhs_smem, (1, 0)) if transpose_rhs else rhs_smem
+          rhs_tile = rhs_smem.T if transpose_rhs else rhs_smem  # read transposed; wgmma supports it for 16-bit
           plgpu.wgmma(acc_ref, lhs_smem, rhs_tile)
 
         rhs_shape = (block_n, block_k) if transpose_rhs else (block_k, block_n)

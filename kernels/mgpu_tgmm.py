@@ -60,7 +60,7 @@ def _tgmm_kernel(start_ref, end_ref, a_gmem, b_gmem, o_gmem, *, num_groups, bloc
           a_smem[...] = jnp.where(keep, a_smem[...], jnp.zeros((), a_smem.dtype))
           plgpu.commit_smem()
 
-        plgpu.wgmma(acc_ref, plgpu.transpose_ref(a_smem, (1, 0)), b_smem)
+        plgpu.wgmma(acc_ref, a_smem.T, b_smem)
 
       @pl.when(count > 0)
       def _reduce():
