@@ -31,8 +31,9 @@ from ragtune.errors import RagtuneError
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.")
 # Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# No emoji codes: problem labels such as "deepseek-v3:up:tokens=64" must print as written.
+console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200, emoji=False)
 
 
 # Typer writes a required argument as {NAME} in usage lines and types as <list[Path]>.
@@ -59,13 +60,6 @@ _SWEEP_EXAMPLE = "ragtune sweep shapes/smoke.yaml --op fwd --shape 96,64,80 --ma
 def _example(then: str) -> str:
   cmd = f"{_SWEEP_EXAMPLE} && {then}" if then else _SWEEP_EXAMPLE
   return f"\b\nExample: {cmd}"  # \b: click keeps the line unwrapped, so it can be pasted
-
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.")
-# Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _fail(msg: str, code: int = 2):
@@ -99,10 +93,8 @@ def _split_shapes(values: Optional[list[str]]) -> Optional[list[str]]:
   return [v.strip() for item in values for v in item.replace(";", " ").split() if v.strip()]
 
 
-def _resolve_interpret(interpret: Optional[bool]) -> bool:
-  import jax
-
-  on_cpu = jax.default_backend() == "cpu"
+def _resolve_interpret(interpret: Optional[bool], platform: str) -> bool:
+  on_cpu = platform == "cpu"
   if interpret is None:
     interpret = on_cpu
   if interpret and on_cpu:
@@ -175,6 +167,26 @@ def _print_plan(rows) -> None:
   console.print(f"{len(rows)} problems, {todo} measurements to do (candidates and the 2 baselines per problem){est}")
 
 
+def _device() -> dict:
+  """This host's device (asked of a child process); the parent keeps off the accelerator, so
+  the workers get all of its memory."""
+  from ragtune import sweep as sweep_mod
+
+  info = sweep_mod.probe_devices()
+  sweep_mod.keep_parent_off_device(info["platform"])
+  return info
+
+
+def _fitting(problems: list, memory: Optional[int]) -> list:
+  """The problems that fit the device's memory; a warning for each that does not (an error if none does)."""
+  fit, reasons = limits.split_by_memory(problems, memory)
+  if not fit and reasons:
+    raise RagtuneError(reasons[0] + (f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""))
+  for reason in reasons:
+    err_console.print(f"warning: skipped: {reason}", markup=False, highlight=False, soft_wrap=True)
+  return fit
+
+
 def _results_dir(out: Optional[Path]) -> Path:
   from ragtune import sweep as sweep_mod
 
@@ -209,7 +221,7 @@ def sweep(
   from ragtune import worker as worker_mod
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  limits.check_fits(problems)
+  limits.check_fits(problems, memory=0)  # indexing now; memory once the device is known
   try:
     worker_mod.load_builder(builder)  # fail here, once, rather than in every worker
   except ValueError as e:
@@ -217,13 +229,14 @@ def sweep(
   out_dir = paths.writable_dir(_results_dir(out), "the results folder")
   if (out_dir / "records.jsonl").is_dir():
     raise RagtuneError(f"{out_dir / 'records.jsonl'}: is a folder, but the results file must be a file")
+  info = _device()
+  problems = _fitting(problems, info.get("memory_bytes"))
   opts = sweep_mod.SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates,
-                                timeout_s=timeout, builder=builder, budget=budget, wait_for_lock=wait)
+                                timeout_s=timeout, builder=builder, budget=budget, wait_for_lock=wait,
+                                device_kind=info["device_kind"])
   if dry_run:
     _print_plan(sweep_mod.plan(problems, opts))
     return
-  info = sweep_mod.probe_devices()  # in a child: the parent never opens the accelerator
-  sweep_mod.keep_parent_off_device(info["platform"])
   opts.platform = info["platform"]
   # One process owns a TPU host's chips, and the CPU is one device: one worker there.
   opts.devices = sweep_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
@@ -290,8 +303,11 @@ def plan(
   from ragtune import sweep as sweep_mod
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  opts = sweep_mod.SweepOptions(out_dir=_results_dir(out),
-                                max_candidates=max_candidates or spec.max_candidates, budget=budget)
+  limits.check_fits(problems, memory=0)
+  info = _device()
+  problems = _fitting(problems, info.get("memory_bytes"))
+  opts = sweep_mod.SweepOptions(out_dir=_results_dir(out), max_candidates=max_candidates or spec.max_candidates,
+                                budget=budget, device_kind=info["device_kind"])
   _print_plan(sweep_mod.plan(problems, opts))
 
 
@@ -314,9 +330,10 @@ def verify(
   from ragtune import sweep as sweep_mod
   from ragtune import verify as verify_mod
 
+  info = _device()
+  here = info["device_kind"]
   target = target or sweep_mod.default_results_dir()
-  lut = verify_mod.load_lut_for_verify(target)
-  here = kernels.current_device_kind()
+  lut = verify_mod.load_lut_for_verify(target, here)
   if lut.device_kind != here and not force:
     raise RagtuneError(f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {here!r} "
                        "(use --force to check its numerics here anyway)")
@@ -324,8 +341,8 @@ def verify(
   if not entries:
     raise RagtuneError(f"{target}: LUT has no entries")
   entries = shapes_mod.select(entries, ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
-  limits.check_fits(entries)
-  interp = _resolve_interpret(interpret)
+  limits.check_fits(entries, memory=info.get("memory_bytes"))
+  interp = _resolve_interpret(interpret, info["platform"])
   failures, t0 = 0, time.perf_counter()
   columns = [TextColumn("verify {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
              TextColumn("eta"), TimeRemainingColumn()]

@@ -1,4 +1,4 @@
-"""Problems too big to run, refused before any work: int32 indexing and device memory."""
+"""Problems too big to run, refused before any work: a backend's int32 indexing and device memory."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ from kernels.config import itemsize
 from ragtune.errors import RagtuneError
 
 INT32_MAX = 2**31 - 1
+# Backends that address operands past 2**31 elements: Pallas's Triton lowering makes its pointer
+# offsets int64 for any array over 4 GiB (jax/_src/pallas/triton/lowering.py,
+# _compute_offsets_from_indices), Mosaic GPU loads through TMA with 64-bit addresses, and XLA
+# picks 64-bit indexing itself. DeepSeek-V3's and Llama-4-Maverick's full expert weights are
+# such operands. megablox (pallas_tpu) stays held to int32 element counts.
+WIDE_INDEXING = frozenset({"pallas_gpu", "mosaic_gpu", "xla"})
 
 
 def operand_elements(op: str, m: int, k: int, n: int, g: int) -> dict[str, int]:
@@ -49,15 +55,37 @@ def _label(p: Any) -> str:
   return f"{src + ': ' if src else ''}{p.op} [{p.m},{p.k}]x[{p.g},{p.k},{p.n}] {p.dtype}"
 
 
+def too_big(p: Any, memory: int | None) -> str | None:
+  """Why problem (or LUT entry) p cannot run here: its backend's indexing, or `memory` bytes
+  (None or 0: not checked). None if it fits."""
+  need = bytes_needed(p.op, p.dtype, p.m, p.k, p.n, p.g)
+  for name, count in operand_elements(p.op, p.m, p.k, p.n, p.g).items():
+    if count > INT32_MAX and getattr(p, "backend", None) not in WIDE_INDEXING:
+      return (f"{_label(p)}: {name} has {count:,} elements, beyond {p.backend}'s int32 indexing "
+              f"({INT32_MAX:,}); the problem needs {need:,} bytes")
+  if memory and need > memory:
+    return (f"{_label(p)}: needs {need:,} bytes ({need / 2**30:.1f} GiB) for its inputs, "
+            f"reference and output, more than the device's {memory:,} bytes")
+  return None
+
+
 def check_fits(items: list, memory: int | None = None) -> None:
-  """Raise for the first problem (or LUT entry) that int32 indexing or memory cannot hold."""
+  """Raise for the first problem (or LUT entry) that its backend's indexing or `memory`
+  cannot hold. memory=None asks this process's default device (which opens it)."""
   memory = device_memory_bytes() if memory is None else memory
   for p in items:
-    need = bytes_needed(p.op, p.dtype, p.m, p.k, p.n, p.g)
-    for name, count in operand_elements(p.op, p.m, p.k, p.n, p.g).items():
-      if count > INT32_MAX:
-        raise RagtuneError(f"{_label(p)}: {name} has {count:,} elements, beyond int32 indexing "
-                           f"({INT32_MAX:,}); the problem needs {need:,} bytes")
-    if memory and need > memory:
-      raise RagtuneError(f"{_label(p)}: needs {need:,} bytes ({need / 2**30:.1f} GiB) for its inputs, "
-                         f"reference and output, more than the device's {memory:,} bytes")
+    reason = too_big(p, memory)
+    if reason:
+      raise RagtuneError(reason)
+
+
+def split_by_memory(items: list, memory: int | None) -> tuple[list, list[str]]:
+  """(the items that fit `memory`, the reasons of those that do not)."""
+  fit, reasons = [], []
+  for p in items:
+    reason = too_big(p, memory)
+    if reason:
+      reasons.append(reason)
+    else:
+      fit.append(p)
+  return fit, reasons

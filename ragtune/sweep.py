@@ -43,7 +43,7 @@ DEFAULT_BUILDER = "ragtune.measure:build_op"
 
 
 def default_results_dir() -> Path:
-  return Path("results") / kernels.device_slug(kernels.current_device_kind())
+  return Path("results") / kernels.device_slug(probe_devices()["device_kind"])
 
 
 @dataclasses.dataclass
@@ -59,6 +59,7 @@ class SweepOptions:
   wait_for_lock: bool = False
   ceilings: bool = True                   # measure the device's matmul/copy ceilings once
   lut: Any = None                         # kernels.Lut whose nearest entry seeds a budgeted search
+  device_kind: str | None = None          # the tuned device (probe_devices): search space and defaults
   spare_workers: bool = True              # after a first replacement, keep a started spare per device
 
 
@@ -178,14 +179,16 @@ def cpu_timeout_warnings(problems: list[Problem], opts: SweepOptions, limit: int
 
 @functools.lru_cache(maxsize=None)
 def probe_devices() -> dict[str, Any]:
-  """{platform, count, device_kind} of this host's accelerators, asked of a child process.
+  """{platform, count, device_kind, memory_bytes} of this host's accelerators, asked of a
+  child process (memory_bytes: the first device's limit, None where unknown).
 
   The parent never opens a device itself: a TPU host's chips can be held by one process
   only, and a GPU context in the parent would cost every device memory. Asked once per
   process.
   """
-  code = ("import json, jax; d = jax.local_devices(); "
-          "print(json.dumps({'platform': d[0].platform, 'count': len(d), 'device_kind': d[0].device_kind}))")
+  code = ("import json, jax; from ragtune.limits import device_memory_bytes; d = jax.local_devices(); "
+          "print(json.dumps({'platform': d[0].platform, 'count': len(d), 'device_kind': d[0].device_kind, "
+          "'memory_bytes': device_memory_bytes()}))")
   try:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
   except subprocess.TimeoutExpired:
@@ -222,12 +225,12 @@ def find_lut(device_kind: str):
   return lut if lut is not None and lut.device_kind == device_kind else None
 
 
-def _lut_hint(p: Problem, lut):
+def _lut_hint(p: Problem, lut, device_kind: str | None):
   """The nearest LUT entry's config for p, if there is one (a stage-1 seed)."""
   if lut is None:
     return None
   cfg = lut.lookup(p.op, p.m, p.k, p.n, p.g, p.dtype, backend=p.backend)
-  return cfg if cfg is not None and cfg.fits(p.op, p.dtype, p.m, p.k, p.n) else None
+  return cfg if cfg is not None and cfg.fits(p.op, p.dtype, p.m, p.k, p.n, device_kind) else None
 
 
 @dataclasses.dataclass
@@ -259,13 +262,13 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
                prior: list[dict[str, Any]]) -> tuple[_Task, int, int]:
   """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
   if opts.budget:
-    cands = search_space.candidates(p)  # the whole pruned space; the budget limits it
-    hint = _lut_hint(p, opts.lut) if p.backend != "xla" else None
+    cands = search_space.candidates(p, device_kind=opts.device_kind)  # the whole pruned space; the budget limits it
+    hint = _lut_hint(p, opts.lut, opts.device_kind) if p.backend != "xla" else None
     if hint is not None and hint not in cands:
       cands.insert(1, hint)
     seeds = cands[:1] + ([hint] if hint is not None else [])
   else:
-    cands = search_space.candidates(p, opts.max_candidates)
+    cands = search_space.candidates(p, opts.max_candidates, device_kind=opts.device_kind)
     seeds = []
   strategy = search_strategy.make(cands, opts.budget, seeds)
   configs = {candidate_id(c): c for c in cands}
@@ -514,7 +517,7 @@ class _Pool:
         w.send(("run", t.p, list(t.pending), self.worker_opts), self.opts.timeout_s)
         return
       if t is not None:
-        self.progress.problem_done(summarize([t.p], t.rows)[0])
+        self.progress.problem_done(summarize([t.p], t.rows, self.opts.device_kind)[0])
         w.task = None
       if not self.queue:
         w.deadline = None
@@ -588,17 +591,19 @@ def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgre
         pool.close(graceful=False)
         raise
       pool.close()
-    return summarize(problems, store.rows())
+    return summarize(problems, store.rows(), opts.device_kind)
 
 
-def summarize(problems: list[Problem], rows: list[dict[str, Any]]) -> list[ProblemSummary]:
+def summarize(problems: list[Problem], rows: list[dict[str, Any]],
+              device_kind: str | None = None) -> list[ProblemSummary]:
   """Per problem: status counts, best correct candidate, baselines, and the winner among
-  every backend the rows hold for its shape and op (ragtune/winners.py)."""
+  every backend the rows hold for its shape and op (ragtune/winners.py). device_kind: the
+  tuned device, whose default config is the "default" baseline (else the rows' device)."""
   from ragtune import winners
 
   by_problem: dict[str, list[dict[str, Any]]] = {}
   per_shape = winners.backend_times(rows)
-  device_kind = kernels.current_device_kind()
+  device_kind = device_kind or next((r["device_kind"] for r in rows if r.get("device_kind")), None)
   for r in rows:
     by_problem.setdefault(r["problem"], []).append(r)
   out = []

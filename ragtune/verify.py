@@ -277,8 +277,9 @@ def entry_report(res: EntryResult, full: bool) -> list[str]:
   return lines
 
 
-def load_lut_for_verify(target: Path) -> kernels.Lut:
-  """A LUT file, or a folder holding LUTs or records (then the LUT those records export)."""
+def load_lut_for_verify(target: Path, kind: str) -> kernels.Lut:
+  """A LUT file, or a folder holding LUTs or records (then the LUT those records export),
+  for a device of `kind`."""
   from ragtune import export, store
 
   if target.is_file():
@@ -287,10 +288,9 @@ def load_lut_for_verify(target: Path) -> kernels.Lut:
     except kernels.LutError as e:
       raise RagtuneError(str(e)) from None
   if target.is_dir():
-    kind = kernels.current_device_kind()
     lut_path = target / f"{kernels.device_slug(kind)}.json"
     if lut_path.is_file():
-      return load_lut_for_verify(lut_path)
+      return load_lut_for_verify(lut_path, kind)
     if (target / store.RECORDS).exists():
       luts = export.build_luts(store.load_results([target]))
       if kind not in luts:

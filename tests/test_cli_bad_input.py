@@ -1,7 +1,9 @@
 """Bad input: one clear line naming the file (and key/line), exit != 0, no traceback, nothing written."""
 
+import dataclasses
 import json
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -40,8 +42,8 @@ YAML_CASES = {
     "model_knob": ("models:\n  - {model: olmoe-1b-7b, tokens: [2], group_sizes: {dist: zipf, alpha: 0}}\n",
                    ":2: models[0].group_sizes.alpha: Input should be greater than 0"),
     "zero_groups": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 0}\n", ":2: shapes[0].g: Input should be greater than 0"),
-    "int32_overflow": ("shapes:\n  - {m: 70000, k: 70000, n: 16, g: 2}\n",
-                       "lhs [m,k] has 4,900,000,000 elements, beyond int32 indexing (2,147,483,647); the problem needs 29,426,880,000 bytes"),
+    "int32_overflow": ("backends: [pallas_tpu]\nshapes:\n  - {m: 70000, k: 70000, n: 16, g: 2}\n",
+                       "lhs [m,k] has 4,900,000,000 elements, beyond pallas_tpu's int32 indexing (2,147,483,647); the problem needs 29,426,880,000 bytes"),
 }
 
 
@@ -178,8 +180,15 @@ def test_write_atomic_cleans_up(tmp_path, monkeypatch):
   assert _tree(tmp_path) == ["d"]
 
 
+def _small_device(monkeypatch, memory):
+  from ragtune import sweep
+
+  real = sweep.probe_devices()
+  monkeypatch.setattr(sweep, "probe_devices", lambda: dict(real, memory_bytes=memory))
+
+
 def test_problem_bigger_than_device_memory(tmp_path, monkeypatch):
-  monkeypatch.setattr(limits, "device_memory_bytes", lambda: 1 << 20)
+  _small_device(monkeypatch, 1 << 20)
   spec = tmp_path / "s.yaml"
   spec.write_text("ops: [drhs]\nshapes:\n  - {m: 256, k: 128, n: 128, g: 4}\n")
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "out")])
@@ -190,9 +199,35 @@ def test_problem_bigger_than_device_memory(tmp_path, monkeypatch):
   assert not (tmp_path / "out").exists()
 
 
+def test_problems_too_big_for_the_device_are_skipped_with_a_warning(tmp_path, monkeypatch):
+  """A shape set for many devices (moe.yaml) runs what fits this one, and says what it skipped."""
+  small = limits.bytes_needed("fwd", "bfloat16", 64, 32, 32, 2)
+  _small_device(monkeypatch, small)
+  spec = tmp_path / "s.yaml"
+  spec.write_text("shapes:\n  - {m: 64, k: 32, n: 32, g: 2}\n  - {m: 4096, k: 32, n: 32, g: 2}\n")
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "out"), "--dry-run"])
+  assert r.exit_code == 0, r.output
+  assert "warning: skipped: " in r.output and "fwd [4096,32]x[2,32,32] bfloat16: needs" in r.output
+  assert "[64,32]x[2,32,32]" in r.output and "1 problems" in r.output
+
+
 def test_kernels_need_a_group():
   import jax.numpy as jnp
   with pytest.raises(ValueError, match="at least one group"):
     kernels.ragged_dot(jnp.ones((8, 4)), jnp.ones((0, 4, 4)), jnp.zeros((0,), jnp.int32), backend="xla")
   with pytest.raises(ValueError, match="at least one group"):
     kernels.explain((8, 4), (0, 4, 4), jnp.float32)
+
+
+def test_full_expert_weights_past_int32_are_not_refused_on_wide_indexing_backends():
+  """DeepSeek-V3's rhs [256,7168,2048] has 3.76e9 elements: Pallas Triton (int64 offsets over
+  4 GiB), Mosaic GPU (TMA) and XLA address it; megablox is still held to int32."""
+  from ragtune import shapes
+
+  problems = shapes.expand(shapes.load_shape_set(Path(__file__).resolve().parents[1] / "shapes" / "moe.yaml"))
+  big = [p for p in problems if p.g * p.k * p.n > limits.INT32_MAX]
+  assert any(p.source.startswith("deepseek-v3:") for p in big) and any(p.source.startswith("llama-4-maverick:") for p in big)
+  limits.check_fits(problems, memory=1 << 50)  # every backend moe.yaml sweeps: no refusal
+  tpu = [dataclasses.replace(big[0], backend="pallas_tpu")]
+  with pytest.raises(RagtuneError, match="rhs \\[g,k,n\\] has 3,758,096,384 elements, beyond pallas_tpu's int32"):
+    limits.check_fits(tpu, memory=1 << 50)

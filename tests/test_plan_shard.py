@@ -81,3 +81,20 @@ def test_cpu_sweep_warns_when_interpret_mode_will_hit_the_timeout():
   assert warn and "smoke" in warn[-1] and "--timeout" in warn[-1]
   small = shapes.expand(shapes.load_shape_set("shapes/smoke.yaml"))
   assert sweep.cpu_timeout_warnings(small, sweep.SweepOptions(out_dir=None, timeout_s=120)) == []
+
+
+def test_the_search_space_is_the_probed_devices_not_the_parents(tmp_path, monkeypatch):
+  """The parent stays off the accelerator, so it must not ask its own jax which device it
+  tunes: the space and the default come from SweepOptions.device_kind (the probe's answer)."""
+  import kernels
+
+  h100 = "NVIDIA H100 80GB HBM3"
+  monkeypatch.setattr(kernels.lut, "current_device_kind", lambda: "cpu")  # what a parent kept on the CPU sees
+  monkeypatch.setattr(search_space, "current_device_kind", lambda: "cpu")
+  (p,) = [q for q in shapes.expand(shapes.load_shape_set("shapes/anchors.yaml"))
+          if (q.op, q.backend, q.m) == ("fwd", "pallas_gpu", 8192)]
+  opts = sweep.SweepOptions(out_dir=tmp_path, device_kind=h100)
+  (row,) = sweep.plan([p], opts)
+  space = search_space.candidates(p, device_kind=h100)
+  assert row["candidates"] == len(space) > len(search_space.candidates(p, device_kind="cpu"))
+  assert space[0] == kernels.default_config("pallas_gpu", "fwd", "bfloat16", p.m, p.k, p.n, p.g, device_kind=h100)
