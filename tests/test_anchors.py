@@ -78,3 +78,18 @@ def test_summary_takes_the_best_kernel_per_problem_and_flags_failures():
   assert lines[2].startswith("mixtral-8x7b fwd: 1000.0 TF/s with mosaic_gpu default")
   assert any(line.startswith("dsv3-decode fwd: 2000 GB/s = 66% of copy bandwidth") for line in lines)
   assert "dsv3-down fwd: no kernel variant passed the check" in lines
+
+
+def test_anchor_shape_set_sweeps_exactly_the_benchmarked_problems():
+  """shapes/anchors.yaml gives the tuned rows: same shapes, ops and group sizes as the benchmark."""
+  from ragtune import shapes
+
+  anchors = _anchors()
+  problems = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "anchors.yaml"))
+  swept = {(p.op, p.m, p.k, p.n, p.g, p.group_sizes) for p in problems}
+  assert {p.backend for p in problems} == {"pallas_gpu", "mosaic_gpu"}
+  benched = set()
+  for m, k, n, g, _ in anchors.ANCHORS.values():
+    sizes = tuple(int(s) for s in shapes.GroupDist(dist="multinomial", seed=0).draw(m, g))
+    benched |= {(op, m, k, n, g, sizes) for op in kernels.OPS}
+  assert swept == benched
