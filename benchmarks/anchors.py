@@ -219,7 +219,7 @@ def main(argv=None) -> int:
   peak_tf, copy_gbps = ceil["matmul_tflops"][args.dtype], ceil["copy_gbps"]
   print(f"device: {dev.device_kind} ({dev.platform}), jax {jax.__version__}")
   print(f"ceilings, measured now: {args.dtype} matmul {ceil['sizes']['matmul_n']}^3 {peak_tf:.1f} TF/s; "
-        f"copy {ceil['sizes']['copy_bytes'] / 2**30:.1f} GiB {copy_gbps:.0f} GB/s (read + write)")
+        f"copy {ceil['sizes']['copy_bytes'] / 2**30:.1f} GiB {copy_gbps:.0f} GB/s (read + write); timer: {ceil['timer']}")
   if not on_device:
     print("NOTE: CPU host: shapes shrunk and the Pallas kernel interpreted. These are not GPU speeds.")
   backends = gpu_backends(on_device)

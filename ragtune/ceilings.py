@@ -92,21 +92,34 @@ def _best_time(fn, *args, reps: int) -> float:
 
 
 def measure_ceilings(dtypes: Iterable[str], platform: str) -> dict[str, Any]:
-  """Runs on the worker's device. Large problems on an accelerator, small ones on a CPU."""
+  """Runs on the worker's device. Large problems on an accelerator, small ones on a CPU.
+
+  On an accelerator the times come from the same profiler timer as the kernels'
+  (measure.time_variants), so a "% of peak" divides like by like; `timer` says which ran."""
   import jax
   import jax.numpy as jnp
 
+  from ragtune import measure
+
   n, copy_elems, reps = (512, 8 << 20, 3) if platform == "cpu" else (8192, 256 << 20, 10)
-  out: dict[str, Any] = {"matmul_tflops": {}}
-  mm = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype))
+  mm = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+  copy = lambda v: v * 1.0001          # reads and writes every byte once
+  fns, work = {}, {}
   for dtype in dtypes:
     k1, k2 = jax.random.split(jax.random.key(0))
-    a = jax.random.normal(k1, (n, n), jnp.float32).astype(dtype)
-    b = jax.random.normal(k2, (n, n), jnp.float32).astype(dtype)
-    out["matmul_tflops"][dtype] = 2 * n ** 3 / _best_time(mm, a, b, reps=reps) / 1e12
-  x = jnp.ones((copy_elems,), jnp.float32)
-  copy = jax.jit(lambda v: v * 1.0001)          # reads and writes every byte once
-  out["copy_gbps"] = 2 * x.nbytes / _best_time(copy, x, reps=reps) / 1e9
-  out["sizes"] = {"matmul_n": n, "copy_bytes": int(x.nbytes)}
-  out["measured"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-  return out
+    args = (jax.random.normal(k1, (n, n), jnp.float32).astype(dtype), jax.random.normal(k2, (n, n), jnp.float32).astype(dtype))
+    fns[dtype] = (mm, args, measure.compile_fn(mm, args))
+    work[dtype] = 2 * n ** 3
+  x = jax.random.normal(jax.random.key(1), (copy_elems,), jnp.float32)
+  fns["copy"] = (copy, (x,), measure.compile_fn(copy, (x,)))
+  if platform == "cpu":
+    times, timer = {k: _best_time(c, *a, reps=reps) for k, (_, a, c) in fns.items()}, f"wallclock-best-of-{reps}"
+  else:
+    times, timer = measure.time_variants(fns, on_device=True, warmup=2, iters=reps)
+  return {
+      "matmul_tflops": {d: work[d] / times[d] / 1e12 for d in dtypes},
+      "copy_gbps": 2 * x.nbytes / times["copy"] / 1e9,
+      "sizes": {"matmul_n": n, "copy_bytes": int(x.nbytes)},
+      "timer": timer,
+      "measured": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+  }
