@@ -74,8 +74,11 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   (lut,) = export.build_luts(store.load_results([out])).values()
   exported = [e.config for e in lut.entries() if e.backend == "pallas_gpu"]
   assert len(exported) == 1 and exported[0] in (cands[0], cands[6])
-  # XLA beats the interpreter on a CPU: its entry sits beside the kernel's (config {}).
-  assert [(e.backend, e.config) for e in lut.entries() if e.backend != "pallas_gpu"] == [("xla", None)]
+  # An xla entry (config {}) sits beside the kernel's where XLA beat every passing config; on a
+  # CPU that depends on jax (0.11's interpreter is faster), so the recorded times decide.
+  kernel_best = min(by_cand[sweep.candidate_id(c)]["time_s"] for c in (cands[0], cands[6]))
+  xla_won = by_cand["baseline:xla"]["time_s"] < kernel_best
+  assert [(e.backend, e.config) for e in lut.entries() if e.backend != "pallas_gpu"] == ([("xla", None)] if xla_won else [])
 
   # The device's ceilings were measured once, by a worker, and kept beside the records.
   device = {k: by_cand["baseline:xla"][k] for k in ("device_kind", "jax_version")}
