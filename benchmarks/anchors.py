@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
+import signal
 import statistics
 import sys
 from dataclasses import dataclass
@@ -128,7 +130,8 @@ def bench_problem(name: str, p: Problem, backends, lut, device_kind, on_device, 
     r = rows[label]
     r.ms, r.timer = t * 1e3, timer
     r.tflops = measure.flops(p) / t / 1e12
-    r.gbps = measure.bytes_moved(p) / t / 1e9
+    moved = measure.dense_bytes(fns[label][1]) if label.startswith("dense") else measure.bytes_moved(p)
+    r.gbps = moved / t / 1e9
     r.pct_matmul_peak = 100 * r.tflops / peak_tf if peak_tf else None
     r.pct_copy_bw = 100 * r.gbps / copy_gbps if copy_gbps else None
     r.vs_xla = xla_s / t if xla_s else None
@@ -189,6 +192,21 @@ def target_summary(rows: list[Row]) -> list[str]:
   return lines
 
 
+def write_csv(path: str, rows: list[Row]) -> None:
+  """All rows so far, written atomically: a run stopped midway keeps what it measured."""
+  tmp = f"{path}.tmp"
+  with open(tmp, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=COLUMNS)
+    w.writeheader()
+    for r in rows:
+      w.writerow({c: (float(f"{v:.4g}") if isinstance(v, float) and math.isfinite(v) else v) for c, v in vars(r).items()})
+  os.replace(tmp, path)
+
+
+def _stop(signum, frame):  # a time limit's SIGTERM ends the run as Ctrl-C does: rows so far are kept
+  raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--only", default=",".join(ANCHORS), help=f"anchors, comma-separated: {', '.join(ANCHORS)}")
@@ -223,20 +241,29 @@ def main(argv=None) -> int:
   if not on_device:
     print("NOTE: CPU host: shapes shrunk and the Pallas kernel interpreted. These are not GPU speeds.")
   backends = gpu_backends(on_device)
+  if not backends:
+    print(f"error: no GPU kernel backend runs on {dev.platform}; this benchmark is for GPUs", file=sys.stderr)
+    return 2
   rows: list[Row] = []
-  for name in names:
-    m, k, n, g = anchor_shape(name, on_device, args.m_scale)
-    sizes = tuple(int(s) for s in GroupDist(dist="multinomial", seed=0).draw(m, g))
-    for op in ops:
-      p = Problem(op, backends[0], args.dtype, m, k, n, g, "multinomial(seed=0)", sizes)
-      print(f"== {name} {op} [{m},{k}]x[{g},{k},{n}]", flush=True)
-      try:
-        got = bench_problem(name, p, backends, lut, dev.device_kind, on_device, peak_tf, copy_gbps, args.samples)
-      except Exception as e:  # noqa: BLE001 - e.g. out of memory on one anchor: report it, go on
-        got = [Row(name, f"[{m},{k}]x[{g},{k},{n}]", op, "(all)", "", "error: " + measure.error_text(e, 200))]
-      print_table(got)
-      rows += got
-      jax.clear_caches()
+  signal.signal(signal.SIGTERM, _stop)
+  try:
+    for name in names:
+      m, k, n, g = anchor_shape(name, on_device, args.m_scale)
+      sizes = tuple(int(s) for s in GroupDist(dist="multinomial", seed=0).draw(m, g))
+      for op in ops:
+        p = Problem(op, backends[0], args.dtype, m, k, n, g, "multinomial(seed=0)", sizes)
+        print(f"== {name} {op} [{m},{k}]x[{g},{k},{n}]", flush=True)
+        try:
+          got = bench_problem(name, p, backends, lut, dev.device_kind, on_device, peak_tf, copy_gbps, args.samples)
+        except Exception as e:  # noqa: BLE001 - e.g. out of memory on one anchor: report it, go on
+          got = [Row(name, f"[{m},{k}]x[{g},{k},{n}]", op, "(all)", "", "error: " + measure.error_text(e, 200))]
+        print_table(got)
+        rows += got
+        if args.csv:
+          write_csv(args.csv, rows)
+        jax.clear_caches()
+  except KeyboardInterrupt:
+    print("\ninterrupted: the summary below covers the problems finished so far")
   print("\n== all problems")
   print_table(rows)
   timers = sorted({r.timer for r in rows if r.timer})
@@ -244,13 +271,6 @@ def main(argv=None) -> int:
   print("\n== targets")
   for line in target_summary(rows):
     print(line)
-  if args.csv:
-    with open(args.csv, "w", newline="") as f:
-      w = csv.DictWriter(f, fieldnames=COLUMNS)
-      w.writeheader()
-      for r in rows:
-        w.writerow({c: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v)
-                    for c, v in vars(r).items()})
   return 0
 
 

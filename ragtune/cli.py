@@ -299,7 +299,8 @@ def plan(
     shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N", help="As for sweep: i/N."),
 ):
   """List each problem with its candidate count after pruning, how many are done in the
-  results folder, and an estimated time once some timings exist. Runs nothing on a device."""
+  results folder, and an estimated time once some timings exist. Measures nothing (a child
+  process only asks which device this is)."""
   from ragtune import sweep as sweep_mod
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
@@ -341,7 +342,7 @@ def verify(
   if not entries:
     raise RagtuneError(f"{target}: LUT has no entries")
   entries = shapes_mod.select(entries, ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
-  limits.check_fits(entries, memory=info.get("memory_bytes"))
+  limits.check_fits(entries, memory=info.get("memory_bytes") or 0)  # 0: unknown, not checked
   interp = _resolve_interpret(interpret, info["platform"])
   failures, t0 = 0, time.perf_counter()
   columns = [TextColumn("verify {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

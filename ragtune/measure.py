@@ -93,10 +93,20 @@ def flops(p: Problem) -> float:
 
 
 def bytes_moved(p: Problem) -> float:
+  """The bytes any implementation must move: fwd and dlhs read the weights of the groups
+  that hold rows (an empty expert's need not be read); drhs writes every group's gradient."""
   b = jnp.dtype(p.dtype).itemsize
-  w = p.g * p.k * p.n
-  io = {"fwd": p.m * p.k + p.m * p.n, "dlhs": p.m * p.n + p.m * p.k, "drhs": p.m * p.k + p.m * p.n}[p.op]
-  return float(b * (w + io))
+  used = sum(1 for s in p.group_sizes if s > 0)
+  io = {"fwd": used * p.k * p.n + p.m * p.k + p.m * p.n,
+        "dlhs": used * p.k * p.n + p.m * p.n + p.m * p.k,
+        "drhs": p.m * p.k + p.m * p.n + p.g * p.k * p.n}[p.op]
+  return float(b * io)
+
+
+def dense_bytes(args: tuple) -> float:
+  """Bytes of a dense matmul's operands and its [rows, cols] output (dense_args)."""
+  a, b = args
+  return float(a.nbytes + b.nbytes + a.shape[0] * b.shape[1] * a.dtype.itemsize)
 
 
 def compile_fn(fn: Callable, args: tuple):
@@ -179,6 +189,8 @@ def time_variants(fns: dict[str, tuple[Callable, tuple, Any]], *, on_device: boo
     try:
       return _tune_jax_times(fns, samples), "tune-jax" if samples is None else f"tune-jax(samples={samples})"
     except Exception as e:  # noqa: BLE001 - fall back to the host clock, and say why
-      fallback = f"; tune-jax failed: {error_text(e, 200)}"
+      # tune-jax re-raises a generic "prohibits it" error inside its except: the cause is the context.
+      cause = e.__context__ if "prohibits it" in str(e) and e.__context__ is not None else e
+      fallback = f"; tune-jax failed: {error_text(cause, 200)}"
   return ({name: _wallclock_median(compiled, args, warmup, iters) for name, (_, args, compiled) in fns.items()},
           f"wallclock-median(warmup={warmup},iters={iters}){fallback}")

@@ -189,8 +189,10 @@ def probe_devices() -> dict[str, Any]:
   code = ("import json, jax; from ragtune.limits import device_memory_bytes; d = jax.local_devices(); "
           "print(json.dumps({'platform': d[0].platform, 'count': len(d), 'device_kind': d[0].device_kind, "
           "'memory_bytes': device_memory_bytes()}))")
+  env = dict(os.environ)  # the child imports this ragtune, as the workers do
+  env["PYTHONPATH"] = os.pathsep.join(x for x in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")) if x)
   try:
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
   except subprocess.TimeoutExpired:
     raise RagtuneError("listing this host's devices (in a child process) took over 300s") from None
   try:
@@ -261,14 +263,15 @@ def _by_problem(done: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any
 def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
                prior: list[dict[str, Any]]) -> tuple[_Task, int, int]:
   """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
+  kind = opts.device_kind or probe_devices()["device_kind"]  # never this process's jax: it stays off the device
   if opts.budget:
-    cands = search_space.candidates(p, device_kind=opts.device_kind)  # the whole pruned space; the budget limits it
-    hint = _lut_hint(p, opts.lut, opts.device_kind) if p.backend != "xla" else None
+    cands = search_space.candidates(p, device_kind=kind)  # the whole pruned space; the budget limits it
+    hint = _lut_hint(p, opts.lut, kind) if p.backend != "xla" else None
     if hint is not None and hint not in cands:
       cands.insert(1, hint)
     seeds = cands[:1] + ([hint] if hint is not None else [])
   else:
-    cands = search_space.candidates(p, opts.max_candidates, device_kind=opts.device_kind)
+    cands = search_space.candidates(p, opts.max_candidates, device_kind=kind)
     seeds = []
   strategy = search_strategy.make(cands, opts.budget, seeds)
   configs = {candidate_id(c): c for c in cands}
@@ -289,7 +292,8 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
 def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
   """Per problem: candidates after pruning (and budget), done, to do, estimated seconds.
 
-  Touches no device: it reads the results folder and the search space only. The estimate
+  Opens no device here: it reads the results folder and the search space of
+  opts.device_kind (by default the probed device's). The estimate
   is the median wall time per row already recorded for the problem (or, failing that,
   for the folder), times the rows left; None until some rows exist.
   """
