@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
-# GPU work in stages, one device call each (a call may run 10 minutes; plan 30 minutes in all).
+# GPU work in stages. A device call may run 10 minutes and a session has 30 minutes of device
+# time, machine starts included, so name several stages in one call where they fit:
 #
-# Here, once, where PyPI is reachable:   bash benchmarks/gpu_wheels.sh      (writes .whl/)
-# Each device call, carrying .whl:       bash benchmarks/gpu_run.sh STAGE
+# Here, once, where PyPI is reachable:   bash benchmarks/gpu_wheels.sh          (writes .whl/)
+# Each device call, carrying .whl:       bash benchmarks/gpu_run.sh STAGE [STAGE ...]
 #
-#   check       versions, the kernel tests compiled on the GPU, the ceilings, the timer   (~5 min)
-#   anchors     benchmarks/anchors.py with default configs: kernels vs XLA vs dense       (~6 min)
-#   sweep       shapes/anchors.yaml then shapes/gpu_slice.yaml, budgeted; stops itself
-#               before the call's limit and resumes on the next call                       (~9 min)
+#   check       versions, the kernel tests compiled on the GPU, the ceilings, the timer   (~6 min)
+#   sweep       shapes/anchors.yaml (fwd first, then all ops), then shapes/gpu_slice.yaml,
+#               budgeted; stops itself after SWEEP_S seconds (default 330) and resumes on
+#               the next call
 #   ship        export-lut, verify the LUT, bundle it in kernels/luts/ only if it passes,
-#               report                                                                     (~6 min)
-#   tuned       benchmarks/anchors.py with the exported LUT beside the defaults            (~8 min)
-#   exhaustive  every pruned config of Mixtral fwd into results/<slug>/exhaustive/,
+#               report (verify gets VERIFY_S seconds, default 300)
+#   tuned       benchmarks/anchors.py: each backend's default and (once shipped) tuned config,
+#               XLA and dense, on the anchor problems (BENCH_S seconds, default 520)
+#   anchors     the same with default configs only
+#   exhaustive  every pruned config of Mixtral fwd into results/<slug>/exhaustive/ (SWEEP_S),
 #               resumable across calls and sessions; ship merges it
 #
-# Results: results/<device-slug>/ here is the sweep's folder. Each stage packs it (and
+# A 30-minute session: `check`; then `SWEEP_S=270 VERIFY_S=200 ... sweep ship`; then `tuned`.
+#
+# Results: results/<device-slug>/ here is the sweep's folder. Each call packs it (and
 # kernels/luts/ once a LUT is bundled) into $OUT/results.tgz; unpack that into the checkout
 # before the next call (tar xzf results.tgz), so a fresh machine resumes where the last one
-# stopped. The exit status is the worst of the stage's steps. Without the device tool, OUT
-# defaults to /tmp/ragtune-out.
+# stopped. The exit status is the worst of the steps. Without the device tool, OUT defaults
+# to /tmp/ragtune-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STAGE=${1:?usage: gpu_run.sh check|anchors|sweep|ship|tuned|exhaustive}
+[ $# -gt 0 ] || { echo "usage: gpu_run.sh STAGE [STAGE ...]: check, sweep, ship, tuned, anchors, exhaustive" >&2; exit 2; }
+SWEEP_S=${SWEEP_S:-330}
+VERIFY_S=${VERIFY_S:-300}
+BENCH_S=${BENCH_S:-520}
 OUT=${OUT:-/tmp/ragtune-out}
 SITE=${RAGTUNE_SITE:-/tmp/site}
 mkdir -p "$OUT"
@@ -50,6 +58,7 @@ pack() {
 finish() { pack; exit "$worst"; }
 trap finish EXIT
 
+for STAGE in "$@"; do
 case "$STAGE" in
 check)
   log versions
@@ -86,23 +95,27 @@ PY
   ;;
 anchors)
   log "anchor benchmark, default configs"
-  timeout 520 python3 benchmarks/anchors.py --csv "$RES/anchors_default.csv" 2>&1 | tee "$RES/anchors_default.txt"
+  timeout "$BENCH_S" python3 benchmarks/anchors.py --csv "$RES/anchors_default.csv" 2>&1 | tee "$RES/anchors_default.txt"
   ok "anchor benchmark"
   ;;
 sweep)
-  log "sweep the anchors, then the GPU slice (SIGTERM keeps the rows; the next call resumes)"
-  timeout -s TERM 330 python3 -m ragtune sweep shapes/anchors.yaml -o "$RES" --budget 12 --timeout 90 2>&1 | tail -40
+  log "sweep the anchors (fwd first), then the GPU slice, for ${SWEEP_S}s in all (SIGTERM keeps the rows; the next call resumes)"
+  end=$(( $(date +%s) + SWEEP_S ))
+  left() { local l=$(( end - $(date +%s) )); [ "$l" -gt 5 ] && echo "$l" || echo 5; }
+  timeout -s TERM "$(left)" python3 -m ragtune sweep shapes/anchors.yaml -o "$RES" --op fwd --budget 8 --timeout 90 2>&1 | tail -25
+  ok "sweep anchors.yaml fwd" resumable
+  timeout -s TERM "$(left)" python3 -m ragtune sweep shapes/anchors.yaml -o "$RES" --budget 8 --timeout 90 2>&1 | tail -40
   ok "sweep anchors.yaml" resumable
-  timeout -s TERM 180 python3 -m ragtune sweep shapes/gpu_slice.yaml -o "$RES" --timeout 90 2>&1 | tail -20
+  timeout -s TERM "$(left)" python3 -m ragtune sweep shapes/gpu_slice.yaml -o "$RES" --timeout 90 2>&1 | tail -20
   ok "sweep gpu_slice.yaml" resumable
-  python3 -m ragtune plan shapes/anchors.yaml -o "$RES" --budget 12 2>&1 | tail -5
+  python3 -m ragtune plan shapes/anchors.yaml -o "$RES" --budget 8 2>&1 | tail -3
   ;;
 ship)
   log "export, verify, bundle"
   dirs=("$RES"); [ -f "$RES/exhaustive/records.jsonl" ] && dirs+=("$RES/exhaustive")
   python3 -m ragtune export-lut "${dirs[@]}" -o "$RES/$SLUG.json" 2>&1 | tail -5
   ok export-lut
-  timeout 420 python3 -m ragtune verify "$RES/$SLUG.json" --timeout 120 > "$RES/verify.txt" 2>&1
+  timeout "$VERIFY_S" python3 -m ragtune verify "$RES/$SLUG.json" --timeout 120 > "$RES/verify.txt" 2>&1
   verified=$?; tail -30 "$RES/verify.txt"
   if [ "$verified" -eq 0 ]; then
     mkdir -p kernels/luts && cp "$RES/$SLUG.json" "kernels/luts/$SLUG.json" && log "bundled kernels/luts/$SLUG.json"
@@ -113,15 +126,17 @@ ship)
   ok report
   ;;
 tuned)
-  log "anchor benchmark with the exported LUT"
-  timeout 520 python3 benchmarks/anchors.py --lut "$RES/$SLUG.json" --csv "$RES/anchors_tuned.csv" 2>&1 | tee "$RES/anchors_tuned.txt"
-  ok "anchor benchmark with the LUT"
+  lut=(); [ -f "kernels/luts/$SLUG.json" ] && lut=(--lut "kernels/luts/$SLUG.json")
+  log "anchor benchmark, defaults${lut:+ and the verified LUT}"
+  timeout "$BENCH_S" python3 benchmarks/anchors.py "${lut[@]}" --csv "$RES/anchors_tuned.csv" 2>&1 | tee "$RES/anchors_tuned.txt"
+  ok "anchor benchmark"
   ;;
 exhaustive)
   log "every pruned config of Mixtral fwd (resumable)"
-  timeout -s TERM 520 python3 -m ragtune sweep shapes/anchors.yaml -o "$RES/exhaustive" --op fwd \
+  timeout -s TERM "$SWEEP_S" python3 -m ragtune sweep shapes/anchors.yaml -o "$RES/exhaustive" --op fwd \
     --shape 8192,4096,14336 --timeout 90 2>&1 | tail -20
   ok "exhaustive sweep" resumable
   ;;
-*) echo "error: unknown stage '$STAGE' (check, anchors, sweep, ship, tuned, exhaustive)" >&2; worst=2 ;;
+*) echo "error: unknown stage '$STAGE' (check, sweep, ship, tuned, anchors, exhaustive)" >&2; worst=2 ;;
 esac
+done

@@ -253,11 +253,10 @@ def sweep(
                 markup=False, highlight=False)
   t0 = time.perf_counter()
 
-  def stop(signum, frame):  # SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does
-    raise KeyboardInterrupt
-
+  # SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does, at a safe point.
   in_main = threading.current_thread() is threading.main_thread()
-  previous = signal.signal(signal.SIGTERM, stop) if in_main else None
+  stops = (signal.SIGINT, signal.SIGTERM)
+  previous = {sig: signal.signal(sig, sweep_mod.stop_handler) for sig in stops} if in_main else {}
   waiting = lambda holder: err_console.print(f"waiting for the sweep that holds {out_dir} ({holder})",
                                              markup=False, highlight=False, soft_wrap=True)
   try:
@@ -275,8 +274,8 @@ def sweep(
                       soft_wrap=True)
     raise typer.Exit(130)
   finally:
-    if in_main:
-      signal.signal(signal.SIGTERM, previous)
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
   console.print(_summary_table(summaries, ceilings_mod.load([out_dir])))
   console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {out_dir / 'records.jsonl'}")
   missing = [s for s in summaries if s.best is None and s.problem.backend != "xla"]

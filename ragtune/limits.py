@@ -51,8 +51,8 @@ def device_memory_bytes() -> int | None:
 
 
 def _label(p: Any) -> str:
-  src = getattr(p, "source", "")
-  return f"{src + ': ' if src else ''}{p.op} [{p.m},{p.k}]x[{p.g},{p.k},{p.n}] {p.dtype}"
+  src, backend = getattr(p, "source", ""), getattr(p, "backend", "")
+  return f"{src + ': ' if src else ''}{p.op} {backend + ' ' if backend else ''}[{p.m},{p.k}]x[{p.g},{p.k},{p.n}] {p.dtype}"
 
 
 def too_big(p: Any, memory: int | None) -> str | None:

@@ -330,6 +330,22 @@ def _worker_env(index: int, platform: str) -> dict[str, str]:
   return env
 
 
+# Ctrl-C and SIGTERM during a sweep. A KeyboardInterrupt raised by a signal handler can land
+# inside the lock that queue.get holds and come out as "RuntimeError: release unlocked lock",
+# so while the pool's loop runs the handler only sets this flag, and the loop raises
+# KeyboardInterrupt at its next turn (within a second). Elsewhere it raises at once.
+_stop_requested = threading.Event()
+_in_pool_loop = threading.Event()
+
+
+def stop_handler(signum, frame) -> None:
+  """SIGINT/SIGTERM handler for a sweep: stop it as Ctrl-C does, at a safe point."""
+  if _in_pool_loop.is_set():
+    _stop_requested.set()
+  else:
+    raise KeyboardInterrupt
+
+
 class _Worker:
   """One worker process and the thread that turns its messages into events."""
 
@@ -447,10 +463,20 @@ class _Pool:
         w.close() if graceful else w.kill()
 
   def run(self, tasks: list[_Task]) -> None:
+    _stop_requested.clear()
+    _in_pool_loop.set()
+    try:
+      self._run(tasks)
+    finally:
+      _in_pool_loop.clear()
+
+  def _run(self, tasks: list[_Task]) -> None:
     self.queue = collections.deque(tasks)
     for slot in range(min(len(self.opts.devices), max(1, len(tasks)))):
       self._spawn(slot)
     while any(w.task is not None or w.purpose != "work" for w in self.workers.values()) or self.queue:
+      if _stop_requested.is_set():
+        raise KeyboardInterrupt
       self.progress.tick()
       now = time.monotonic()
       deadlines = [w.deadline for w in self.workers.values() if w.deadline is not None]

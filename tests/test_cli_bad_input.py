@@ -194,7 +194,7 @@ def test_problem_bigger_than_device_memory(tmp_path, monkeypatch):
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "out")])
   assert r.exit_code == 2
   need = limits.bytes_needed("drhs", "bfloat16", 256, 128, 128, 4)
-  assert f"drhs [256,128]x[4,128,128] bfloat16: needs {need:,} bytes" in _one_error_line(r)
+  assert f"drhs pallas_gpu [256,128]x[4,128,128] bfloat16: needs {need:,} bytes" in _one_error_line(r)
   assert "more than the device's 1,048,576 bytes" in r.output
   assert not (tmp_path / "out").exists()
 
@@ -207,7 +207,7 @@ def test_problems_too_big_for_the_device_are_skipped_with_a_warning(tmp_path, mo
   spec.write_text("shapes:\n  - {m: 64, k: 32, n: 32, g: 2}\n  - {m: 4096, k: 32, n: 32, g: 2}\n")
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "out"), "--dry-run"])
   assert r.exit_code == 0, r.output
-  assert "warning: skipped: " in r.output and "fwd [4096,32]x[2,32,32] bfloat16: needs" in r.output
+  assert "warning: skipped: " in r.output and "fwd pallas_gpu [4096,32]x[2,32,32] bfloat16: needs" in r.output
   assert "[64,32]x[2,32,32]" in r.output and "1 problems" in r.output
 
 

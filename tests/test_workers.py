@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ragtune import ceilings, export, lock, search_space, shapes, store, sweep
@@ -97,7 +98,8 @@ def test_no_passing_candidate_says_why(tmp_path):
   assert s.best is None and s.why == "no correct candidate: 2 timeout, 1 crash"
 
 
-def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path, sig):
   spec, out = tmp_path / "f.yaml", tmp_path / "res"
   spec.write_text(FAULTS.replace("max_candidates: 7", "max_candidates: 3"))
   records = out / "records.jsonl"
@@ -108,11 +110,12 @@ def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path)
   while time.time() < deadline and not (records.exists() and records.read_text().count("\n") >= 3):
     time.sleep(0.1)
   time.sleep(0.5)  # the worker is now inside the candidate that hangs
-  proc.send_signal(signal.SIGINT)
+  proc.send_signal(sig)
   t0 = time.time()
   _, err = proc.communicate(timeout=20)
   assert time.time() - t0 < 3, "Ctrl-C stops the sweep within a second or two"
   assert proc.returncode == 130 and "resume" in err, err
+  assert "Traceback" not in err and "RuntimeError" not in err, err
   rows = store.ResultsStore(out).rows()
   assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
   assert not _alive(rows[-1]["worker_pid"]), "no worker left behind"
