@@ -182,8 +182,12 @@ def _fitting(problems: list, memory: Optional[int]) -> list:
   fit, reasons = limits.split_by_memory(problems, memory)
   if not fit and reasons:
     raise RagtuneError(reasons[0] + (f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""))
-  for reason in reasons:
+  shown = 5
+  for reason in reasons[:shown]:
     err_console.print(f"warning: skipped: {reason}", markup=False, highlight=False, soft_wrap=True)
+  if len(reasons) > shown:
+    err_console.print(f"warning: skipped {len(reasons) - shown} more problems too big for this device "
+                      f"({len(reasons)} in all; {len(fit)} remain)", markup=False, highlight=False, soft_wrap=True)
   return fit
 
 
