@@ -200,7 +200,7 @@ def test_band_snake_matches_planar_snake_and_is_a_bijection():
     assert len(set(zip(r.tolist(), c.tolist()))) == rows * cols
     assert r.min() >= 0 and r.max() < rows and c.min() >= 0 and c.max() < cols
     # One index at a time (jax >= 0.11 branches on a scalar); vmap selects away its 0-wide tail.
-    pr, pc = jax.vmap(lambda i: plgpu.planar_snake(i, (rows, cols), 1, band))(idx)
+    pr, pc = jax.jit(jax.vmap(lambda i: plgpu.planar_snake(i, (rows, cols), 1, band)))(idx)
     np.testing.assert_array_equal(r, pr)
     np.testing.assert_array_equal(c, pc)
 
