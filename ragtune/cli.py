@@ -225,7 +225,7 @@ def sweep(
   from ragtune import worker as worker_mod
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  limits.check_fits(problems, memory=0)  # indexing now; memory once the device is known
+  limits.check_fits(problems)  # indexing now; memory once the device is known
   try:
     worker_mod.load_builder(builder)  # fail here, once, rather than in every worker
   except ValueError as e:
@@ -307,7 +307,7 @@ def plan(
   from ragtune import sweep as sweep_mod
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  limits.check_fits(problems, memory=0)
+  limits.check_fits(problems)
   info = _device()
   problems = _fitting(problems, info.get("memory_bytes"))
   opts = sweep_mod.SweepOptions(out_dir=_results_dir(out), max_candidates=max_candidates or spec.max_candidates,
@@ -345,7 +345,7 @@ def verify(
   if not entries:
     raise RagtuneError(f"{target}: LUT has no entries")
   entries = shapes_mod.select(entries, ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
-  limits.check_fits(entries, memory=info.get("memory_bytes") or 0)  # 0: unknown, not checked
+  limits.check_fits(entries, memory=info.get("memory_bytes"))
   interp = _resolve_interpret(interpret, info["platform"])
   failures, t0 = 0, time.perf_counter()
   columns = [TextColumn("verify {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

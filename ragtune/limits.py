@@ -71,8 +71,8 @@ def too_big(p: Any, memory: int | None) -> str | None:
 
 def check_fits(items: list, memory: int | None = None) -> None:
   """Raise for the first problem (or LUT entry) that its backend's indexing or `memory`
-  cannot hold. memory=None asks this process's default device (which opens it)."""
-  memory = device_memory_bytes() if memory is None else memory
+  bytes cannot hold (None: indexing only). The memory is the probed device's
+  (sweep.probe_devices): asking this process's jax would open the accelerator here."""
   for p in items:
     reason = too_big(p, memory)
     if reason:

@@ -189,8 +189,7 @@ def probe_devices() -> dict[str, Any]:
   code = ("import json, jax; from ragtune.limits import device_memory_bytes; d = jax.local_devices(); "
           "print(json.dumps({'platform': d[0].platform, 'count': len(d), 'device_kind': d[0].device_kind, "
           "'memory_bytes': device_memory_bytes()}))")
-  env = dict(os.environ)  # the child imports this ragtune, as the workers do
-  env["PYTHONPATH"] = os.pathsep.join(x for x in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")) if x)
+  env = dict(os.environ, PYTHONPATH=_pythonpath())  # the child imports this ragtune, as the workers do
   try:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
   except subprocess.TimeoutExpired:
@@ -315,6 +314,12 @@ def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
 
 # --- workers (parent side) ------------------------------------------------------------
 
+def _pythonpath(*extra: str) -> str:
+  """PYTHONPATH for a child process that imports this ragtune (then `extra`, then the caller's)."""
+  root = str(Path(__file__).resolve().parents[1])
+  return os.pathsep.join(x for x in (root, *extra, os.environ.get("PYTHONPATH", "")) if x)
+
+
 def _worker_env(index: int, platform: str) -> dict[str, str]:
   env = dict(os.environ)
   if platform == "gpu":
@@ -323,9 +328,7 @@ def _worker_env(index: int, platform: str) -> dict[str, str]:
     env["RAGTUNE_DEVICE_INDEX"] = "0"
   else:
     env["RAGTUNE_DEVICE_INDEX"] = str(index)
-  # The workers import this ragtune, and the user's --builder module from the current folder.
-  root = str(Path(__file__).resolve().parents[1])
-  env["PYTHONPATH"] = os.pathsep.join(x for x in (root, os.getcwd(), env.get("PYTHONPATH", "")) if x)
+  env["PYTHONPATH"] = _pythonpath(os.getcwd())  # and the user's --builder module from the current folder
   env["PYTHONUNBUFFERED"] = "1"
   return env
 
