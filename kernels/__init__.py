@@ -10,6 +10,7 @@ A model imports only this package:
 This package depends on jax and numpy only.
 """
 
+from kernels import target
 from kernels.backends import REGISTRY, Backend
 from kernels.config import (BACKENDS, DTYPES, OPS, GpuConfig, MosaicConfig, TpuConfig,
                             config_from_dict, default_config, op_dims)
@@ -20,7 +21,7 @@ from kernels.ragged_dot import (OP_FUNCTIONS, Choice, choose_config, explain, fo
                                 grad_rhs, ragged_dot, resolve_backend, resolve_plan, select_config)
 
 __all__ = [
-    "REGISTRY", "Backend", "BACKENDS", "DTYPES", "OPS", "GpuConfig", "MosaicConfig", "TpuConfig", "config_from_dict", "default_config",
+    "target", "REGISTRY", "Backend", "BACKENDS", "DTYPES", "OPS", "GpuConfig", "MosaicConfig", "TpuConfig", "config_from_dict", "default_config",
     "op_dims", "ENV_VAR", "SCHEMA", "SCHEMA_VERSION", "Entry", "Lut", "LutError", "LutFn",
     "active_lut", "current_device_kind", "device_slug", "load_lut", "reset_active_lut",
     "set_active_lut", "OP_FUNCTIONS", "forward", "grad_lhs", "grad_rhs", "ragged_dot",

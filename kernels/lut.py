@@ -56,8 +56,10 @@ def device_slug(device_kind: str) -> str:
 
 
 def current_device_kind() -> str:
-  import jax
-  return jax.devices()[0].device_kind
+  """The device kind calls are built for (kernels.target.current: jax's first device, or
+  the device of the mesh set by jax.set_mesh for an ahead-of-time compile)."""
+  from kernels import target
+  return target.current().device_kind
 
 
 def canonical_dtype(dtype: Any) -> str:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels import group_metadata
+from kernels import group_metadata, target
 from kernels.config import MosaicConfig
 
 # H100 SXM's SM count: the grid size when the default device is not a GPU (export for
@@ -50,12 +50,11 @@ def swizzle_elems(dtype) -> int:
 
 
 def num_sms(interpret=False) -> int:
-  """Persistent programs to launch: the default device's SM count on a GPU."""
+  """Persistent programs to launch: the SM count of the GPU being compiled for."""
   if interpret:
     return INTERPRET_NUM_SMS
-  dev = jax.devices()[0]
-  count = getattr(dev, "core_count", None) if dev.platform == "gpu" else None
-  return int(count) if count else FALLBACK_NUM_SMS
+  t = target.current()
+  return int(t.num_cores) if t.is_gpu and t.num_cores else FALLBACK_NUM_SMS
 
 
 def pad_to_multiple(x: jax.Array, axis: int, multiple: int) -> jax.Array:
@@ -133,6 +132,9 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end
         def step(_, lhs_smem, rhs_smem):
           rhs_tile = rhs_smem.T if transpose_rhs else rhs_smem  # read transposed; wgmma supports it for 16-bit
           plgpu.wgmma(acc_ref, lhs_smem, rhs_tile)
+          # Keep one wgmma in flight: the previous step's is done before delay_release=1
+          # lets the pipeline refill its buffers (jax's pipelining docs pair the two).
+          plgpu.wgmma_wait(1)
 
         rhs_shape = (block_n, block_k) if transpose_rhs else (block_k, block_n)
         rhs_index = (lambda kb: (j, kb)) if transpose_rhs else (lambda kb: (kb, j))
@@ -192,6 +194,7 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: Mosai
   kernel = functools.partial(
       _gmm_kernel, m=m_pad, k=lhs.shape[1], g_local=g_local, num_tiles=num_tiles,
       num_col_blocks=pl.cdiv(n_pad, cfg.block_n), cfg=cfg, transpose_rhs=transpose_rhs)
+  kernel.__name__ = "ragtune_mgpu_gmm"  # the kernel's name in the machine code and profiles
   call = plgpu.kernel(
       kernel,
       out_type=jax.ShapeDtypeStruct((m_pad, out_cols(n_pad, cfg.block_n, interpret)), out_dtype),

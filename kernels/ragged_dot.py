@@ -18,13 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import backends
+from kernels import backends, target
 from kernels import lut as lut_mod
 from kernels.config import OPS, Config, config_from_dict, default_config
 
 logger = logging.getLogger("kernels")
 
-GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+GPU_PLATFORMS = target.GPU_PLATFORMS
 
 
 # --- argument handling ----------------------------------------------------------------
@@ -34,7 +34,7 @@ def resolve_backend(backend: str) -> str:
   a TPU, else xla); any other name is checked and returned. On a GPU, ragged_dot's "auto"
   first asks the LUT per op (Lut.choose); see resolve_plan."""
   if backend == "auto":
-    platform = jax.default_backend()
+    platform = target.current().platform
     if platform in GPU_PLATFORMS:
       return "pallas_gpu"
     if platform == "tpu":
@@ -46,9 +46,10 @@ def resolve_backend(backend: str) -> str:
 
 
 def default_interpret(backend: str) -> bool:
-  """Interpret a kernel backend when its hardware is not the default device."""
+  """Interpret a kernel backend when its hardware is not the device being compiled for
+  (kernels.target.current)."""
   b = backends.get(backend)
-  return b.config_type is not None and jax.default_backend() not in b.platforms
+  return b.config_type is not None and target.current().platform not in b.platforms
 
 
 def _canonical_precision(precision):
@@ -188,6 +189,7 @@ def resolve_choices(config, backend: str, m: int, k: int, n: int, g: int, dtype)
   auto = backend == "auto"
   fallback = resolve_backend(backend)
   table = lut_mod.active_lut() if auto and fallback == "pallas_gpu" else None
+  dev = target.current() if table is not None else None
   out = {}
   for op in OPS:
     cfg = given.get(op)
@@ -197,6 +199,8 @@ def resolve_choices(config, backend: str, m: int, k: int, n: int, g: int, dtype)
       choice = Choice(op, name, cfg, "explicit")
     else:
       e = table.choose_entry(op, m, k, n, g, dtype) if table is not None else None
+      if e is not None and not backends.get(e.backend).runs_on(dev.platform, dev.device_kind):
+        e = None  # e.g. a Hopper-only backend's entry when compiling for Blackwell
       choice = _from_entry(op, table, e, m, k, n, g) if e is not None else choose_config(op, name, m, k, n, g, dtype)
     _check_config(choice.backend, op, choice.config)
     out[op] = choice
@@ -371,6 +375,11 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
   for name in set(names):  # "auto" may pick a backend per op; each must take the dtype
     backends.get(name).check_dtype(lhs.dtype, rhs.dtype, compute_dtype.name)
   modes = tuple(default_interpret(name) if interpret is None else interpret for name in names)
+  compiled = {name for name, mode in zip(names, modes) if not mode}
+  if compiled:
+    dev = target.current()
+    for name in compiled:
+      backends.get(name).check_device(dev.platform, dev.device_kind)
   plan = _Plan(names, choices["fwd"].config, choices["dlhs"].config, choices["drhs"].config, bool(transpose_rhs),
                _canonical_precision(precision), jnp.dtype(out_dtype).name, compute_dtype.name,
                modes, group_offset is not None)

@@ -140,5 +140,5 @@ def test_resolve_plan_explicit_backend_and_configs_under_auto(monkeypatch):
     kernels.resolve_plan("mosaic_gpu", G(), *s)
   from kernels.ragged_dot import default_interpret
   assert default_interpret("mosaic_gpu") and not default_interpret("xla")
-  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
   assert not default_interpret("mosaic_gpu") and not default_interpret("pallas_gpu")

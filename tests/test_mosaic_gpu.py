@@ -226,10 +226,10 @@ def _custom_calls(mod):
 def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
   """What this proves: given a GPU platform and the active LUT, "auto" picks each op's
   backend with Lut.choose and each op lowers to that backend's kernel (Triton, Mosaic GPU,
-  or plain XLA). The platform is faked: this host is a CPU, and export for CUDA does not
-  change jax.default_backend(); on a real GPU that call says "gpu" by itself."""
+  or plain XLA). The target is faked for resolve_plan, which runs outside the export's
+  abstract H100 mesh; on a real GPU kernels.target says "gpu" by itself."""
   from test_backends import SHAPE, _mixed_lut
-  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
   kernels.set_active_lut(_mixed_lut(winners))
   m, k, n, g = SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"]
   bf = jnp.bfloat16
@@ -249,7 +249,7 @@ def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
 
 
 def test_auto_without_an_applicable_entry_falls_back_to_pallas_gpu(monkeypatch):
-  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
   kernels.set_active_lut(kernels.Lut(H100, []))
   bf = jnp.bfloat16
 

@@ -29,6 +29,8 @@ class Backend:
   config_type: the config dataclass (with fits() and to_dict()); None: no knobs.
   dtypes: the lhs/rhs dtypes (after promotion) it computes in.
   platforms: the jax platforms it runs compiled on; elsewhere it is interpreted.
+  families: the GPU families (kernels.config.gpu_family) its kernels compile for; empty:
+          every device of its platforms. Compiling for another raises a clear error.
   """
 
   name: str
@@ -39,6 +41,22 @@ class Backend:
   dtypes: tuple[str, ...]
   platforms: tuple[str, ...] = ()
   grad_lhs: Callable[..., Any] | None = None
+  families: tuple[str, ...] = ()
+
+  def check_device(self, platform: str, device_kind: str) -> None:
+    """Raise ValueError when this backend's kernels cannot compile for the device."""
+    from kernels.config import gpu_family
+    if self.families and platform in self.platforms and gpu_family(device_kind) not in self.families:
+      raise ValueError(
+          f"backend {self.name!r} compiles for {'/'.join(self.families)} GPUs only, not "
+          f"{device_kind!r} ({gpu_family(device_kind)}); use backend='pallas_gpu' or 'xla'")
+
+  def runs_on(self, platform: str, device_kind: str) -> bool:
+    try:
+      self.check_device(platform, device_kind)
+    except ValueError:
+      return False
+    return True
 
   def check_dtype(self, lhs_dtype, rhs_dtype, compute_dtype: str) -> None:
     if compute_dtype not in self.dtypes:

@@ -32,7 +32,9 @@ def grad_rhs(lhs, dout, group_sizes, *, num_groups, config, out_dtype, transpose
                         group_offset=group_offset, interpret=interpret)
 
 
-# wgmma takes 16-bit inputs here; float32 goes to pallas_gpu or xla.
+# wgmma takes 16-bit inputs here; float32 goes to pallas_gpu or xla. wgmma is sm_90a only:
+# Blackwell (sm_100) has tcgen05 instead, and Ampere neither, so the kernels are Hopper's.
 BACKEND = Backend(
     name="mosaic_gpu", forward=forward, grad_rhs=grad_rhs, default=mosaic_default,
-    config_type=MosaicConfig, dtypes=("bfloat16", "float16"), platforms=("gpu", "cuda"))
+    config_type=MosaicConfig, dtypes=("bfloat16", "float16"), platforms=("gpu", "cuda"),
+    families=("hopper",))
