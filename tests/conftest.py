@@ -2,6 +2,10 @@ import os
 
 # Two host devices so shard_map tests have a real 2-way mesh on CPU. Must precede jax import.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+# No NVIDIA device here: keep jax on the CPU, so the CUDA plugin (the gpu-compile extra)
+# serves deviceless compiles (tests/test_aot_compile.py) instead of failing to start.
+if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0")):
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.pop("RAGTUNE_LUT", None)
 
 import jax  # noqa: E402

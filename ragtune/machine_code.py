@@ -1,0 +1,279 @@
+"""What a compiled GPU program's kernels are made of, read from their machine code.
+
+A jax executable compiled for CUDA serializes (``Executable.serialize()``) to a protobuf
+that holds a Riegeli record stream; its one record is XLA's GpuExecutableProto, where
+every kernel's cubin is an ELF image. We cut the cubins out of the record, then let
+NVIDIA's ``cuobjdump`` say what they use: ``-res-usage`` gives registers, STACK and LOCAL
+bytes (spills land in LOCAL) and static shared memory; ``-sass`` gives the instructions.
+
+Riegeli's format: github.com/google/riegeli, doc/riegeli_records_file_format.md. Snappy's:
+github.com/google/snappy, format_description.txt. Only what XLA writes is read here: simple
+chunks, uncompressed or snappy-compressed.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sysconfig
+import tempfile
+from pathlib import Path
+
+_RIEGELI_BLOCK = 1 << 16
+_RIEGELI_BLOCK_HEADER = 24
+_RIEGELI_CHUNK_HEADER = 40
+# The first 8 bytes of every Riegeli file: the hash of its first block header.
+_RIEGELI_MAGIC = bytes.fromhex("83af70d10d884a3f")
+_ELF_MAGIC = b"\x7fELF"
+_EM_CUDA = 190
+
+# Instructions that say how a kernel computes and moves data (Hopper SASS names).
+# HGMMA: Hopper's wgmma; UTCHMMA: Blackwell's tcgen05 MMA; HMMA: mma.sync. UTMALDG/UTMASTG:
+# TMA loads/stores; LDGSTS: cp.async; STL/LDL: local memory (spills) traffic.
+INSTRUCTIONS = ("HGMMA", "UTCHMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDSM", "STL", "LDL")
+
+
+class MachineCodeError(RuntimeError):
+  """The executable could not be read, or cuobjdump is missing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCode:
+  """One kernel of a compiled program, as its cubin says.
+
+  registers: per thread. spill_bytes: per-thread bytes of register spills, which ptxas
+  puts in the stack frame (STACK) or local memory (LOCAL); 0 means none. stack_bytes,
+  local_bytes: the two figures as cuobjdump gives them. static_smem_bytes: shared memory
+  declared in the cubin (dynamic shared memory is set at launch, see aot.KernelReport).
+  counts: how many of each INSTRUCTIONS name the SASS holds.
+  serialized_wgmma: every wgmma is waited for at once (each HGMMA followed by
+  ``WARPGROUP.DEPBAR.LE gsb0, 0x0``): ptxas's C7511 "serialized due to insufficient
+  register resources", several times slower, though it compiles.
+  loops_wait_one: every loop that issues wgmma waits with ``DEPBAR.LE gsb0, 0x1`` in it
+  (one wgmma left in flight), as a pipeline that releases a step's buffers after the next
+  step's wgmma is issued must.
+  """
+
+  name: str
+  registers: int
+  local_bytes: int
+  stack_bytes: int
+  static_smem_bytes: int
+  counts: dict[str, int]
+  serialized_wgmma: bool
+  loops_wait_one: bool
+
+  @property
+  def spill_bytes(self) -> int:
+    # None of our kernels calls a function or takes an address of a local, so any stack
+    # frame is spill space; STL/LDL are its stores and loads.
+    return max(self.stack_bytes, self.local_bytes)
+
+  @property
+  def mma(self) -> str:
+    for op, kind in (("HGMMA", "wgmma"), ("UTCHMMA", "tcgen05"), ("HMMA", "mma.sync")):
+      if self.counts.get(op):
+        return kind
+    return "none"
+
+  @property
+  def copy(self) -> str:
+    if self.counts.get("UTMALDG"):
+      return "tma"
+    return "cp.async" if self.counts.get("LDGSTS") else "ld/st"
+
+
+# --- the cubins inside a serialized executable ------------------------------------------
+
+def _varint(b: bytes, pos: int) -> tuple[int, int]:
+  n = shift = 0
+  while True:
+    x = b[pos]
+    pos += 1
+    n |= (x & 0x7F) << shift
+    shift += 7
+    if x < 0x80:
+      return n, pos
+
+
+def snappy_decompress(src: bytes) -> bytes:
+  """Raw snappy (no framing): a varint length, then literals and back-references."""
+  size, pos = _varint(src, 0)
+  out = bytearray()
+  while pos < len(src):
+    tag = src[pos]
+    pos += 1
+    kind = tag & 3
+    if kind == 0:  # literal
+      length = tag >> 2
+      if length >= 60:
+        extra = length - 59
+        length = int.from_bytes(src[pos:pos + extra], "little")
+        pos += extra
+      length += 1
+      out += src[pos:pos + length]
+      pos += length
+      continue
+    if kind == 1:
+      length, offset = ((tag >> 2) & 7) + 4, ((tag >> 5) << 8) | src[pos]
+      pos += 1
+    else:
+      width = 2 if kind == 2 else 4
+      length, offset = (tag >> 2) + 1, int.from_bytes(src[pos:pos + width], "little")
+      pos += width
+    start = len(out) - offset
+    if offset <= 0 or start < 0:
+      raise MachineCodeError("corrupt snappy data")
+    if offset >= length:
+      out += out[start:start + length]
+    else:  # an overlapping copy repeats the last `offset` bytes
+      for i in range(length):
+        out.append(out[start + i])
+  if len(out) != size:
+    raise MachineCodeError(f"snappy data decoded to {len(out)} bytes, expected {size}")
+  return bytes(out)
+
+
+def riegeli_records(data: bytes) -> list[bytes]:
+  """The decoded values of every simple chunk of a Riegeli stream (records concatenated)."""
+  stream = bytearray()  # the stream with its 64 KiB block headers cut out
+  for start in range(0, len(data), _RIEGELI_BLOCK):
+    stream += data[start + _RIEGELI_BLOCK_HEADER:start + _RIEGELI_BLOCK]
+  out, pos = [], 0
+  while pos + _RIEGELI_CHUNK_HEADER <= len(stream):
+    _, size, _, type_and_count, decoded = struct.unpack_from("<QQQQQ", stream, pos)
+    pos += _RIEGELI_CHUNK_HEADER
+    body = bytes(stream[pos:pos + size])
+    pos += size
+    kind = chr(type_and_count & 0xFF)
+    if kind in ("s", "p", "m"):  # signature, padding, metadata
+      continue
+    if kind != "r":
+      raise MachineCodeError(f"unsupported Riegeli chunk type {kind!r}")
+    compression = body[:1]
+    sizes_len, p = _varint(body, 1)
+    values = body[p + sizes_len:]
+    if compression == b"s":
+      _, p = _varint(values, 0)  # Riegeli's own prefix: the decompressed size
+      values = snappy_decompress(values[p:])
+    elif compression != b"\x00":
+      raise MachineCodeError(f"unsupported Riegeli compression {compression!r}")
+    if len(values) != decoded:
+      raise MachineCodeError("Riegeli chunk size mismatch")
+    out.append(values)
+    break  # XLA writes one record; what follows the stream is the outer proto's tail
+  return out
+
+
+def cubins(serialized: bytes) -> list[bytes]:
+  """The CUDA ELF images in a serialized jax GPU executable."""
+  start = serialized.find(_RIEGELI_MAGIC)
+  if start < 0:
+    raise MachineCodeError("no Riegeli stream in the executable (not a GPU executable?)")
+  found = []
+  for record in riegeli_records(serialized[start:]):
+    pos = record.find(_ELF_MAGIC)
+    while pos >= 0:
+      if record[pos + 4] == 2 and struct.unpack_from("<H", record, pos + 0x12)[0] == _EM_CUDA:
+        phoff, shoff = struct.unpack_from("<QQ", record, pos + 0x20)
+        phent, phnum, shent, shnum = struct.unpack_from("<HHHH", record, pos + 0x36)
+        size = max(shoff + shent * shnum, phoff + phent * phnum)
+        found.append(record[pos:pos + size])
+        pos += size
+      else:
+        pos += 4
+      pos = record.find(_ELF_MAGIC, pos)
+  return found
+
+
+# --- cuobjdump --------------------------------------------------------------------------
+
+def find_tool(name: str) -> str | None:
+  """An NVIDIA tool on PATH, or from the nvidia-cuda-* wheels in this environment."""
+  found = shutil.which(name)
+  if found:
+    return found
+  site = Path(sysconfig.get_paths()["purelib"]) / "nvidia"
+  for cand in sorted(site.glob(f"*/bin/{name}")):
+    return str(cand)
+  return None
+
+
+def _run(tool: str, *args: str) -> str:
+  env = dict(os.environ)
+  env["PATH"] = os.pathsep.join([str(Path(tool).parent), env.get("PATH", "")])  # cuobjdump -sass runs nvdisasm
+  r = subprocess.run([tool, *args], capture_output=True, text=True, env=env, timeout=300)
+  if r.returncode != 0:
+    raise MachineCodeError(f"{Path(tool).name} {' '.join(args[:-1])}: {r.stderr.strip()[-400:]}")
+  return r.stdout
+
+
+_RES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+_FUNC = re.compile(r"^\s*Function : (\S+)", re.M)
+_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)\s*([^;]*);")
+_BRANCH = re.compile(r"^(?:BRA|JMP)")
+
+
+def _sass_facts(sass: str) -> dict[str, tuple[dict[str, int], bool, bool]]:
+  """Per function: instruction counts, whether wgmma is serialized, whether every loop
+  with wgmma waits for all but one."""
+  facts = {}
+  parts = _FUNC.split(sass)
+  for name, body in zip(parts[1::2], parts[2::2]):
+    instrs = []  # (address, opcode, modifiers, operands)
+    for line in body.splitlines():
+      m = _INSTR.search(line)
+      addr = re.search(r"/\*([0-9a-f]{4,})\*/", line)
+      if m and addr:
+        instrs.append((int(addr.group(1), 16), m.group(1), m.group(2), m.group(3)))
+    counts = collections.Counter(op for _, op, _, _ in instrs if op in INSTRUCTIONS)
+    hgmma = [i for i, (_, op, _, _) in enumerate(instrs) if op == "HGMMA"]
+
+    def is_wait(i, level):
+      _, op, mods, args = instrs[i]
+      return op == "WARPGROUP" and ".DEPBAR" in mods and "gsb0" in args and args.rstrip().endswith(hex(level))
+    serialized = bool(hgmma) and all(i + 1 < len(instrs) and is_wait(i + 1, 0) for i in hgmma)
+    # Loops: a branch back to an earlier address spans [target, branch].
+    loops = []
+    for i, (addr, op, _, args) in enumerate(instrs):
+      t = re.search(r"0x([0-9a-f]+)", args)
+      if _BRANCH.match(op) and t and int(t.group(1), 16) < addr:
+        lo = int(t.group(1), 16)
+        loops.append([j for j, ins in enumerate(instrs) if lo <= ins[0] <= addr])
+    wgmma_loops = [body for body in loops if any(instrs[j][1] == "HGMMA" for j in body)]
+    waits_one = bool(wgmma_loops) and all(any(is_wait(j, 1) for j in body) for body in wgmma_loops)
+    facts[name] = (dict(counts), serialized, waits_one)
+  return facts
+
+
+def read_cubin(cubin: bytes, cuobjdump: str) -> list[KernelCode]:
+  """Every function of one cubin, by cuobjdump."""
+  with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "k.cubin")
+    with open(path, "wb") as f:
+      f.write(cubin)
+    res = _run(cuobjdump, "-res-usage", path)
+    sass = _run(cuobjdump, "-sass", path)
+  facts = _sass_facts(sass)
+  out = []
+  for name, reg, stack, shared, local in _RES.findall(res):
+    counts, serialized, waits_one = facts.get(name, ({}, False, False))
+    out.append(KernelCode(name, int(reg), int(local), int(stack), int(shared), counts, serialized, waits_one))
+  return out
+
+
+def read_executable(serialized: bytes, cuobjdump: str | None = None, only: bytes | None = None) -> list[KernelCode]:
+  """Every kernel in a serialized jax GPU executable (``Executable.serialize()``); with
+  `only`, just the cubins whose bytes contain it (a kernel name: cuobjdump costs ~0.3 s a
+  call, and XLA's own fusions come one cubin each)."""
+  cuobjdump = cuobjdump or find_tool("cuobjdump")
+  if cuobjdump is None:
+    raise MachineCodeError("cuobjdump not found: pip install 'ragtune[gpu-compile]' "
+                           "(nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
+  return [k for cubin in cubins(serialized) if only is None or only in cubin
+          for k in read_cubin(cubin, cuobjdump)]

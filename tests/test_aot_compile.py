@@ -1,0 +1,214 @@
+"""The GPU kernels compiled by XLA's real GPU compiler, deviceless, on this CPU host.
+
+ragtune.aot compiles for a named GPU (its facts in ragtune/targets/) all the way to machine
+code: Triton and Mosaic GPU lowering, LLVM and ptxas. These tests read the cubins:
+registers, spills, shared memory, and which instructions the kernels are built from. They
+say nothing of speed or of runtime races; see test_gpu_compiled.py for a real GPU.
+
+Needs the `gpu-compile` extra and JAX_PLATFORMS=cpu (conftest.py sets it on a host with no
+NVIDIA device). Skipped where either is missing, except under CI, where that is a failure.
+"""
+
+import importlib.util
+import os
+import random
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import kernels
+from kernels.config import gpu_smem_limit
+from ragtune import aot, machine_code, search_space
+from ragtune.shapes import Problem
+
+H100 = "NVIDIA H100 80GB HBM3"
+B200 = "NVIDIA B200"
+BF16 = "bfloat16"
+
+
+def _why_unavailable() -> str | None:
+  if not any(importlib.util.find_spec(p) for p in ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")):
+    return "no CUDA plugin (pip install -e '.[gpu-compile]')"
+  if machine_code.find_tool("cuobjdump") is None:
+    return "no cuobjdump (pip install -e '.[gpu-compile]')"
+  if jax.default_backend() != "cpu":
+    return "deviceless compile runs on a CPU-only jax (JAX_PLATFORMS=cpu)"
+  try:
+    aot.device_kind("h100")
+  except aot.AotUnavailable as e:
+    return str(e)
+  return None
+
+
+_UNAVAILABLE = _why_unavailable()
+if _UNAVAILABLE and os.environ.get("CI") and jax.default_backend() == "cpu":
+  raise RuntimeError(f"CI must run the deviceless compile tests: {_UNAVAILABLE}")
+pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
+
+# shapes/anchors.yaml's problems (Mixtral 8x7B prefill; DeepSeek-V3 decode, prefill up and
+# down) and a ragged shape no block divides.
+ANCHORS = {
+    "mixtral": (8192, 4096, 14336, 8),
+    "dsv3_decode": (512, 7168, 2048, 256),
+    "dsv3_up": (131072, 7168, 2048, 256),
+    "dsv3_down": (131072, 2048, 7168, 256),
+    "ragged": (1000, 1000, 1000, 8),
+}
+GPU_BACKENDS = ("pallas_gpu", "mosaic_gpu")
+
+
+def _assert_clean(report, *, smem_limit=gpu_smem_limit(H100), mma="wgmma", kernels_expected=None):
+  assert report.ok, f"{report.outcome}: {report.error}"
+  assert report.kernels, "no ragtune kernel found in the machine code"
+  if kernels_expected is not None:
+    assert len(report.kernels) == kernels_expected, [k.name for k in report.kernels]
+  for k in report.kernels:
+    assert k.spill_bytes == 0 and k.stack_bytes == 0, k
+    assert k.smem_bytes is not None and 0 < k.smem_bytes <= smem_limit, k
+    assert k.mma == mma, k
+    assert not k.serialized_wgmma, k
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("anchor", list(ANCHORS))
+def test_h100_defaults_compile_clean_fwd_and_vjp(anchor, backend):
+  """kernels.ragged_dot as a model calls it, forward and vjp, with the H100 defaults:
+  three kernels, no spills, within shared memory, wgmma; TMA for Mosaic GPU, cp.async for
+  Triton."""
+  m, k, n, g = ANCHORS[anchor]
+  report = aot.compile_ragged_dot("h100", m, k, n, g, BF16, backend=backend)
+  _assert_clean(report, kernels_expected=3)
+  copy = "tma" if backend == "mosaic_gpu" else "cp.async"
+  assert all(kr.copy == copy for kr in report.kernels), report.kernels
+
+
+def _drawn_configs(backend: str, count: int = 20, seed: int = 0):
+  """A fixed-seed draw of (problem, config) from the backend's H100 search space, spread
+  over the anchor problems and the three ops."""
+  rng = random.Random(f"{seed}|{backend}")
+  out = []
+  for i in range(count):
+    anchor = list(ANCHORS)[i % len(ANCHORS)]
+    op = kernels.OPS[(i // len(ANCHORS)) % 3]
+    m, k, n, g = ANCHORS[anchor]
+    p = Problem(op, backend, BF16, m, k, n, g, "explicit", (m,) + (0,) * (g - 1))
+    space = search_space.candidates(p, device_kind=H100)
+    out.append((p, rng.choice(space)))
+  return out
+
+
+DRAWS, CHUNKS = 20, 4  # chunks so that pytest-xdist spreads the compiles over the cores
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_h100_search_space_draws_compile_clean(backend, chunk):
+  """Whatever the search space offers the tuner compiles: 20 drawn configs per backend,
+  no compile error, no overflow, no spill, no serialized wgmma."""
+  bad = []
+  for p, cfg in _drawn_configs(backend, DRAWS)[chunk::CHUNKS]:
+    r = aot.compile_op("h100", backend, p.op, p.dtype, p.m, p.k, p.n, p.g, cfg)
+    if not r.ok:
+      bad.append(f"{p.op} {p.shape_label} {cfg}: {r.outcome} {r.error[:200]}")
+  assert not bad, "\n".join(bad)
+
+
+# (rule, op, config it prunes, what the compiler must show). Mixtral's shape.
+PRUNED = [
+    ("acc > 128/thread", "fwd", kernels.GpuConfig(128, 64, 256, 4, 3), "spill"),
+    ("acc > 128/thread", "drhs", kernels.GpuConfig(64, 256, 128, 4, 3), "spill"),
+    ("2 warps, tile >= 64x64", "fwd", kernels.GpuConfig(64, 64, 128, 2, 3), "mma.sync"),
+    ("mosaic acc > 128x192", "fwd", kernels.MosaicConfig(128, 256, 64, 3, 4), "spill"),
+]
+
+
+@pytest.mark.parametrize("rule,op,cfg,expect", PRUNED, ids=[f"{r}-{o}" for r, o, _, _ in PRUNED])
+def test_each_pruning_rule_against_the_compiler(rule, op, cfg, expect):
+  """A config each static rule of ragtune/search_space.py prunes is really bad on H100,
+  and the boundary configs it keeps are clean (test_h100_search_space_draws_compile_clean)."""
+  m, k, n, g = ANCHORS["mixtral"]
+  backend = "mosaic_gpu" if isinstance(cfg, kernels.MosaicConfig) else "pallas_gpu"
+  p = Problem(op, backend, BF16, m, k, n, g, "explicit", (m,) + (0,) * (g - 1))
+  assert cfg.fits(op, BF16, m, k, n, H100)
+  assert cfg not in search_space.candidates(p, device_kind=H100)[1:], f"{rule}: no longer pruned"
+  r = aot.compile_op("h100", backend, op, BF16, m, k, n, g, cfg)
+  if expect == "spill":
+    assert r.outcome == aot.SPILL and r.kernels[0].spill_bytes > 0, (r.outcome, r.kernels)
+  else:  # no warpgroup: mma.sync (with a few bytes of spill, too)
+    assert r.kernels and r.kernels[0].mma == expect, (r.outcome, r.kernels)
+
+
+def test_the_economy_rules_prune_configs_that_compile_clean():
+  """Rules 3 and 4 of search_space._gpu_config_ok are about the timing budget, not the
+  compiler, as their comment says: what they prune compiles clean (wgmma, no spill)."""
+  m, k, n, g = ANCHORS["dsv3_up"]
+  for op, cfg in (("fwd", kernels.GpuConfig(64, 64, 256, 4, 3)), ("drhs", kernels.GpuConfig(64, 64, 256, 4, 3)),
+                  ("fwd", kernels.GpuConfig(64, 64, 64, 8, 3))):
+    p = Problem(op, "pallas_gpu", BF16, m, k, n, g, "explicit", (m,) + (0,) * (g - 1))
+    assert cfg not in search_space.candidates(p, device_kind=H100)
+    _assert_clean(aot.compile_op("h100", "pallas_gpu", op, BF16, m, k, n, g, cfg), kernels_expected=1)
+
+
+def test_mosaic_k_loop_waits_for_the_previous_wgmma():
+  """The race fix: every loop that issues wgmma in both Mosaic kernels holds a
+  `WARPGROUP.DEPBAR.LE gsb0, 0x1` (plgpu.wgmma_wait(1)), so a pipeline step's buffers are
+  not refilled while the previous step's wgmma still reads them. The control compiles the
+  gmm without the wait: the check must see the difference."""
+  m, k, n, g = ANCHORS["mixtral"]
+  for op in kernels.OPS:
+    cfg = kernels.default_config("mosaic_gpu", op, BF16, m, k, n, g, device_kind=H100)
+    r = aot.compile_op("h100", "mosaic_gpu", op, BF16, m, k, n, g, cfg)
+    _assert_clean(r, kernels_expected=1)
+    assert r.kernels[0].loops_wait_one, (op, r.kernels[0])
+
+
+def test_the_wait_check_sees_a_missing_wait(monkeypatch):
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  monkeypatch.setattr(plgpu, "wgmma_wait", lambda n: None)
+  m, k, n, g = ANCHORS["mixtral"]
+  cfg = kernels.default_config("mosaic_gpu", "fwd", BF16, m, k, n, g, device_kind=H100)
+  r = aot.compile_op("h100", "mosaic_gpu", "fwd", BF16, m, k, n, g, cfg)
+  assert r.ok and r.kernels[0].counts.get("HGMMA")
+  assert not r.kernels[0].loops_wait_one
+
+
+@pytest.mark.parametrize("backend,cfg", [
+    ("pallas_gpu", kernels.GpuConfig(256, 256, 256, 8, 4)),
+    ("mosaic_gpu", kernels.MosaicConfig(256, 256, 128, 8, 1)),
+])
+def test_a_config_over_shared_memory_is_a_clean_no_fit(backend, cfg):
+  m, k, n, g = ANCHORS["mixtral"]
+  assert not cfg.fits("fwd", BF16, m, k, n, H100)
+  r = aot.compile_op("h100", backend, "fwd", BF16, m, k, n, g, cfg)
+  assert r.outcome == aot.NO_FIT, (r.outcome, r.error)
+  assert "shared memory" in r.error.lower() and "\n" not in r.error
+
+
+def test_b200_pallas_gpu_compiles_and_mosaic_gpu_is_refused_clearly():
+  m, k, n, g = ANCHORS["mixtral"]
+  r = aot.compile_ragged_dot("b200", m, k, n, g, BF16, backend="pallas_gpu")
+  _assert_clean(r, smem_limit=gpu_smem_limit(B200), mma="tcgen05", kernels_expected=3)
+  r = aot.compile_ragged_dot("b200", m, k, n, g, BF16, backend="mosaic_gpu")
+  assert r.outcome == aot.UNSUPPORTED
+  assert "hopper GPUs only" in r.error and "pallas_gpu" in r.error
+  # The same through kernels.ragged_dot itself: one clear ValueError, not the compiler's.
+  name, text = aot.target_text("b200")
+  mesh, _ = aot._mesh(text)
+  S = jax.ShapeDtypeStruct
+  with jax.set_mesh(mesh), pytest.raises(ValueError, match="hopper GPUs only"):
+    jax.eval_shape(lambda a, b, s: kernels.ragged_dot(a, b, s, backend="mosaic_gpu", interpret=False),
+                   S((64, 128), jnp.bfloat16), S((2, 128, 128), jnp.bfloat16), S((2,), jnp.int32))
+
+
+def test_b200_auto_with_a_mosaic_lut_entry_falls_back_to_pallas_gpu():
+  """A LUT (forced onto a B200) whose fastest entry is mosaic_gpu: "auto" skips it and
+  compiles pallas_gpu for every op."""
+  m, k, n, g = ANCHORS["mixtral"]
+  mosaic = kernels.MosaicConfig(128, 128, 64, 4, 4)
+  entries = [kernels.Entry(op, "mosaic_gpu", BF16, m, k, n, g, mosaic, {"time_s": 1e-4}) for op in kernels.OPS]
+  kernels.set_active_lut(kernels.Lut(B200, entries))
+  r = aot.compile_ragged_dot("b200", m, k, n, g, BF16, backend="auto")
+  _assert_clean(r, smem_limit=gpu_smem_limit(B200), mma="tcgen05", kernels_expected=3)
+  names = sorted(kr.name.split("__")[0] for kr in r.kernels)  # XLA suffixes a second copy "__1"
+  assert names == ["ragtune_gmm", "ragtune_gmm", "ragtune_tgmm"], names
