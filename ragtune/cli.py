@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 import signal
 import sys
@@ -149,12 +150,16 @@ def _load_problems(shapes_file: Path, ops, backend, shard: Optional[str], shape=
 
 def _plan_table(rows) -> Table:
   t = Table(title="plan")
-  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "candidates", "rows done", "rows to do", "est. time"):
+  pruned = any(r.get("rejected") for r in rows)  # by a deviceless compile (plan --target)
+  cols = ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "candidates") + \
+      (("compile-rejected",) if pruned else ()) + ("rows done", "rows to do", "est. time")
+  for col in cols:
     t.add_column(col, overflow="fold")
   for r in rows:
     p = r["problem"]
     est = f"{r['est_s']:.0f}s" if r["est_s"] is not None else "-"
-    t.add_row(p.op, p.backend, p.dtype, p.shape_label, str(r["candidates"]), str(r["done"]), str(r["todo"]), est)
+    t.add_row(p.op, p.backend, p.dtype, p.shape_label, str(r["candidates"]),
+              *((str(r.get("rejected", 0)),) if pruned else ()), str(r["done"]), str(r["todo"]), est)
   return t
 
 
@@ -300,17 +305,43 @@ def plan(
     max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, metavar="N", help="As for sweep."),
     budget: Optional[int] = typer.Option(None, "--budget", min=1, metavar="N", help="As for sweep."),
     shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N", help="As for sweep: i/N."),
+    target: Optional[str] = typer.Option(
+        None, "--target", metavar="GPU",
+        help="Compile every candidate deviceless for this GPU first (h100, h200, b200, or a "
+             "GpuTargetConfigProto file), in parallel; a sweep on that device then skips what fails, "
+             "spills or overflows. Needs the gpu-compile extra."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N",
+                                       help="Compile processes with --target [default: all cores]."),
 ):
   """List each problem with its candidate count after pruning, how many are done in the
   results folder, and an estimated time once some timings exist. Measures nothing (a child
-  process only asks which device this is)."""
+  process only asks which device this is). With --target, first compiles every candidate
+  for that GPU with XLA's real compiler on this host and records the outcome in
+  DIR/compile.jsonl."""
+  from ragtune import prune
   from ragtune import sweep as sweep_mod
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
   limits.check_fits(problems)
-  info = _device()
+  info = prune.target_facts(target) if target else _device()
   problems = _fitting(problems, info.get("memory_bytes"))
-  opts = sweep_mod.SweepOptions(out_dir=_results_dir(out), max_candidates=max_candidates or spec.max_candidates,
+  out_dir = out or Path("results") / kernels.device_slug(info["device_kind"])
+  if target:
+    out_dir = paths.writable_dir(out_dir, "the results folder")
+    start = time.monotonic()
+    try:
+      counts = prune.run(problems, target, out_dir, jobs)
+    except KeyboardInterrupt:
+      err_console.print(f"interrupted: every finished compile is kept in {out_dir / prune.COMPILE_RECORDS}; "
+                        f"the same command goes on from there", markup=False, highlight=False, soft_wrap=True)
+      raise typer.Exit(130)
+    total = sum(counts.values())
+    bad = total - counts.get("ok", 0)
+    err_console.print(f"compiled {total} new candidates for {info['device_kind']} in {time.monotonic() - start:.0f}s: "
+                      + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")
+                      + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS})",
+                      markup=False, highlight=False, soft_wrap=True)
+  opts = sweep_mod.SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates,
                                 budget=budget, device_kind=info["device_kind"])
   _print_plan(sweep_mod.plan(problems, opts))
 
@@ -365,6 +396,56 @@ def verify(
   console.print(f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
                 f"{len(entries) - failures} passed, {failures} failed")
   if failures:
+    raise typer.Exit(1)
+
+
+@app.command("compile", cls=_Command,
+             epilog="\b\nExample: ragtune compile shapes/anchors.yaml --target h100 --shape 8192,4096,14336 --op fwd")
+@user_errors
+def compile_cmd(
+    shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML."),
+    target: str = typer.Option("h100", "--target", metavar="GPU",
+                               help="h100, h200, b200, or a GpuTargetConfigProto file."),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help="As for sweep."),
+    ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="As for sweep."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="As for sweep."),
+    model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="As for sweep."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N", help="Compile processes [default: all cores]."),
+):
+  """Compile each problem's default config for a GPU with XLA's real compiler, on this host
+  (no GPU needed), and print what each kernel is built from: outcome, registers, spilled
+  bytes, shared memory, MMA and copy instructions, compile time. Needs the gpu-compile
+  extra. Says nothing of speed."""
+  from ragtune import aot, prune
+  from ragtune.report import short_config
+
+  _, problems = _load_problems(shapes_file, ops, backend, None, shape, model)
+  kind = prune.target_facts(target)["device_kind"]
+  items = [(p, kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=kind))
+           for p in problems if p.backend in prune.GPU_BACKENDS]
+  if not items:
+    raise RagtuneError(f"{shapes_file}: no problem of a GPU backend ({', '.join(prune.GPU_BACKENDS)}) selected")
+  reports = dict(prune.compile_many(target, items, jobs))
+  t = Table(title=f"deviceless compile for {kind} (default configs)")
+  for col in ("op", "backend", escape("shape [m,k]x[g,k,n]"), "config", "outcome", "regs", "spill B", "smem KiB",
+              "mma", "copy", "s"):
+    t.add_column(col, overflow="fold")
+  for i, (p, cfg) in enumerate(items):
+    rep = reports[i]
+    ks = rep["kernels"] or [{}]
+    for kr in ks:
+      smem = kr.get("smem_bytes")
+      t.add_row(p.op, p.backend, p.shape_label, short_config(json.dumps(cfg.to_dict())),
+                rep["outcome"] if rep["outcome"] == aot.OK else f"{rep['outcome']}: {rep['error'][:120]}",
+                str(kr.get("registers", "-")), str(kr.get("spill_bytes", "-")),
+                "-" if smem is None else f"{smem / 1024:.0f}" + ("*" if kr.get("smem_source") == "config" else ""),
+                kr.get("mma", "-"), kr.get("copy", "-"), f"{rep['compile_s']:.1f}")
+  console.print(t)
+  console.print("smem: XLA's launch figure; * the config's allocation (Mosaic GPU sets its own at launch).",
+                markup=False, highlight=False)
+  bad = sum(rep["outcome"] != aot.OK for rep in reports.values())
+  if bad:
+    err_console.print(f"{bad} of {len(items)} did not compile clean", markup=False, highlight=False)
     raise typer.Exit(1)
 
 

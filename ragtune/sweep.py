@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import kernels
-from ragtune import lock, measure, search_space, search_strategy
+from ragtune import lock, measure, prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
 from ragtune.store import ResultsStore, candidate_id, row_id
@@ -246,6 +246,8 @@ class _Task:
   rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # this problem's rows, old and new
   best: dict[str, Any] | None = None
   setup_failures: int = 0
+  skip_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # rejected by a deviceless compile
+  rejected: int = 0  # candidates a deviceless compile took out of this problem
 
   def next_batch(self) -> list[tuple[str, Any]]:
     batch = self.strategy.next_batch(self.history)
@@ -263,15 +265,24 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
                prior: list[dict[str, Any]]) -> tuple[_Task, int, int]:
   """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
   kind = opts.device_kind or probe_devices()["device_kind"]  # never this process's jax: it stays off the device
-  if opts.budget:
-    cands = search_space.candidates(p, device_kind=kind)  # the whole pruned space; the budget limits it
-    hint = _lut_hint(p, opts.lut, kind) if p.backend != "xla" else None
-    if hint is not None and hint not in cands:
-      cands.insert(1, hint)
-    seeds = cands[:1] + ([hint] if hint is not None else [])
-  else:
-    cands = search_space.candidates(p, opts.max_candidates, device_kind=kind)
-    seeds = []
+  # Candidates a deviceless compile for this device kind rejected (`ragtune plan --target`)
+  # are never timed: each is recorded once, as compile_error with the compiler's reason,
+  # and the next candidate takes its place.
+  rejected = prune.rejected(opts.out_dir, kind, p) if p.backend in prune.GPU_BACKENDS else {}
+  space = search_space.candidates(p, device_kind=kind)  # the whole pruned space, default first
+  hint = _lut_hint(p, opts.lut, kind) if opts.budget and p.backend != "xla" else None
+  if hint is not None and hint not in space:
+    space.insert(1, hint)
+  limit = None if opts.budget else opts.max_candidates  # the budget limits a full space itself
+  cands, skipped = [], []
+  for c in space:
+    if limit is not None and len(cands) == limit:
+      break
+    (skipped if candidate_id(c) in rejected else cands).append(c)
+  skip_rows = [make_row(p, candidate_id(c), c, "compile_error", interpret=False, device={"device_kind": kind},
+                        error=rejected[candidate_id(c)])
+               for c in skipped if row_id(p.key, candidate_id(c)) not in done]
+  seeds = [c for c in (space[:1] + ([hint] if hint is not None else [])) if c in cands] if opts.budget else []
   strategy = search_strategy.make(cands, opts.budget, seeds)
   configs = {candidate_id(c): c for c in cands}
   history = {}
@@ -280,7 +291,7 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
     if r is not None:
       history[c] = r["time_s"] if r.get("status") == "ok" else None
   planned = min(opts.budget, len(cands)) if opts.budget else len(cands)
-  task = _Task(p, strategy, configs, history, planned, rows=list(prior))
+  task = _Task(p, strategy, configs, history, planned, rows=list(prior), skip_rows=skip_rows, rejected=len(skipped))
   base = [(b, None) for b in BASELINES if row_id(p.key, b) not in done]
   task.pending = base + task.next_batch() if cands or base else []
   n_done = sum(row_id(p.key, b) in done for b in BASELINES) + len(history)
@@ -308,7 +319,8 @@ def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
     task, n_todo, n_done = _make_task(p, opts, done, grouped.get(p.key, []))
     times = per_problem.get(p.key) or everything
     est = statistics.median(times) * n_todo if times else None
-    out.append({"problem": p, "candidates": task.planned, "done": n_done, "todo": n_todo, "est_s": est})
+    out.append({"problem": p, "candidates": task.planned, "rejected": task.rejected, "done": n_done, "todo": n_todo,
+                "est_s": est})
   return out
 
 
@@ -613,6 +625,8 @@ def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgre
     for p in problems:
       task, todo, did = _make_task(p, opts, done, grouped.get(p.key, []))
       n_todo, n_done = n_todo + todo, n_done + did
+      for row in task.skip_rows:
+        store.append(row)
       if task.pending:
         tasks.append(task)
     progress.start(n_todo, n_done)

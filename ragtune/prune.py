@@ -1,0 +1,166 @@
+"""Prune a sweep before it spends device time: compile every candidate deviceless for the
+target GPU (ragtune.aot), in parallel on the host's cores, and keep the outcome.
+
+Rows go to DIR/compile.jsonl (kind "compile"), one per (device kind, problem shape,
+candidate), appended and fsynced like records.jsonl, so a rerun compiles only what is new.
+A later `ragtune sweep` on a device of that kind skips every candidate whose compile
+failed, spilled or serialized its wgmma, and records it as `compile_error` with that reason.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import multiprocessing
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import kernels
+from ragtune import aot, search_space
+from ragtune.errors import RagtuneError
+from ragtune.shapes import Problem
+from ragtune.store import ResultsStore, candidate_id
+
+COMPILE_RECORDS = "compile.jsonl"
+# The backends that compile for an NVIDIA GPU.
+GPU_BACKENDS = tuple(name for name, b in kernels.REGISTRY.items() if "cuda" in b.platforms)
+
+
+def target_facts(target: str) -> dict[str, Any]:
+  """device_kind and memory_bytes of a target, read from its facts file (no jax needed)."""
+  _, text = aot.target_text(target)
+  kind = re.search(r'device_description_str:\s*"([^"]+)"', text)
+  mem = re.search(r"device_memory_size:\s*(\d+)", text)
+  if not kind:
+    raise RagtuneError(f"--target {target}: its GpuTargetConfigProto has no device_description_str")
+  return {"device_kind": kind.group(1), "memory_bytes": int(mem.group(1)) if mem else None}
+
+
+def shape_key(device_kind: str, p: Problem) -> str:
+  """What a compile depends on: the device and the problem's shape, not its group sizes."""
+  return f"{device_kind}|{p.op}|{p.backend}|{p.dtype}|{p.m}x{p.k}x{p.n}x{p.g}"
+
+
+def _store(out_dir: Path) -> ResultsStore:
+  s = ResultsStore(out_dir)
+  s.path = Path(out_dir) / COMPILE_RECORDS
+  return s
+
+
+_cache: dict[Path, tuple[tuple[int, int], dict[str, dict[str, Any]]]] = {}
+
+
+def compile_rows(out_dir: Path) -> dict[str, dict[str, Any]]:
+  """id -> row of DIR/compile.jsonl (empty when the folder has none); read once per change
+  of the file, since a sweep asks for every problem."""
+  path = Path(out_dir) / COMPILE_RECORDS
+  if not path.exists():
+    return {}
+  st = path.stat()
+  stamp = (st.st_mtime_ns, st.st_size)
+  if path not in _cache or _cache[path][0] != stamp:
+    _cache[path] = (stamp, {r["id"]: r for r in _store(out_dir).rows() if "id" in r})
+  return dict(_cache[path][1])
+
+
+def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, str]:
+  """candidate id -> reason, for p's candidates whose deviceless compile for this device
+  kind was not clean."""
+  prefix = shape_key(device_kind, p) + "|"
+  out = {}
+  for rid, r in compile_rows(out_dir).items():
+    if rid.startswith(prefix) and r.get("outcome") != aot.OK:
+      out[r["candidate"]] = f"deviceless compile for {device_kind}: {r['outcome']}: {r.get('error', '')}"[:600]
+  return out
+
+
+def _compile_one(target: str, p: Problem, config) -> dict[str, Any]:
+  """In a worker process (JAX_PLATFORMS=cpu): one candidate's CompileReport as a dict."""
+  try:
+    report = aot.compile_op(target, p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, config)
+    return report.to_dict()
+  except Exception as e:  # a setup failure (AotUnavailable) or a reader bug: one line, kept
+    return {"outcome": aot.ERROR, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:600],
+            "compile_s": 0.0, "kernels": [], "setup_error": isinstance(e, aot.AotUnavailable)}
+
+
+def compile_class(cfg):
+  """The config with its launch-order knobs (group_m, group_k, grid_block_n) at 1. They only
+  set a few integer ops in the program's prologue that pick its output cell, so the
+  kernels that differ in them alone are compiled once: the first one met stands for all,
+  and the others' rows name it in `compiled_as`."""
+  names = {f.name for f in dataclasses.fields(cfg)} & {"group_m", "group_k", "grid_block_n"}
+  return dataclasses.replace(cfg, **{n: 1 for n in names})
+
+
+def compile_many(target: str, items: list[tuple[Problem, Any]], jobs: int | None = None):
+  """Compile each (problem, config) for `target` in `jobs` worker processes (default: every
+  core), yielding (index into items, CompileReport as a dict) as each finishes. The workers
+  run jax on the CPU only, so the CUDA plugin serves a compile-only GPU. Ctrl-C (or any
+  error) kills them at once."""
+  jobs = max(1, min(len(items), jobs or os.cpu_count() or 1))
+  saved = os.environ.get("JAX_PLATFORMS")
+  os.environ["JAX_PLATFORMS"] = "cpu"  # inherited by the spawned workers
+  pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+  try:
+    futures = {pool.submit(_compile_one, target, p, cfg): i for i, (p, cfg) in enumerate(items)}
+    for fut in cf.as_completed(futures):
+      rep = fut.result()
+      if rep.pop("setup_error", False):
+        raise RagtuneError(f"--target {target}: {rep['error']}")
+      yield futures[fut], rep
+  except BaseException:
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+      proc.kill()
+    raise
+  finally:
+    if saved is None:
+      os.environ.pop("JAX_PLATFORMS", None)
+    else:
+      os.environ["JAX_PLATFORMS"] = saved
+  pool.shutdown()
+
+
+def run(problems: list[Problem], target: str, out_dir: Path, jobs: int | None = None,
+        log=lambda msg: print(msg, file=sys.stderr, flush=True)) -> dict[str, int]:
+  """Compile every not-yet-compiled candidate of `problems` for `target` into
+  DIR/compile.jsonl; returns counts by outcome of the rows this run wrote. Ctrl-C keeps
+  every row written."""
+  kind = target_facts(target)["device_kind"]
+  done = compile_rows(out_dir)
+  classes: dict[tuple, list[tuple[str, Problem, Any]]] = {}  # (shape, class) -> members to write
+  for p in problems:
+    if p.backend not in GPU_BACKENDS:
+      continue  # xla has no candidates; pallas_tpu does not compile for a GPU
+    for cfg in search_space.candidates(p, device_kind=kind):
+      rid = f"{shape_key(kind, p)}|{candidate_id(cfg)}"
+      if rid not in done:
+        done[rid] = {}
+        classes.setdefault((shape_key(kind, p), compile_class(cfg)), []).append((rid, p, cfg))
+  counts: dict[str, int] = {}
+  if not classes:
+    return counts
+  groups = list(classes.values())
+  store = _store(out_dir)
+  log(f"compiling {len(groups)} kernels for {kind} ({sum(map(len, groups))} candidates)")
+  start = last = time.monotonic()
+  for i, (index, rep) in enumerate(compile_many(target, [(g[0][1], g[0][2]) for g in groups], jobs), 1):
+    group = groups[index]
+    first = candidate_id(group[0][2])
+    for rid, p, cfg in group:
+      cid = candidate_id(cfg)
+      store.append({"id": rid, "kind": "compile", "candidate": cid, **p.fields(), "config": cfg.to_dict(),
+                    **rep, "compiled_as": None if cid == first else first, "device_kind": kind})
+      counts[rep["outcome"]] = counts.get(rep["outcome"], 0) + 1
+    now = time.monotonic()
+    if now - last >= 10 or i == len(groups):
+      last = now
+      summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+      log(f"compiled {i}/{len(groups)} kernels in {now - start:.0f}s; candidates: {summary}")
+  return counts

@@ -1,0 +1,102 @@
+"""A sweep never times what a deviceless compile rejected (ragtune.prune), and
+`ragtune plan --target` records every candidate's compile in DIR/compile.jsonl."""
+
+import json
+
+import jax
+import pytest
+from typer.testing import CliRunner
+
+from ragtune import aot, prune, search_space, shapes, store, sweep
+from ragtune.cli import app
+from test_aot_compile import _UNAVAILABLE
+
+runner = CliRunner()
+TINY = """
+ops: [fwd]
+backends: [pallas_gpu]
+max_candidates: 2
+shapes:
+  - {m: 48, k: 32, n: 40, g: 3}
+"""
+KIND = jax.devices()[0].device_kind
+
+
+def _reject(out, p, cfg, outcome="spill", error="ragtune_gmm: 8 B/thread spilled"):
+  out.mkdir(parents=True, exist_ok=True)
+  row = {"id": f"{prune.shape_key(KIND, p)}|{store.candidate_id(cfg)}", "kind": "compile",
+         "candidate": store.candidate_id(cfg), **p.fields(), "config": cfg.to_dict(), "outcome": outcome,
+         "error": error, "compile_s": 1.0, "kernels": [], "device_kind": KIND}
+  with open(out / prune.COMPILE_RECORDS, "a") as f:
+    f.write(json.dumps(row) + "\n")
+
+
+def test_a_sweep_skips_and_records_what_the_compile_rejected(tmp_path):
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text(TINY)
+  (p,) = shapes.expand(shapes.load_shape_set(spec))
+  space = search_space.candidates(p, device_kind=KIND)
+  default, second, third = space[:3]
+  out = tmp_path / "results"
+  _reject(out, p, default)
+  _reject(out, p, third, outcome="ok", error="")  # a clean compile changes nothing
+  opts = sweep.SweepOptions(out_dir=out, max_candidates=2, device_kind=KIND)
+  (row,) = sweep.plan([p], opts)
+  assert row["candidates"] == 2 and row["rejected"] == 1  # the next candidate takes its place
+
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  rows = {x["candidate"]: x for x in store.ResultsStore(out).rows()}
+  skipped = rows[store.candidate_id(default)]
+  assert skipped["status"] == "compile_error" and skipped["time_s"] is None
+  assert "deviceless compile for" in skipped["error"] and "spill" in skipped["error"]
+  timed = [x for x in rows.values() if x["kind"] == "candidate" and x["status"] == "ok"]
+  assert sorted(x["candidate"] for x in timed) == sorted(store.candidate_id(c) for c in (second, third))
+  # A rerun writes nothing new: the skip row is recorded once.
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  assert len(store.ResultsStore(out).rows()) == len(rows)
+
+
+def test_launch_order_knobs_share_one_compile():
+  from kernels import GpuConfig, MosaicConfig
+  assert prune.compile_class(GpuConfig(64, 64, 128, 4, 3, group_m=16, group_k=4)) == \
+      prune.compile_class(GpuConfig(64, 64, 128, 4, 3, group_m=1, group_k=16))
+  assert prune.compile_class(MosaicConfig(128, 128, 64, 4, 8)) == prune.compile_class(MosaicConfig(128, 128, 64, 4, 1))
+  assert prune.compile_class(GpuConfig(64, 64, 128, 4, 3)) != prune.compile_class(GpuConfig(64, 64, 128, 4, 4))
+
+
+def test_target_facts_come_from_the_shipped_files():
+  assert prune.target_facts("h100") == {"device_kind": "NVIDIA H100 80GB HBM3", "memory_bytes": 84942979072}
+  assert prune.target_facts("b200")["device_kind"] == "NVIDIA B200"
+  with pytest.raises(Exception, match="not one of"):
+    prune.target_facts("h800")
+
+
+@pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
+def test_plan_target_compiles_every_candidate_once(tmp_path):
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text("ops: [drhs]\nbackends: [mosaic_gpu]\nshapes:\n  - {m: 64, k: 64, n: 64, g: 2}\n")
+  out = tmp_path / "h100"
+  r = runner.invoke(app, ["plan", str(spec), "--target", "h100", "-o", str(out), "-j", "2"])
+  assert r.exit_code == 0, r.output
+  rows = list(prune.compile_rows(out).values())
+  (p,) = shapes.expand(shapes.load_shape_set(spec))
+  assert len(rows) == len(search_space.candidates(p, device_kind="NVIDIA H100 80GB HBM3")) > 0
+  assert all(x["kind"] == "compile" and x["device_kind"] == "NVIDIA H100 80GB HBM3" for x in rows)
+  assert all(x["outcome"] == aot.OK and x["kernels"][0]["mma"] == "wgmma" for x in rows), rows
+  assert "compile-rejected" not in r.output  # nothing rejected: the plain plan table
+  r = runner.invoke(app, ["plan", str(spec), "--target", "h100", "-o", str(out)])
+  assert r.exit_code == 0 and "nothing new" in r.output, r.output
+
+
+@pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
+def test_compile_command_prints_each_kernel_and_fails_on_what_does_not_compile(tmp_path):
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text("ops: [fwd]\nbackends: [pallas_gpu, mosaic_gpu]\nshapes:\n  - {m: 256, k: 128, n: 128, g: 2}\n")
+  r = runner.invoke(app, ["compile", str(spec), "--target", "h100"], terminal_width=200)
+  assert r.exit_code == 0, r.output
+  assert r.output.count("wgmma") == 2 and "cp.async" in r.output and "tma" in r.output, r.output
+  r = runner.invoke(app, ["compile", str(spec), "--target", "b200"], terminal_width=200)
+  assert r.exit_code == 1, r.output
+  assert "unsupported" in r.output and "tcgen05" in r.output and "1 of 2 did not compile clean" in r.output, r.output
