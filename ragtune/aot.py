@@ -162,7 +162,10 @@ def compile_fn(target: str, fn: Callable, *arg_shapes: tuple[tuple[int, ...], An
     for f in Path(dump).glob("*thunk_sequence.txt"):
       for kname, smem in _THUNK.findall(f.read_text()):
         launch_smem[kname] = int(smem)
-  blob = compiled._executable._unloaded_executable.xla_executable.serialize()
+  # jax's public serializer: a pickle around XLA's executable proto, whose Riegeli record
+  # the machine-code reader finds by its magic bytes.
+  from jax.experimental import serialize_executable
+  blob = serialize_executable.serialize(compiled)[0]
   reports = []
   for kc in machine_code.read_executable(blob, only=KERNEL_PREFIX.encode()):
     if not kc.name.startswith(KERNEL_PREFIX):
