@@ -140,6 +140,9 @@ def _first_lines(e: Exception, limit: int = 600) -> str:
   return " | ".join(lines)[:limit]
 
 
+# XLA's words when ptxas (the nvidia-cuda-nvcc wheel) is missing: no verdict on a config.
+_MISSING_TOOL = re.compile(r"ptxas.*(not found|no such file)|(couldn't|could not|can't|cannot|unable to) (find|locate)\S* .*ptxas",
+                           re.I | re.S)
 _THUNK = re.compile(r"kCustomKernel\s+\[[^\]]*\]\s+(\S+) grid: .*?shared_memory: (\d+) bytes")
 
 
@@ -156,6 +159,8 @@ def compile_fn(target: str, fn: Callable, *arg_shapes: tuple[tuple[int, ...], An
       with jax.set_mesh(mesh):
         compiled = jax.jit(fn).lower(*args).compile(compiler_options={"xla_dump_to": dump})
     except Exception as e:  # the compiler's own failure, whatever its type
+      if _MISSING_TOOL.search(str(e)):
+        raise AotUnavailable(f"the GPU toolchain is incomplete: {_first_lines(e, 300)}") from None
       return CompileReport(name, dev.device_kind, _classify(e), _first_lines(e), time.perf_counter() - start)
     seconds = time.perf_counter() - start
     launch_smem = {}
@@ -237,8 +242,8 @@ def compile_ragged_dot(target: str, m: int, k: int, n: int, g: int, dtype: str =
   with jax.set_mesh(_mesh(text)[0]):
     try:
       plan = kernels.resolve_plan(backend, config, m, k, n, g, dt)
-    except (TypeError, ValueError) as e:
-      return CompileReport(name, dev.device_kind, UNSUPPORTED, str(e), 0.0)
+    except (TypeError, ValueError) as e:  # a backend the target lacks, or a bad config
+      return CompileReport(name, dev.device_kind, _classify(e), _first_lines(e), 0.0)
   mosaic = {op: cfg for op, (b, cfg) in plan.items() if b == "mosaic_gpu"}
 
   def hint(kname: str) -> int | None:  # fwd and dlhs share the gmm kernel: the larger allocation

@@ -51,9 +51,9 @@ class KernelCode:
   local_bytes: the two figures as cuobjdump gives them. static_smem_bytes: shared memory
   declared in the cubin (dynamic shared memory is set at launch, see aot.KernelReport).
   counts: how many of each INSTRUCTIONS name the SASS holds.
-  serialized_wgmma: every wgmma is waited for at once (each HGMMA followed by
-  ``WARPGROUP.DEPBAR.LE gsb0, 0x0``): ptxas's C7511 "serialized due to insufficient
-  register resources", several times slower, though it compiles.
+  serialized_wgmma: most wgmmas are waited for at once (an HGMMA followed within three
+  instructions by ``WARPGROUP.DEPBAR.LE gsb0, 0x0``): ptxas's C7511 "serialized due to
+  insufficient register resources", several times slower, though it compiles.
   loops_wait_one: every loop that issues wgmma waits with ``DEPBAR.LE gsb0, 0x1`` in it
   (one wgmma left in flight), as a pipeline that releases a step's buffers after the next
   step's wgmma is issued must.
@@ -179,15 +179,17 @@ def cubins(serialized: bytes) -> list[bytes]:
   for record in riegeli_records(serialized[start:]):
     pos = record.find(_ELF_MAGIC)
     while pos >= 0:
-      if record[pos + 4] == 2 and struct.unpack_from("<H", record, pos + 0x12)[0] == _EM_CUDA:
+      step = 4
+      if pos + 0x40 <= len(record) and record[pos + 4] == 2 and \
+         struct.unpack_from("<H", record, pos + 0x12)[0] == _EM_CUDA:
         phoff, shoff = struct.unpack_from("<QQ", record, pos + 0x20)
         phent, phnum, shent, shnum = struct.unpack_from("<HHHH", record, pos + 0x36)
+        # ptxas puts the section and program header tables last: their end is the image's.
         size = max(shoff + shent * shnum, phoff + phent * phnum)
-        found.append(record[pos:pos + size])
-        pos += size
-      else:
-        pos += 4
-      pos = record.find(_ELF_MAGIC, pos)
+        if 0x40 <= size <= len(record) - pos:
+          found.append(record[pos:pos + size])
+          step = size
+      pos = record.find(_ELF_MAGIC, pos + step)
   return found
 
 
@@ -237,7 +239,10 @@ def _sass_facts(sass: str) -> dict[str, tuple[dict[str, int], bool, bool]]:
     def is_wait(i, level):
       _, op, mods, args = instrs[i]
       return op == "WARPGROUP" and ".DEPBAR" in mods and "gsb0" in args and args.rstrip().endswith(hex(level))
-    serialized = bool(hgmma) and all(i + 1 < len(instrs) and is_wait(i + 1, 0) for i in hgmma)
+    # C7511: ptxas waits for (nearly) every wgmma right after issuing it. A pipelined
+    # kernel issues a step's wgmmas back to back and waits once a step, for all but one.
+    waited = sum(any(is_wait(j, 0) for j in range(i + 1, min(i + 4, len(instrs)))) for i in hgmma)
+    serialized = bool(hgmma) and waited * 2 > len(hgmma)
     # Loops: a branch back to an earlier address spans [target, branch].
     loops = []
     for i, (addr, op, _, args) in enumerate(instrs):

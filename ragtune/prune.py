@@ -51,80 +51,147 @@ def _store(out_dir: Path) -> ResultsStore:
   return s
 
 
-_cache: dict[Path, tuple[tuple[int, int], dict[str, dict[str, Any]]]] = {}
+_cache: dict[Path, tuple[tuple[int, int], dict[str, dict[str, dict[str, Any]]]]] = {}
 
 
-def compile_rows(out_dir: Path) -> dict[str, dict[str, Any]]:
-  """id -> row of DIR/compile.jsonl (empty when the folder has none); read once per change
-  of the file, since a sweep asks for every problem."""
+def _by_shape(out_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
+  """shape_key -> candidate id -> row of DIR/compile.jsonl; read once per change of the
+  file, since a sweep asks for every problem."""
   path = Path(out_dir) / COMPILE_RECORDS
   if not path.exists():
     return {}
   st = path.stat()
   stamp = (st.st_mtime_ns, st.st_size)
   if path not in _cache or _cache[path][0] != stamp:
-    _cache[path] = (stamp, {r["id"]: r for r in _store(out_dir).rows() if "id" in r})
-  return dict(_cache[path][1])
+    index: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in _store(out_dir).rows():
+      if "id" in r and "candidate" in r:
+        index.setdefault(r["id"][:-len(r["candidate"]) - 1], {})[r["candidate"]] = r
+    _cache[path] = (stamp, index)
+  return _cache[path][1]
+
+
+def compile_rows(out_dir: Path) -> dict[str, dict[str, Any]]:
+  """id -> row of DIR/compile.jsonl (empty when the folder has none)."""
+  return {f"{key}|{cid}": r for key, rows in _by_shape(out_dir).items() for cid, r in rows.items()}
 
 
 def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, str]:
   """candidate id -> reason, for p's candidates whose deviceless compile for this device
-  kind was not clean."""
-  prefix = shape_key(device_kind, p) + "|"
-  out = {}
-  for rid, r in compile_rows(out_dir).items():
-    if rid.startswith(prefix) and r.get("outcome") != aot.OK:
-      out[r["candidate"]] = f"deviceless compile for {device_kind}: {r['outcome']}: {r.get('error', '')}"[:600]
-  return out
+  kind was not clean: the compiler's own verdict (no fit, spill, serialized wgmma, an
+  unsupported device, a compile error or a compiler crash)."""
+  rows = _by_shape(out_dir).get(shape_key(device_kind, p), {})
+  return {cid: f"deviceless compile for {device_kind}: {r['outcome']}: {r.get('error', '')}"[:600]
+          for cid, r in rows.items() if r.get("outcome") != aot.OK}
 
 
 def _compile_one(target: str, p: Problem, config) -> dict[str, Any]:
-  """In a worker process (JAX_PLATFORMS=cpu): one candidate's CompileReport as a dict."""
+  """In a worker process (JAX_PLATFORMS=cpu): one candidate's CompileReport as a dict. A
+  failure of the set-up (plugin, ptxas, cuobjdump, the machine-code reader) is no verdict
+  on the candidate: it comes back as setup_error and stops the run."""
   try:
     report = aot.compile_op(target, p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, config)
     return report.to_dict()
-  except Exception as e:  # a setup failure (AotUnavailable) or a reader bug: one line, kept
+  except Exception as e:
     return {"outcome": aot.ERROR, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:600],
-            "compile_s": 0.0, "kernels": [], "setup_error": isinstance(e, aot.AotUnavailable)}
+            "compile_s": 0.0, "kernels": [], "setup_error": True}
 
 
 def compile_class(cfg):
-  """The config with its launch-order knobs (group_m, group_k, grid_block_n) at 1. They only
-  set a few integer ops in the program's prologue that pick its output cell, so the
-  kernels that differ in them alone are compiled once: the first one met stands for all,
-  and the others' rows name it in `compiled_as`."""
+  """The config with its launch-order knobs (group_m, group_k, grid_block_n) at 1. They
+  only change the few integer instructions that pick each program's output cell, not the
+  k loop that sets registers, spills and shared memory (tests/test_prune.py compares a pair
+  per backend), so the kernels that differ in them alone are compiled once: the first one
+  met stands for all, and the others' rows name it in `compiled_as`."""
   names = {f.name for f in dataclasses.fields(cfg)} & {"group_m", "group_k", "grid_block_n"}
   return dataclasses.replace(cfg, **{n: 1 for n in names})
 
 
-def compile_many(target: str, items: list[tuple[Problem, Any]], jobs: int | None = None):
-  """Compile each (problem, config) for `target` in `jobs` worker processes (default: every
-  core), yielding (index into items, CompileReport as a dict) as each finishes. The workers
-  run jax on the CPU only, so the CUDA plugin serves a compile-only GPU. Ctrl-C (or any
-  error) kills them at once."""
-  jobs = max(1, min(len(items), jobs or os.cpu_count() or 1))
+def default_jobs() -> int:
+  """Every core, but no more workers than GiBs of memory (a worker holds ~0.6 GiB)."""
+  try:
+    mem_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1 << 30)
+  except (ValueError, OSError, AttributeError):
+    mem_gib = 1 << 10
+  return max(1, min(os.cpu_count() or 1, mem_gib))
+
+
+COMPILE_TIMEOUT_S = 600.0  # per compile; ptxas on a spilling kernel takes seconds, not minutes
+
+
+def compile_many(target: str, items: list[tuple[Problem, Any]], jobs: int | None = None,
+                 timeout_s: float = COMPILE_TIMEOUT_S, fn=None):
+  """Compile each (problem, config) for `target` in `jobs` worker processes (default:
+  default_jobs()), yielding (index into items, CompileReport as a dict) as each finishes.
+  The workers run jax on the CPU only, so the CUDA plugin serves a compile-only GPU.
+
+  A compile that kills its worker (a compiler crash, the OOM killer) or overruns
+  `timeout_s` is retried alone in a fresh worker; if it fails there too it comes back as
+  compile_error naming why, and the rest go on. A set-up failure raises RagtuneError.
+  Ctrl-C (or any error) kills the workers at once. fn(target, problem, config) -> dict
+  replaces the compile (tests inject faults with it; it must be importable by name)."""
+  fn = fn or _compile_one
+  jobs = max(1, min(len(items), jobs or default_jobs()))
   saved = os.environ.get("JAX_PLATFORMS")
   os.environ["JAX_PLATFORMS"] = "cpu"  # inherited by the spawned workers
-  pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
   try:
-    futures = {pool.submit(_compile_one, target, p, cfg): i for i, (p, cfg) in enumerate(items)}
-    for fut in cf.as_completed(futures):
-      rep = fut.result()
-      if rep.pop("setup_error", False):
-        raise RagtuneError(f"--target {target}: {rep['error']}")
-      yield futures[fut], rep
-  except BaseException:
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
-      proc.kill()
-    raise
+    queue = list(range(len(items)))
+    suspects: list[int] = []  # in flight when a worker died or hung: each retried alone
+    while queue or suspects:
+      alone = bool(suspects)
+      batch = [suspects.pop(0)] if alone else queue
+      results, lost = yield from _pool_pass(fn, target, items, batch, 1 if alone else jobs, timeout_s)
+      if alone:
+        if lost:
+          i, why = lost[0]
+          yield i, {"outcome": aot.ERROR, "error": f"the compiler {why} (retried alone)", "compile_s": 0.0,
+                    "kernels": []}
+      else:
+        queue = [i for i in queue if i not in results and i not in dict(lost)]
+        suspects = [i for i, _ in lost]
   finally:
     if saved is None:
       os.environ.pop("JAX_PLATFORMS", None)
     else:
       os.environ["JAX_PLATFORMS"] = saved
-  pool.shutdown()
+
+
+def _pool_pass(fn, target, items, batch, jobs, timeout_s):
+  """Run `batch` (indices) in one pool, at most `jobs` in flight; yields finished results.
+  Returns (indices finished, [(index, why) in flight when the pool broke or hung])."""
+  pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+  done: set[int] = set()
+  pending = list(batch)
+  flight: dict[cf.Future, tuple[int, float]] = {}
+  try:
+    while pending or flight:
+      while pending and len(flight) < jobs:
+        i = pending.pop(0)
+        p, cfg = items[i]
+        flight[pool.submit(fn, target, p, cfg)] = (i, time.monotonic())
+      finished, _ = cf.wait(flight, timeout=min(5.0, timeout_s / 4), return_when=cf.FIRST_COMPLETED)
+      for fut in finished:
+        i, _ = flight.pop(fut)
+        try:
+          rep = fut.result()
+        except cf.process.BrokenProcessPool:
+          return done, [(i, "process died")] + [(j, "process died") for j, _ in flight.values()]
+        if rep.pop("setup_error", False):
+          raise RagtuneError(f"--target {target}: cannot compile here: {rep['error']}")
+        done.add(i)
+        yield i, rep
+      now = time.monotonic()
+      hung = [i for i, t0 in flight.values() if now - t0 > timeout_s]
+      if hung:
+        return done, [(i, f"ran past {timeout_s:.0f}s") for i in hung] + \
+            [(i, "was stopped beside a hung compile") for i, t0 in flight.values() if i not in hung]
+    return done, []
+  finally:
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+      if proc.is_alive():
+        proc.kill()
 
 
 def run(problems: list[Problem], target: str, out_dir: Path, jobs: int | None = None,

@@ -49,10 +49,10 @@ def _gpu_config_ok(cfg: GpuConfig, out_rows: int, out_cols: int) -> bool:
      wgmma (mma.sync only).
   3. 8 warps need 128x64 outputs or more. This one is speed, not compilation (such tiles
      compile clean): two warpgroups on a tile one covers each get half a 64-row wgmma's
-     work. It keeps ~120 configs a problem out of the timing budget.
+     work. It keeps ~120 configs a problem (Mixtral fwd) out of the timing budget.
   4. block_n 256 needs 8 warps. Also economy, not compilation: 64x256 on 4 warps compiles
      to m64n256 wgmma with no spill (128x256 on 4 warps is rule 1's). Admitting them adds
-     ~40 configs a problem, and on tests/test_search_strategy.py's synthetic surfaces the
+     ~30 configs a problem, and on tests/test_search_strategy.py's synthetic surfaces the
      budgeted search then finds the optimum within 3% on 25 of 30 seeds instead of 30:
      admit them once GPU timings show 64-row tiles pay (DeepSeek-V3's group boundaries)."""
   tile = out_rows * out_cols

@@ -266,8 +266,10 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
   """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
   kind = opts.device_kind or probe_devices()["device_kind"]  # never this process's jax: it stays off the device
   # Candidates a deviceless compile for this device kind rejected (`ragtune plan --target`)
-  # are never timed: each is recorded once, as compile_error with the compiler's reason,
-  # and the next candidate takes its place.
+  # are never timed. A listed sweep (all, or --max-candidates) records each it passes over
+  # once, as compile_error with the compiler's reason, and the next candidate takes its
+  # place; a budgeted search just never sees them (compile.jsonl has their reasons), rather
+  # than filling the folder with rows for configs it would not have reached.
   rejected = prune.rejected(opts.out_dir, kind, p) if p.backend in prune.GPU_BACKENDS else {}
   space = search_space.candidates(p, device_kind=kind)  # the whole pruned space, default first
   hint = _lut_hint(p, opts.lut, kind) if opts.budget and p.backend != "xla" else None
@@ -281,7 +283,7 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
     (skipped if candidate_id(c) in rejected else cands).append(c)
   skip_rows = [make_row(p, candidate_id(c), c, "compile_error", interpret=False, device={"device_kind": kind},
                         error=rejected[candidate_id(c)])
-               for c in skipped if row_id(p.key, candidate_id(c)) not in done]
+               for c in skipped if row_id(p.key, candidate_id(c)) not in done] if not opts.budget else []
   seeds = [c for c in (space[:1] + ([hint] if hint is not None else [])) if c in cands] if opts.budget else []
   strategy = search_strategy.make(cands, opts.budget, seeds)
   configs = {candidate_id(c): c for c in cands}

@@ -45,3 +45,17 @@ def build(p, backend, config, interpret):
   if role == "nan":
     return lambda *a: fn(*a).at[0, 0].set(float("nan"))
   return fn
+
+
+def compile_faults(target, p, config):
+  """A stand-in for ragtune.prune's compile, for compile_many's fault handling: config is a
+  word saying what to do."""
+  import os
+  import time
+  if config == "crash":
+    os._exit(3)
+  if config == "hang":
+    time.sleep(120)
+  if config == "setup":
+    return {"outcome": "compile_error", "error": "no ptxas", "compile_s": 0.0, "kernels": [], "setup_error": True}
+  return {"outcome": "ok", "error": "", "compile_s": 0.0, "kernels": []}

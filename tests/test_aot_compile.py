@@ -212,3 +212,26 @@ def test_b200_auto_with_a_mosaic_lut_entry_falls_back_to_pallas_gpu():
   _assert_clean(r, smem_limit=gpu_smem_limit(B200), mma="tcgen05", kernels_expected=3)
   names = sorted(kr.name.split("__")[0] for kr in r.kernels)  # XLA suffixes a second copy "__1"
   assert names == ["ragtune_gmm", "ragtune_gmm", "ragtune_tgmm"], names
+
+
+def test_serialized_wgmma_is_seen():
+  """ptxas's C7511 (wgmma serialized for want of registers) compiles, yet runs several times
+  slower; the reader must flag it. jax's own warp-specialized Hopper matmul at 128x256
+  tiles per warpgroup hits it (and spills); at 128x128 it is clean."""
+  from jax.experimental import serialize_executable
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  hm = pytest.importorskip("jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu")
+  mesh, _ = aot._mesh(aot.target_text("h100")[1])
+  spec = lambda s: jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+  flags = {}
+  for tile_n in (256, 128):
+    try:
+      cfg = hm.TuningConfig(tile_m=128, tile_n=tile_n, tile_k=64, max_concurrent_steps=2)
+    except TypeError as e:
+      pytest.skip(f"this jax's hopper_matmul_mgpu.TuningConfig differs: {e}")
+    with jax.set_mesh(mesh):
+      c = jax.jit(lambda a, b, o: hm.matmul(a, b, o, cfg)).lower(
+          spec((4096, 4096)), spec((4096, 4096)), spec((4096, 4096))).compile()
+    (k,) = machine_code.read_executable(serialize_executable.serialize(c)[0], only=b"mosaic")
+    flags[tile_n] = k.serialized_wgmma
+  assert flags == {256: True, 128: False}

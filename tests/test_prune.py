@@ -43,6 +43,10 @@ def test_a_sweep_skips_and_records_what_the_compile_rejected(tmp_path):
   opts = sweep.SweepOptions(out_dir=out, max_candidates=2, device_kind=KIND)
   (row,) = sweep.plan([p], opts)
   assert row["candidates"] == 2 and row["rejected"] == 1  # the next candidate takes its place
+  budgeted = sweep.SweepOptions(out_dir=out, budget=len(space), device_kind=KIND)
+  task, _, _ = sweep._make_task(p, budgeted, {}, [])
+  assert task.rejected == 1 and not task.skip_rows and store.candidate_id(default) not in task.configs
+  assert len(task.configs) == len(space) - 1
 
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output
@@ -100,3 +104,35 @@ def test_compile_command_prints_each_kernel_and_fails_on_what_does_not_compile(t
   r = runner.invoke(app, ["compile", str(spec), "--target", "b200"], terminal_width=200)
   assert r.exit_code == 1, r.output
   assert "unsupported" in r.output and "tcgen05" in r.output and "1 of 2 did not compile clean" in r.output, r.output
+
+
+@pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
+@pytest.mark.parametrize("a,b", [
+    ("pallas_gpu", (dict(group_m=1, group_k=1), dict(group_m=64, group_k=16))),
+    ("mosaic_gpu", (dict(grid_block_n=1), dict(grid_block_n=16))),
+], ids=["pallas_gpu", "mosaic_gpu"])
+def test_launch_order_knobs_compile_alike(a, b):
+  """What compile_class assumes: configs that differ only in launch order get the same
+  registers, spills, shared memory and instructions kinds (Mixtral fwd, H100)."""
+  import dataclasses
+  import kernels
+  m, k, n, g = 8192, 4096, 14336, 8
+  base = kernels.default_config(a, "fwd", "bfloat16", m, k, n, g, device_kind="NVIDIA H100 80GB HBM3")
+  reps = [aot.compile_op("h100", a, "fwd", "bfloat16", m, k, n, g, dataclasses.replace(base, **knobs)) for knobs in b]
+  facts = [[(kr.registers, kr.spill_bytes, kr.smem_bytes, kr.mma, kr.copy, kr.serialized_wgmma) for kr in r.kernels]
+           for r in reps]
+  assert all(r.ok for r in reps) and facts[0] == facts[1], facts
+
+
+def test_compile_many_survives_a_crash_and_a_hang_and_stops_on_a_broken_toolchain():
+  import fault_builders
+  from ragtune.errors import RagtuneError
+  p = None  # the stand-in ignores the problem
+  items = [(p, w) for w in ("ok", "crash", "ok", "hang", "ok", "ok")]
+  got = dict(prune.compile_many("h100", items, jobs=2, timeout_s=3, fn=fault_builders.compile_faults))
+  assert sorted(got) == list(range(len(items)))
+  assert [got[i]["outcome"] for i in (0, 2, 4, 5)] == ["ok"] * 4
+  assert got[1]["outcome"] == aot.ERROR and "process died (retried alone)" in got[1]["error"]
+  assert got[3]["outcome"] == aot.ERROR and "ran past 3s (retried alone)" in got[3]["error"]
+  with pytest.raises(RagtuneError, match="cannot compile here: no ptxas"):
+    list(prune.compile_many("h100", [(p, "ok"), (p, "setup")], jobs=1, fn=fault_builders.compile_faults))
