@@ -3,8 +3,9 @@ target GPU (ragtune.aot), in parallel on the host's cores, and keep the outcome.
 
 Rows go to DIR/compile.jsonl (kind "compile"), one per (device kind, problem shape,
 candidate), appended and fsynced like records.jsonl, so a rerun compiles only what is new.
-A later `ragtune sweep` on a device of that kind skips every candidate whose compile
-failed, spilled or serialized its wgmma, and records it as `compile_error` with that reason.
+A later `ragtune sweep` on a device of that kind (the facts file's device_description_str
+must be the device's jax device_kind) never times a candidate whose compile failed,
+overflowed, spilled or serialized its wgmma; see sweep._make_task.
 """
 
 from __future__ import annotations
