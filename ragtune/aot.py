@@ -206,14 +206,12 @@ def op_arg_shapes(op: str, m: int, k: int, n: int, g: int, dtype: str) -> list[t
 
 def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int,
                config) -> CompileReport:
-  """Compile one op of `backend` with `config` (in the op's frame) for `target`."""
-  common = dict(backend=backend, config=config, out_dtype=jnp.dtype(dtype), interpret=False)
-  if op == "fwd":
-    fn = lambda a, b, gs: kernels.forward(a, b, gs, **common)
-  elif op == "dlhs":
-    fn = lambda d, b, gs: kernels.grad_lhs(d, b, gs, **common)
-  else:
-    fn = lambda a, d, gs: kernels.grad_rhs(a, d, gs, num_groups=g, **common)
+  """Compile one op of `backend` with `config` (in the op's frame) for `target`: the same
+  callable a sweep times (measure.build_op), with interpret off."""
+  from ragtune import measure
+  from ragtune.shapes import Problem
+  p = Problem(op, backend, dtype, m, k, n, g, "compile", ())
+  fn = measure.build_op(p, backend, config, interpret=False)
   name, text = target_text(target)
   _, dev = _mesh(text)
   try:
