@@ -87,9 +87,9 @@ def kernel_variants(p: Problem, backends: list[str], lut: kernels.Lut | None, de
   """{label: (backend, config)}: each backend's default config, and its LUT config where that differs."""
   out = {}
   for b in backends:
-    default = kernels.default_config(b, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=device_kind)
+    default = kernels.registry.default_config(b, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=device_kind)
     out[f"{b} default"] = (b, default)
-    e = lut.nearest(p.op, p.m, p.k, p.n, p.g, p.dtype, b) if lut is not None else None
+    e = lut.query(p.op, p.m, p.k, p.n, p.g, p.dtype, b) if lut is not None else None
     if e is not None and e.config is not None and e.config != default:
       exact = (e.m, e.k, e.n, e.g) == (p.m, p.k, p.n, p.g)
       out[f"{b} tuned" if exact else f"{b} tuned@[{e.m},{e.k}]x[{e.g},{e.k},{e.n}]"] = (b, e.config)
@@ -160,7 +160,7 @@ def print_table(rows: list[Row]) -> None:
 
 
 def is_kernel(r: Row) -> bool:
-  return r.status == "ok" and r.variant.split(" ")[0] in kernels.BACKENDS and r.variant.split(" ")[0] != "xla"
+  return r.status == "ok" and r.variant.split(" ")[0] in kernels.registry.NAMES and r.variant.split(" ")[0] != "xla"
 
 
 def target_summary(rows: list[Row]) -> list[str]:
@@ -220,9 +220,9 @@ def main(argv=None) -> int:
 
   names = [a.strip() for a in args.only.split(",") if a.strip()]
   ops = [o.strip() for o in args.ops.split(",") if o.strip()]
-  bad = [a for a in names if a not in ANCHORS] + [o for o in ops if o not in kernels.OPS]
+  bad = [a for a in names if a not in ANCHORS] + [o for o in ops if o not in kernels.common.OPS]
   if bad:
-    print(f"error: unknown anchor or op {bad}; anchors: {list(ANCHORS)}, ops: {list(kernels.OPS)}", file=sys.stderr)
+    print(f"error: unknown anchor or op {bad}; anchors: {list(ANCHORS)}, ops: {list(kernels.common.OPS)}", file=sys.stderr)
     return 2
   on_device = jax.default_backend() != "cpu"
   dev = jax.devices()[0]

@@ -17,7 +17,7 @@ import dataclasses
 import jax
 
 import kernels
-from kernels.ragged_dot import default_interpret
+from kernels.ragged_dot import default_interpret, resolve
 from ragtune import measure
 from ragtune.shapes import GroupDist, Problem
 
@@ -30,7 +30,7 @@ def main(argv=None):
   for dim in ("m", "k", "n", "g"):
     ap.add_argument(f"--{dim}", type=int, default=None)
   ap.add_argument("--dtype", default="bfloat16")
-  ap.add_argument("--op", default="fwd", choices=kernels.OPS)
+  ap.add_argument("--op", default="fwd", choices=kernels.common.OPS)
   ap.add_argument("--backend", default="auto", help="auto: the device's Pallas backend; pallas_gpu on a CPU host")
   ap.add_argument("--bands", default="",
                   help="pallas_gpu: also time the config with these launch bands (group_m; group_k for drhs), "
@@ -40,9 +40,10 @@ def main(argv=None):
   args = ap.parse_args(argv)
 
   on_device = jax.default_backend() != "cpu"
-  backend = kernels.resolve_backend(args.backend)
-  if args.backend == "auto" and backend == "xla":
-    backend = "pallas_gpu"  # a CPU host: still time the Pallas kernel (interpreted), not XLA against XLA
+  dev = kernels.target.current()
+  backend = kernels.registry.auto_backend(dev.platform, dev.device_kind) if args.backend == "auto" else args.backend
+  if args.backend == "auto" and backend == kernels.registry.REFERENCE:
+    backend = kernels.registry.tunable()[0]  # a CPU host: still time a Pallas kernel (interpreted), not XLA against XLA
   interpret = default_interpret(backend)
   default = DEVICE_SHAPE if on_device else CPU_SHAPE
   m, k, n, g = (getattr(args, d) or v for d, v in zip("mkng", default))
@@ -50,11 +51,11 @@ def main(argv=None):
   p = Problem(args.op, backend, args.dtype, m, k, n, g, "multinomial(seed=0)", tuple(int(s) for s in sizes))
   x = measure.make_inputs(p)
   a = measure.op_args(p.op, x)
-  choice = kernels.choose_config(p.op, backend, p.m, p.k, p.n, p.g, p.dtype)
+  choice = resolve(None, backend, p.m, p.k, p.n, p.g, p.dtype)[p.op]
   mode = "INTERPRET mode, CPU emulation: not GPU/TPU speed" if interpret else "compiled"
   name = f"{backend} [{mode}]" if backend != "xla" else "xla (kernels.ragged_dot)"
   variants = {name: (measure.build_op(p, backend, choice.config, interpret), a)}
-  if args.bands and isinstance(choice.config, kernels.GpuConfig):
+  if args.bands and isinstance(choice.config, kernels.TritonConfig):
     knob = "group_k" if p.op == "drhs" else "group_m"
     for band in (int(b) for b in args.bands.split(",")):
       cfg = dataclasses.replace(choice.config, **{knob: band})

@@ -1,7 +1,7 @@
 """Model the HBM bytes the Pallas GPU kernels fetch, from their real launch order.
 
-No GPU: this replays kernels.gpu_gmm.program_tile / gpu_tgmm.program_tile (and the real
-tile schedule of kernels.group_metadata) through a simple machine:
+No GPU: this replays kernels.pallas_gpu.gmm.program_tile / gpu_tgmm.program_tile (and the real
+tile schedule of kernels.common) through a simple machine:
 
 - `--sms` SMs (132 on an H100 SXM), each running as many programs as its shared memory
   holds (228 KiB per SM, 1 KiB reserved per program, capped at 2: the wgmma configs use
@@ -37,8 +37,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import jax.numpy as jnp  # noqa: E402
 
-from kernels import config as kconfig  # noqa: E402
-from kernels import gpu_gmm, gpu_tgmm, group_metadata  # noqa: E402
+from kernels import common  # noqa: E402
+from kernels.pallas_gpu import config as triton  # noqa: E402
+
+from kernels.pallas_gpu import gmm as gpu_gmm, tgmm as gpu_tgmm  # noqa: E402
 
 SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
 MAX_PHASES = 16  # phases per program: k steps are merged into at most this many
@@ -70,22 +72,22 @@ PROBLEMS = [
 ]
 
 
-def _ctas_per_sm(cfg: kconfig.GpuConfig, *dims) -> int:
+def _ctas_per_sm(cfg: triton.TritonConfig, *dims) -> int:
   smem = cfg.smem_bytes(*dims)
   return max(1, min(2, SMEM_PER_SM // (smem + SMEM_RESERVED)))
 
 
-def gmm_programs(p: Problem, cfg: kconfig.GpuConfig, sizes: np.ndarray, order: str = "banded"):
+def gmm_programs(p: Problem, cfg: triton.TritonConfig, sizes: np.ndarray, order: str = "banded"):
   """Per launch slot in order: (lhs row block or -1 for a zero-fill tile, group, col block).
 
   order: "banded" is the kernel's (gpu_gmm.launch_cell); "m_fastest" / "n_fastest" are the
   two global orders ragtune used before (every tile of a column block first, or every
   column block of a tile first, over all groups' tiles at once), for comparison."""
-  rows, contraction, cols = kconfig.op_dims(p.op, p.m, p.k, p.n)
+  rows, contraction, cols = common.op_dims(p.op, p.m, p.k, p.n)
   c = cfg.clamped(rows, contraction, cols)
-  num_tiles = group_metadata.num_tiles_bound(rows, c.block_m, p.g)
-  seg_starts, seg_ends = group_metadata.segment_bounds(jnp.asarray(sizes), rows, jnp.int32(0), p.g)
-  sched = group_metadata.TileSchedule(*(np.asarray(a) for a in group_metadata.tile_schedule(
+  num_tiles = common.num_tiles_bound(rows, c.block_m, p.g)
+  seg_starts, seg_ends = common.segment_bounds(jnp.asarray(sizes), rows, jnp.int32(0), p.g)
+  sched = common.TileSchedule(*(np.asarray(a) for a in common.tile_schedule(
       seg_starts, seg_ends, c.block_m, num_tiles)))
   ncol = -(-cols // c.block_n)
   pid = np.arange(int(sched.active[0]) * ncol)
@@ -101,12 +103,12 @@ def gmm_programs(p: Problem, cfg: kconfig.GpuConfig, sizes: np.ndarray, order: s
   return c, np.where(is_group, tile_block[tile], -1), seg - 1, col
 
 
-def simulate(p: Problem, cfg: kconfig.GpuConfig, *, sms: int, l2_bytes: int, dtype="bfloat16",
+def simulate(p: Problem, cfg: triton.TritonConfig, *, sms: int, l2_bytes: int, dtype="bfloat16",
              order: str = "banded"):
   """(HBM bytes fetched incl. output writes, unique bytes) for one op and config."""
-  b = kconfig.itemsize(dtype)
+  b = common.itemsize(dtype)
   sizes = p.group_sizes()
-  rows, contraction, cols = kconfig.op_dims(p.op, p.m, p.k, p.n)
+  rows, contraction, cols = common.op_dims(p.op, p.m, p.k, p.n)
   if p.op == "drhs":
     c = cfg.clamped(rows, contraction, cols)
     nk, nn = -(-p.k // c.block_k), -(-p.n // c.block_n)
@@ -181,9 +183,9 @@ def simulate(p: Problem, cfg: kconfig.GpuConfig, *, sms: int, l2_bytes: int, dty
   return fetched + out_bytes, unique
 
 
-def default_for(p: Problem, family: str) -> kconfig.GpuConfig:
+def default_for(p: Problem, family: str) -> triton.TritonConfig:
   kind = {"hopper": "NVIDIA H100 80GB HBM3", "ampere": "NVIDIA A100-SXM4-80GB"}.get(family, "")
-  return kconfig.default_config("pallas_gpu", p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=kind)
+  return triton.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=kind)
 
 
 def main(argv=None):

@@ -29,7 +29,7 @@ def replay(rows, budget=None, budget_frac=None):
   for key, rs in sorted(by_problem.items()):
     cost = {}
     for r in rs:
-      cfg = kernels.config_from_dict(r["backend"], r["config"])
+      cfg = kernels.registry.config_from_dict(r["backend"], r["config"])
       cost[cfg] = r["time_s"] if r["status"] == "ok" and r.get("time_s") else None
     ok = [t for t in cost.values() if t is not None]
     if not ok:
@@ -37,7 +37,7 @@ def replay(rows, budget=None, budget_frac=None):
     space = list(cost)
     b = budget or max(1, round(len(space) * budget_frac))
     r0 = rs[0]
-    default = kernels.default_config(r0["backend"], r0["op"], r0["dtype"], r0["m"], r0["k"], r0["n"], r0["g"])
+    default = kernels.registry.default_config(r0["backend"], r0["op"], r0["dtype"], r0["m"], r0["k"], r0["n"], r0["g"])
     seeds = [default] if default in cost else []
     hist = search_strategy.run_offline(search_strategy.Staged(space, b, seeds), lambda c: cost[c])
     found = [t for t in hist.values() if t is not None]

@@ -19,11 +19,13 @@ File format (JSON, one file per device kind, named ``<device-slug>.json``)::
   }
 
 Only ``op, backend, dtype, m, k, n, g, config`` are required in an entry; the rest is
-provenance. Nearest-shape rule: see ``Lut.lookup``.
+provenance. Nearest-shape rule: see ``Lut.query``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import json
 import math
@@ -32,11 +34,12 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kernels import backends
-from kernels.config import DTYPES, OPS, Config, config_from_dict, op_dims
+from kernels import registry
+from kernels.backend import KernelConfig
+from kernels.common import DTYPES, OPS, op_dims
 
 SCHEMA = "ragtune-lut"
-# 2: GpuConfig.grid_order was replaced by the launch-order bands group_m / group_k.
+# 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
 SCHEMA_VERSION = 2
 ENV_VAR = "RAGTUNE_LUT"
 BUNDLED_DIR = Path(__file__).parent / "luts"
@@ -77,7 +80,7 @@ class Entry:
   k: int
   n: int
   g: int
-  config: Config | None
+  config: KernelConfig | None
   extra: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
   @property
@@ -99,8 +102,8 @@ def _entry_from_dict(d: Any, where: str) -> Entry:
     raise LutError(f"{where}: missing key(s) {missing}")
   if d["op"] not in OPS:
     raise LutError(f"{where}.op: expected one of {OPS}, got {d['op']!r}")
-  if d["backend"] not in backends.NAMES:
-    raise LutError(f"{where}.backend: expected one of {backends.NAMES}, got {d['backend']!r}")
+  if d["backend"] not in registry.NAMES:
+    raise LutError(f"{where}.backend: expected one of {registry.NAMES}, got {d['backend']!r}")
   if d["dtype"] not in DTYPES:
     raise LutError(f"{where}.dtype: expected one of {DTYPES}, got {d['dtype']!r}")
   for dim in ("m", "k", "n", "g"):
@@ -109,7 +112,7 @@ def _entry_from_dict(d: Any, where: str) -> Entry:
   if not isinstance(d["config"], dict):
     raise LutError(f"{where}.config: expected an object, got {type(d['config']).__name__}")
   try:
-    cfg = config_from_dict(d["backend"], d["config"])
+    cfg = registry.config_from_dict(d["backend"], d["config"])
   except (TypeError, ValueError) as e:
     raise LutError(f"{where}.config: {e}") from None
   extra = {k: v for k, v in d.items() if k not in ("op", "backend", "dtype", "m", "k", "n", "g", "config")}
@@ -121,7 +124,7 @@ def _log2_ratio(a: int, b: int) -> float:
 
 
 def shape_distance(e: Entry, m: int, k: int, n: int, g: int | None) -> float:
-  """How far the tuned shape of `e` is from the query (the rule of `Lut.nearest`); 0 is exact."""
+  """How far the tuned shape of `e` is from the query (the rule of `Lut.query`); 0 is exact."""
   d = _log2_ratio(m, e.m) + 4 * (_log2_ratio(k, e.k) + _log2_ratio(n, e.n))
   if g is not None:
     d += 0.5 * _log2_ratio(g, e.g)
@@ -189,67 +192,46 @@ class Lut:
   def shapes(self) -> list[tuple[int, int, int]]:
     return sorted({(e.m, e.k, e.n) for e in self._entries.values()})
 
-  def nearest(self, op: str, m: int, k: int, n: int, g: int | None, dtype: Any = None,
-              backend: str | None = None) -> Entry | None:
-    """The entry to use for a query, or None.
+  def query(self, op: str, m: int, k: int, n: int, g: int | None, dtype: Any = None,
+            backend: str | None = None) -> Entry | None:
+    """The entry to run the forward problem (m, k, n, g) as `op` with, or None.
 
-    Rule: among entries with the same op (and dtype/backend when given) whose config fits
-    the query on this LUT's device (shared-memory/VMEM estimate), take the exact (m,k,n,g) match if present,
-    else the one minimising
+    Nearest shape: among entries of this op (and dtype, and backend when given) whose
+    config fits the query on this LUT's device (shared-memory/VMEM estimate), the exact
+    (m, k, n, g) if present, else the one minimising
         |log2 m/m'| + 4 (|log2 k/k'| + |log2 n/n'|) + 0.5 |log2 g/g'|
     (k and n are a model's fixed dims, m moves with the token count). Ties go to the
-    larger tuned m. Beyond a distance of MAX_DISTANCE nothing is returned.
+    larger tuned m; beyond a distance of MAX_DISTANCE nothing is returned.
+
+    With no backend, every backend's entries compete (an xla entry, with no config,
+    always fits): among the fitting entries at the nearest shape, the fastest by its
+    measured `time_s` wins. Entries carry only correct candidates (export-lut writes rows
+    that matched jax.lax.ragged_dot); one with no time ranks after every timed one, and
+    ties go to the registry's backend order.
     """
     dt = canonical_dtype(dtype) if dtype is not None else None
+    fitting = [e for e in self._entries.values()
+               if e.op == op and (not dt or e.dtype == dt) and (not backend or e.backend == backend)
+               and (e.config is None or e.config.fits(op, e.dtype, m, k, n, self.device_kind))]
     best, best_d = None, math.inf
-    for e in self._entries.values():
-      if e.op != op or (dt and e.dtype != dt) or (backend and e.backend != backend):
-        continue
-      if e.config is not None and not e.config.fits(op, e.dtype, m, k, n, self.device_kind):
-        continue
+    for e in fitting:
       d = shape_distance(e, m, k, n, g)
       if d < best_d or (d == best_d and best is not None and e.m > best.m):
         best, best_d = e, d
-    return best if best_d <= MAX_DISTANCE else None
-
-  def choose(self, op: str, m: int, k: int, n: int, g: int, dtype: Any) -> tuple[str, Config | None] | None:
-    """(backend, config) to run the forward problem (m, k, n, g) as `op` with, or None;
-    the entry of `choose_entry`."""
-    e = self.choose_entry(op, m, k, n, g, dtype)
-    return None if e is None else (e.backend, e.config)
-
-  def choose_entry(self, op: str, m: int, k: int, n: int, g: int, dtype: Any) -> Entry | None:
-    """The entry to run the forward problem (m, k, n, g) as `op` with, or None.
-
-    The nearest tuned shape comes from `nearest` over every backend's entries of this op
-    and dtype (an xla entry, with no config, always fits); among the entries at that
-    shape (m, k, n, g), the fastest by its measured `time_s` wins. Entries carry only
-    correct candidates (export-lut writes rows that matched jax.lax.ragged_dot); one with
-    no time ranks after every timed one, and ties go to the registry's backend order.
-    """
-    near = self.nearest(op, m, k, n, g, dtype)
-    if near is None:
-      return None
-    order = {name: i for i, name in enumerate(backends.NAMES)}
+    if best is None or best_d > MAX_DISTANCE or backend is not None:
+      return best if best_d <= MAX_DISTANCE else None
+    order = {name: i for i, name in enumerate(registry.NAMES)}
 
     def rank(e: Entry):
       t = e.extra.get("time_s")
       timed = isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0
       return (0, t, order[e.backend]) if timed else (1, 0.0, order[e.backend])
 
-    at_shape = [e for e in self._entries.values()
-                if e.op == op and e.dtype == near.dtype and (e.m, e.k, e.n, e.g) == (near.m, near.k, near.n, near.g)
-                and (e.config is None or e.config.fits(op, e.dtype, m, k, n, self.device_kind))]
-    return min(at_shape, key=rank)
-
-  def lookup(self, op: str, m: int, k: int, n: int, g: int, dtype: Any, *,
-             backend: str | None = None) -> Config | None:
-    """Config for the forward problem (m, k, n, g) as `op`, by the rule of `nearest`."""
-    e = self.nearest(op, m, k, n, g, dtype, backend)
-    return e.config if e else None
+    shape = (best.dtype, best.m, best.k, best.n, best.g)
+    return min((e for e in fitting if (e.dtype, e.m, e.k, e.n, e.g) == shape), key=rank)
 
   def lut_fn(self, op: str = "fwd", *, dtype: Any = None, g: int | None = None) -> LutFn:
-    """A megablox-compatible LutFn over this LUT's pallas_tpu entries for `op`.
+    """A megablox-compatible LutFn over this LUT's megablox-tiling entries for `op`.
 
     It takes the op's own (m, k, n), as megablox passes them: (m, k, n) for fwd and
     tgmm, (m, n, k) for dlhs; and returns plain-int (tm, tk, tn) or None.
@@ -259,8 +241,8 @@ class Lut:
 
     def fn(m: int, k: int, n: int):
       fm, fk, fn_ = op_dims(op, int(m), int(k), int(n))  # op_dims is its own inverse
-      cfg = self.lookup(op, fm, fk, fn_, g, dtype, backend="pallas_tpu")
-      return None if cfg is None else tuple(int(x) for x in cfg.tiling())
+      e = self.query(op, fm, fk, fn_, g, dtype, backend=registry.megablox_backend())
+      return None if e is None else tuple(int(x) for x in e.config.tiling())
 
     return fn
 
@@ -312,13 +294,32 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
 
 
 def set_active_lut(lut: Lut | None) -> None:
-  """Use `lut` (or, with None, no LUT: heuristics only) for config=None calls."""
+  """Make `lut` (or, with None, no LUT: heuristics only) the process's LUT for config=None
+  calls, as load_lut does with a file; use_lut overrides it within a block."""
   global _active, _active_resolved
   _active, _active_resolved = lut, True
 
 
+_UNSET = object()
+_scoped: contextvars.ContextVar = contextvars.ContextVar("kernels_lut", default=_UNSET)
+
+
+@contextlib.contextmanager
+def use_lut(lut: Lut | None):
+  """Within the block (this thread or task only), config=None calls use `lut`; None: no
+  LUT, the built-in heuristics. The process's LUT (load_lut) is back after it."""
+  token = _scoped.set(lut)
+  try:
+    yield lut
+  finally:
+    _scoped.reset(token)
+
+
 def active_lut() -> Lut | None:
-  """The LUT in use, loading the default one on first call."""
+  """The LUT in use: use_lut's, else the process's, loading the default one on first call."""
+  scoped = _scoped.get()
+  if scoped is not _UNSET:
+    return scoped
   if not _active_resolved:
     load_lut()
   return _active

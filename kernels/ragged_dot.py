@@ -18,37 +18,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import backends, target
 from kernels import lut as lut_mod
-from kernels.config import OPS, Config, config_from_dict, default_config
+from kernels import registry, target
+from kernels.backend import KernelConfig
+from kernels.common import OPS
 
 logger = logging.getLogger("kernels")
 
-GPU_PLATFORMS = target.GPU_PLATFORMS
-
-
 # --- argument handling ----------------------------------------------------------------
 
-def resolve_backend(backend: str) -> str:
-  """The backend "auto" falls back to on this platform (pallas_gpu on a GPU, pallas_tpu on
-  a TPU, else xla); any other name is checked and returned. On a GPU, ragged_dot's "auto"
-  first asks the LUT per op (Lut.choose); see resolve_plan."""
-  if backend == "auto":
-    platform = target.current().platform
-    if platform in GPU_PLATFORMS:
-      return "pallas_gpu"
-    if platform == "tpu":
-      return "pallas_tpu"
-    return "xla"
-  if backend not in backends.REGISTRY:
-    raise ValueError(f"backend must be one of {('auto',) + backends.NAMES}, got {backend!r}")
+def _check_backend(backend: str) -> str:
+  if backend != "auto" and backend not in registry.REGISTRY:
+    raise ValueError(f"backend must be one of {('auto',) + registry.NAMES}, got {backend!r}")
   return backend
 
 
 def default_interpret(backend: str) -> bool:
   """Interpret a kernel backend when its hardware is not the device being compiled for
   (kernels.target.current)."""
-  b = backends.get(backend)
+  b = registry.get(backend)
   return b.config_type is not None and target.current().platform not in b.platforms
 
 
@@ -93,23 +81,19 @@ def _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset):
       raise TypeError(f"group_offset must be an integer scalar, got {jnp.result_type(group_offset)}")
 
 
-def _check_config(backend: str, op: str, cfg: Any) -> None:
-  backends.get(backend).check_config(op, cfg)
-
-
 @dataclasses.dataclass(frozen=True)
 class Choice:
   """What `ragged_dot` runs for one op, and where that config came from.
 
   source: "lut-exact" (an entry for this very (m, k, n, g)), "lut-nearest" (the closest
     tuned shape, in `tuned_shape`, at `distance` by the rule of `Lut.nearest`),
-    "heuristic" (`default_config`), "explicit" (passed as config=), or "none" (a backend
+    "heuristic" (the backend's default), "explicit" (passed as config=), or "none" (a backend
     with no knobs, such as xla).
   """
 
   op: str
   backend: str
-  config: Config | None
+  config: KernelConfig | None
   source: str
   tuned_shape: tuple[int, int, int, int] | None = None  # the LUT entry's forward (m, k, n, g)
   distance: float | None = None
@@ -129,42 +113,36 @@ def _from_entry(op: str, table, e, m: int, k: int, n: int, g: int) -> Choice:
                 table.source)
 
 
-def choose_config(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: Any) -> Choice:
-  """The config `ragged_dot` uses for `op` on `backend` when none is given, with its source."""
-  if backends.get(backend).config_type is None:
+def _lut_or_default(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: Any) -> Choice:
+  """`backend`'s config for `op`: the active LUT's nearest entry, else the heuristic."""
+  b = registry.get(backend)
+  if b.config_type is None:
     return Choice(op, backend, None, "none")
   dt = lut_mod.canonical_dtype(dtype)
   table = lut_mod.active_lut()
-  e = table.nearest(op, m, k, n, g, dt, backend=backend) if table is not None else None
+  e = table.query(op, m, k, n, g, dt, backend=backend) if table is not None else None
   if e is None:
-    heuristic = default_config(backend, op, dt, m, k, n, g, device_kind=lut_mod.current_device_kind())
-    return Choice(op, backend, heuristic, "heuristic")
+    return Choice(op, backend, b.default_config(op, dt, m, k, n, g, target.current().device_kind), "heuristic")
   return _from_entry(op, table, e, m, k, n, g)
-
-
-def select_config(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: Any) -> Config | None:
-  """The config `ragged_dot` uses for `op` when none is given: LUT, else heuristic."""
-  return choose_config(op, backend, m, k, n, g, dtype).config
 
 
 def _as_config(backend: str, op: str, cfg: Any) -> Any:
   """A plain dict (as a LUT stores it) becomes the backend's config type."""
   if not isinstance(cfg, Mapping):
     return cfg
-  if backends.get(backend).config_type is None:
+  if registry.get(backend).config_type is None:
     if cfg:
       raise TypeError(f"config[{op!r}] must be None or {{}} for backend {backend!r} (it has no knobs), got {cfg!r}")
     return None
   try:
-    return config_from_dict(backend, dict(cfg))
+    return registry.config_from_dict(backend, dict(cfg))
   except (TypeError, ValueError) as e:
     raise type(e)(f"config[{op!r}]: {e}") from None
 
 
 def _per_op(config: Mapping) -> bool:
   """{op: config} rather than one config as a dict: keys are ops, or values are configs."""
-  config_types = tuple(b.config_type for b in backends.REGISTRY.values() if b.config_type is not None)
-  return set(config) <= set(OPS) or any(v is None or isinstance(v, (Mapping, *config_types))
+  return set(config) <= set(OPS) or any(v is None or isinstance(v, (Mapping, *registry.config_types()))
                                         for v in config.values())
 
 
@@ -179,42 +157,36 @@ def _given_configs(config) -> dict[str, Any]:
   return {op: config for op in OPS}
 
 
-def resolve_choices(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict[str, Choice]:
-  """The Choice of each op. An explicit backend runs every op. "auto" on a GPU asks the
-  active LUT for each op on its own (Lut.choose_entry: the fastest correct entry at the
-  nearest tuned shape, any backend, XLA included) and falls back to pallas_gpu and its
-  heuristic; elsewhere it is resolve_backend("auto"). A config object given for an op
-  under "auto" runs on the backend it belongs to; a plain dict on the fallback."""
+def resolve(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict[str, Choice]:
+  """The Choice of each op for the forward problem (m, k, n, g).
+
+  An explicit backend runs every op. "auto" falls back to the registry's highest-priority
+  backend that runs compiled on the device (registry.auto_backend); when that one has
+  knobs, each op first asks the active LUT on its own (Lut.query with no backend: the
+  fastest correct entry at the nearest tuned shape, any backend that runs here, XLA
+  included). A config object given for an op under "auto" runs on the backend it belongs
+  to; a plain dict on the fallback.
+  """
   given = _given_configs(config)
-  auto = backend == "auto"
-  fallback = resolve_backend(backend)
-  table = lut_mod.active_lut() if auto and fallback == "pallas_gpu" else None
-  dev = target.current() if table is not None else None
+  dev = target.current()
+  auto = _check_backend(backend) == "auto"
+  fallback = registry.auto_backend(dev.platform, dev.device_kind) if auto else backend
+  table = lut_mod.active_lut() if auto and registry.get(fallback).config_type is not None else None
   out = {}
   for op in OPS:
     cfg = given.get(op)
-    name = (backends.backend_of_config(cfg) or fallback) if auto else fallback
+    name = (registry.backend_of_config(cfg) or fallback) if auto else fallback
     cfg = _as_config(name, op, cfg)
     if cfg is not None:
       choice = Choice(op, name, cfg, "explicit")
     else:
-      e = table.choose_entry(op, m, k, n, g, dtype) if table is not None else None
-      if e is not None and not backends.get(e.backend).runs_on(dev.platform, dev.device_kind):
+      e = table.query(op, m, k, n, g, dtype) if table is not None else None
+      if e is not None and not registry.get(e.backend).runs_on(dev.platform, dev.device_kind):
         e = None  # e.g. a Hopper-only backend's entry when compiling for Blackwell
-      choice = _from_entry(op, table, e, m, k, n, g) if e is not None else choose_config(op, name, m, k, n, g, dtype)
-    _check_config(choice.backend, op, choice.config)
+      choice = _from_entry(op, table, e, m, k, n, g) if e is not None else _lut_or_default(op, name, m, k, n, g, dtype)
+    registry.get(choice.backend).check_config(op, choice.config)
     out[op] = choice
   return out
-
-
-def resolve_configs(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict[str, Config | None]:
-  return {op: c.config for op, c in resolve_choices(config, backend, m, k, n, g, dtype).items()}
-
-
-def resolve_plan(backend: str, config, m: int, k: int, n: int, g: int,
-                 dtype) -> dict[str, tuple[str, Config | None]]:
-  """(backend, config) for each op; see resolve_choices."""
-  return {op: (c.backend, c.config) for op, c in resolve_choices(config, backend, m, k, n, g, dtype).items()}
 
 
 def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend: str = "auto") -> dict[str, Choice]:
@@ -235,11 +207,11 @@ def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend
   if k != k_rhs:
     raise ValueError(f"contraction mismatch: lhs_shape {lhs_shape} vs rhs_shape {rhs_shape} (transpose_rhs={transpose_rhs})")
   name = jnp.dtype(dtype).name
-  if backend != "auto":
-    backends.get(resolve_backend(backend)).check_dtype(name, name, name)
-  choices = resolve_choices(None, backend, m, k, n, g, dtype)
+  if _check_backend(backend) != "auto":
+    registry.check_dtype(backend, name, name, name)
+  choices = resolve(None, backend, m, k, n, g, dtype)
   for c in choices.values():
-    backends.get(c.backend).check_dtype(name, name, name)
+    registry.check_dtype(c.backend, name, name, name)
   return choices
 
 
@@ -258,36 +230,33 @@ def _log_choices(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dty
                "; ".join(str(c) for c in choices.values()))
 
 
-# --- the three ops, each from its backend's module (kernels/backends/) ------------------
+# --- the three ops, each from its backend's folder (kernels/registry.py) ------------------
 
-def forward(lhs, rhs, group_sizes, *, backend: str, config: Config | None, out_dtype,
+def forward(lhs, rhs, group_sizes, *, backend: str, config: KernelConfig | None, out_dtype,
             transpose_rhs: bool = False, group_offset=None, precision=None, interpret: bool = False):
   """out[m,n]: grouped matmul of lhs [m,k] with rhs [g,k,n] ([g,n,k] if transpose_rhs)."""
-  return backends.get(backend).forward(
+  return registry.get(backend).forward(
       lhs, rhs, group_sizes, config=config, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
       group_offset=group_offset, precision=precision, interpret=interpret)
 
 
 def grad_lhs(dout, rhs, group_sizes, *, backend: str, transpose_rhs: bool = False, **kw):
   """dlhs[m,k] = dout[m,n] @ rhs[group]^T; reads rhs in place with the other layout."""
-  own = backends.get(backend).grad_lhs
+  own = registry.get(backend).grad_lhs
   if own is not None:
     return own(dout, rhs, group_sizes, transpose_rhs=transpose_rhs, **kw)
   return forward(dout, rhs, group_sizes, backend=backend, transpose_rhs=not transpose_rhs, **kw)
 
 
-def grad_rhs(lhs, dout, group_sizes, *, num_groups: int, backend: str, config: Config | None,
+def grad_rhs(lhs, dout, group_sizes, *, num_groups: int, backend: str, config: KernelConfig | None,
              out_dtype, transpose_rhs: bool = False, group_offset=None, precision=None,
              interpret: bool = False):
   """drhs[g,k,n] = lhs[group]^T @ dout[group] (or [g,n,k] with transpose_rhs); the config
   is in the [g,k,n] frame."""
-  return backends.get(backend).grad_rhs(
+  return registry.get(backend).grad_rhs(
       lhs, dout, group_sizes, num_groups=num_groups, config=config, out_dtype=out_dtype,
       transpose_rhs=transpose_rhs, group_offset=group_offset, precision=precision,
       interpret=interpret)
-
-
-OP_FUNCTIONS = {"fwd": forward, "dlhs": grad_lhs, "drhs": grad_rhs}
 
 
 # --- differentiation ------------------------------------------------------------------
@@ -295,9 +264,9 @@ OP_FUNCTIONS = {"fwd": forward, "dlhs": grad_lhs, "drhs": grad_rhs}
 @dataclasses.dataclass(frozen=True)
 class _Plan:
   backends: tuple[str, str, str]  # per op, in OPS order
-  fwd: Config | None
-  dlhs: Config | None
-  drhs: Config | None
+  fwd: KernelConfig | None
+  dlhs: KernelConfig | None
+  drhs: KernelConfig | None
   transpose_rhs: bool
   precision: Any
   out_dtype: str
@@ -336,7 +305,7 @@ _ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
 
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, *,
                transpose_rhs: bool = False, group_offset=None, backend: str = "auto",
-               config: Config | Mapping[str, Any] | None = None, interpret: bool | None = None):
+               config: KernelConfig | Mapping[str, Any] | None = None, interpret: bool | None = None):
   """Grouped matmul with the semantics of `jax.lax.ragged_dot`, differentiable in lhs and rhs.
 
   lhs [m,k]; rhs [g,k,n] (or [g,n,k] with transpose_rhs); group_sizes int32 [g]. Rows of
@@ -345,20 +314,18 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
   group_offset: int32 scalar for expert parallelism. rhs then holds groups
     [group_offset, group_offset + rhs.shape[0]) of the len(group_sizes) groups, and rows
     of every other group come out 0.
-  backend: "pallas_gpu" | "mosaic_gpu" | "pallas_tpu" | "xla" | "auto". "auto" on a GPU
-    picks the backend of each op (fwd, dlhs, drhs) from the active LUT (Lut.choose), else
-    pallas_gpu; on a TPU pallas_tpu; elsewhere xla. See resolve_plan.
+  backend: a name in kernels.registry.NAMES, or "auto": each op (fwd, dlhs, drhs) from
+    the active LUT, else the device's default backend (the Pallas kernels of a GPU or
+    TPU, XLA elsewhere). See resolve.
   config: None (the active LUT, else a heuristic), one config for all three ops, or a
-    mapping {"fwd", "dlhs", "drhs"} -> config. Configs are GpuConfig / MosaicConfig /
-    TpuConfig, or plain dicts of their fields as a LUT stores them. `kernels.explain`
-    says what None picks.
+    mapping {"fwd", "dlhs", "drhs"} -> config. Configs are the backends' config types
+    (TritonConfig, MosaicConfig, TpuConfig), or plain dicts of their fields as a LUT
+    stores them. `kernels.explain` says what None picks.
   interpret: run a kernel backend in interpret mode; None means "when the backend's
-    hardware (GPU for pallas_gpu/mosaic_gpu, TPU for pallas_tpu) is not the default
-    device". mosaic_gpu also takes jax's InterpretGPUParams.
+    platform is not the device's". Mosaic GPU also takes jax's InterpretGPUParams.
   """
   _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset)
-  if backend != "auto":
-    backend = resolve_backend(backend)
+  _check_backend(backend)
   out_dtype = jax.eval_shape(
       functools.partial(jax.lax.ragged_dot, preferred_element_type=preferred_element_type),
       jax.ShapeDtypeStruct(lhs.shape, lhs.dtype),
@@ -366,20 +333,20 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       jax.ShapeDtypeStruct((rhs.shape[0],), jnp.int32)).dtype
   compute_dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
   if backend != "auto":
-    backends.get(backend).check_dtype(lhs.dtype, rhs.dtype, compute_dtype.name)
+    registry.get(backend).check_dtype(lhs.dtype, rhs.dtype, compute_dtype.name)
   m, k = lhs.shape
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
-  choices = resolve_choices(config, backend, m, k, n, rhs.shape[0], compute_dtype)
+  choices = resolve(config, backend, m, k, n, rhs.shape[0], compute_dtype)
   _log_choices(choices, m, k, n, rhs.shape[0], compute_dtype)
   names = tuple(choices[op].backend for op in OPS)
   for name in set(names):  # "auto" may pick a backend per op; each must take the dtype
-    backends.get(name).check_dtype(lhs.dtype, rhs.dtype, compute_dtype.name)
+    registry.check_dtype(name, lhs.dtype, rhs.dtype, compute_dtype.name)
   modes = tuple(default_interpret(name) if interpret is None else interpret for name in names)
   compiled = {name for name, mode in zip(names, modes) if not mode}
   if compiled:
     dev = target.current()
     for name in compiled:
-      backends.get(name).check_device(dev.platform, dev.device_kind)
+      registry.get(name).check_device(dev.platform, dev.device_kind)
   plan = _Plan(names, choices["fwd"].config, choices["dlhs"].config, choices["drhs"].config, bool(transpose_rhs),
                _canonical_precision(precision), jnp.dtype(out_dtype).name, compute_dtype.name,
                modes, group_offset is not None)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import kernels
+from kernels.ragged_dot import resolve
 from ragtune import machine_code
 from ragtune.errors import RagtuneError
 
@@ -215,7 +216,7 @@ def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n
   name, text = target_text(target)
   _, dev = _mesh(text)
   try:
-    kernels.REGISTRY[backend].check_device("gpu", dev.device_kind)
+    kernels.registry.REGISTRY[backend].check_device("gpu", dev.device_kind)
   except ValueError as e:
     return CompileReport(name, dev.device_kind, UNSUPPORTED, str(e), 0.0)
   hint = (lambda _name: config.smem_bytes(op, dtype, m, k, n)) if isinstance(config, kernels.MosaicConfig) else None
@@ -239,10 +240,10 @@ def compile_ragged_dot(target: str, m: int, k: int, n: int, g: int, dtype: str =
   _, dev = _mesh(text)
   with jax.set_mesh(_mesh(text)[0]):
     try:
-      plan = kernels.resolve_plan(backend, config, m, k, n, g, dt)
+      plan = {op: (c.backend, c.config) for op, c in resolve(config, backend, m, k, n, g, dt).items()}
     except (TypeError, ValueError) as e:  # a backend the target lacks, or a bad config
       return CompileReport(name, dev.device_kind, _classify(e), _first_lines(e), 0.0)
-  mosaic = {op: cfg for op, (b, cfg) in plan.items() if b == "mosaic_gpu"}
+  mosaic = {op: cfg for op, (b, cfg) in plan.items() if isinstance(cfg, kernels.MosaicConfig)}
 
   def hint(kname: str) -> int | None:  # fwd and dlhs share the gmm kernel: the larger allocation
     ops = ("drhs",) if kname.startswith("ragtune_mgpu_tgmm") else ("fwd", "dlhs")

@@ -207,7 +207,7 @@ def _results_dir(out: Optional[Path]) -> Path:
 def sweep(
     shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML (see README: 'Shape sets')."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/]."),
-    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help=f"Backends (repeat or comma-separate): {', '.join(kernels.BACKENDS)}. Default: the file's."),
+    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help=f"Backends (repeat or comma-separate): {', '.join(kernels.registry.NAMES)}. Default: the file's."),
     ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
     model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
@@ -421,7 +421,7 @@ def compile_cmd(
 
   _, problems = _load_problems(shapes_file, ops, backend, None, shape, model)
   kind = prune.target_facts(target)["device_kind"]
-  items = [(p, kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=kind))
+  items = [(p, kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=kind))
            for p in problems if p.backend in prune.GPU_BACKENDS]
   if not items:
     raise RagtuneError(f"{shapes_file}: no problem of a GPU backend ({', '.join(prune.GPU_BACKENDS)}) selected")

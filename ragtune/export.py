@@ -9,7 +9,7 @@ XLA is a candidate too: every problem times `baseline:xla` (XLA's own op) in the
 worker as its candidates. Where the fastest of those rows for a (device, op, dtype, m, k,
 n, g) beats the best entry of every backend swept there (or no backend has a correct
 one), and no XLA row failed there, the LUT also gets an `xla` entry (config {}), so `Lut.choose` and `auto` run XLA
-there. Each backend keeps its own best entry either way, for `Lut.lookup(backend=...)`.
+there. Each backend keeps its own best entry either way, for `Lut.query(backend=...)`.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def build_luts(rows: list[dict[str, Any]]) -> dict[str, kernels.Lut]:
     entries.setdefault(device, []).append(kernels.Entry(op, "xla", dtype, m, k, n, g, None, extra))
   for key, r in sorted(best.items(), key=lambda kv: [str(x) for x in kv[0]]):
     src, prob = r.get("_source", ""), r["problem"]
-    default = kernels.default_config(r["backend"], r["op"], r["dtype"], r["m"], r["k"], r["n"], r["g"],
+    default = kernels.registry.default_config(r["backend"], r["op"], r["dtype"], r["m"], r["k"], r["n"], r["g"],
                                      device_kind=r["device_kind"])
     default_s = times.get((src, prob, candidate_id(default))) if default else None
     xla_s = times.get((src, prob, "baseline:xla"))
@@ -107,7 +107,7 @@ def build_luts(rows: list[dict[str, Any]]) -> dict[str, kernels.Lut]:
         "group_dist": r.get("group_dist"), "jax_version": r.get("jax_version"),
         "measured": r.get("timestamp"),
     }
-    cfg = kernels.config_from_dict(r["backend"], r["config"])
+    cfg = kernels.registry.config_from_dict(r["backend"], r["config"])
     entries.setdefault(key[0], []).append(
         kernels.Entry(r["op"], r["backend"], r["dtype"], r["m"], r["k"], r["n"], r["g"], cfg, extra))
   created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -137,11 +137,11 @@ def load(*, force=False, activate=True):
   import kernels
 
   lut = kernels.Lut.from_dict(LUT, source=__file__)
-  here = kernels.current_device_kind()
+  here = kernels.lut.current_device_kind()
   if lut.device_kind != here and not force:
     raise kernels.LutError(f"{{__file__}}: LUT was tuned on {{lut.device_kind!r}} but this device is {{here!r}}")
   if activate:
-    kernels.set_active_lut(lut)
+    kernels.lut.set_active_lut(lut)
   return lut
 '''
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kernels.config import itemsize
+from kernels import registry
+from kernels.common import itemsize
 from ragtune.errors import RagtuneError
 
 INT32_MAX = 2**31 - 1
-# Backends that address operands past 2**31 elements: Pallas's Triton lowering makes its pointer
-# offsets int64 for any array over 4 GiB (jax/_src/pallas/triton/lowering.py,
-# _compute_offsets_from_indices), Mosaic GPU loads through TMA with 64-bit addresses, and XLA
-# picks 64-bit indexing itself. DeepSeek-V3's and Llama-4-Maverick's full expert weights are
-# such operands. megablox (pallas_tpu) stays held to int32 element counts.
-WIDE_INDEXING = frozenset({"pallas_gpu", "mosaic_gpu", "xla"})
+
+# A backend without wide_indexing (kernels/<backend>/__init__.py says why each has it or not)
+# is held to int32 element counts. DeepSeek-V3's and Llama-4-Maverick's full expert weights
+# are operands past them.
 
 
 def operand_elements(op: str, m: int, k: int, n: int, g: int) -> dict[str, int]:
@@ -60,7 +59,8 @@ def too_big(p: Any, memory: int | None) -> str | None:
   (None or 0: not checked). None if it fits."""
   need = bytes_needed(p.op, p.dtype, p.m, p.k, p.n, p.g)
   for name, count in operand_elements(p.op, p.m, p.k, p.n, p.g).items():
-    if count > INT32_MAX and getattr(p, "backend", None) not in WIDE_INDEXING:
+    backend = getattr(p, "backend", None)
+    if count > INT32_MAX and not (backend in registry.REGISTRY and registry.get(backend).wide_indexing):
       return (f"{_label(p)}: {name} has {count:,} elements, beyond {p.backend}'s int32 indexing "
               f"({INT32_MAX:,}); the problem needs {need:,} bytes")
   if memory and need > memory:

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
+from kernels import registry
+from kernels.ragged_dot import forward, grad_lhs, grad_rhs
 from ragtune.numerics import TOLERANCE, NumericsResult, compare
 from ragtune.shapes import Problem
 
@@ -66,12 +68,12 @@ def reference(op: str, x: dict[str, jax.Array]) -> np.ndarray:
 def build_op(p: Problem, backend: str, config, interpret: bool) -> Callable[..., jax.Array]:
   """The callable that runs `p.op` with `config`, taking op_args(p.op, ...)."""
   common = dict(backend=backend, config=config, out_dtype=jnp.dtype(p.dtype),
-                interpret=interpret and backend != "xla")
+                interpret=interpret and registry.get(backend).config_type is not None)
   if p.op == "fwd":
-    return lambda a, b, gs: kernels.forward(a, b, gs, **common)
+    return lambda a, b, gs: forward(a, b, gs, **common)
   if p.op == "dlhs":
-    return lambda d, b, gs: kernels.grad_lhs(d, b, gs, **common)
-  return lambda a, d, gs: kernels.grad_rhs(a, d, gs, num_groups=p.g, **common)
+    return lambda d, b, gs: grad_lhs(d, b, gs, **common)
+  return lambda a, d, gs: grad_rhs(a, d, gs, num_groups=p.g, **common)
 
 
 def dense_args(p: Problem, x: dict[str, jax.Array]) -> tuple:

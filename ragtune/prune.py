@@ -28,7 +28,7 @@ from ragtune.store import ResultsStore, candidate_id
 
 COMPILE_RECORDS = "compile.jsonl"
 # The backends that compile for an NVIDIA GPU.
-GPU_BACKENDS = tuple(name for name, b in kernels.REGISTRY.items() if "cuda" in b.platforms)
+GPU_BACKENDS = tuple(name for name, b in kernels.registry.REGISTRY.items() if "cuda" in b.platforms)
 
 
 def target_facts(target: str) -> dict[str, Any]:

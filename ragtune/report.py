@@ -52,7 +52,7 @@ def best_frame(rows: list[dict[str, Any]], ceil: dict | None = None) -> pd.DataF
     ok_time = lambda cid: ok[ok["candidate"] == cid]["time_s"].min() if cid else float("nan")
     base = {b: grp[(grp["candidate"] == f"baseline:{b}") & (grp["status"] == "ok")]["time_s"].min()
             for b in ("xla", "dense")}
-    default = kernels.default_config(r0["backend"], r0["op"], r0["dtype"], r0["m"], r0["k"], r0["n"], r0["g"])
+    default = kernels.registry.default_config(r0["backend"], r0["op"], r0["dtype"], r0["m"], r0["k"], r0["n"], r0["g"])
     default_s = ok_time(candidate_id(default)) if default is not None else float("nan")
     best = ok.iloc[0].to_dict() if len(ok) else None
     t = best["time_s"] if best else float("nan")

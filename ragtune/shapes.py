@@ -27,12 +27,14 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from kernels.config import BACKENDS, DTYPES, OPS
+from kernels.common import DTYPES, OPS
+from kernels import registry
+from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError
 from ragtune.presets import MODEL_PRESETS
 
 Op = Literal["fwd", "dlhs", "drhs"]
-Backend = Literal["pallas_gpu", "mosaic_gpu", "pallas_tpu", "xla"]
+Backend = Literal[BACKENDS]  # type: ignore[valid-type]  # the registry's names
 Dtype = Literal["bfloat16", "float16", "float32"]
 
 
@@ -124,7 +126,7 @@ class ShapeSet(BaseModel):
   name: str | None = None
   dtype: Dtype = "bfloat16"
   ops: list[Op] = Field(default_factory=lambda: ["fwd"], min_length=1)
-  backends: list[Backend] = Field(default_factory=lambda: ["pallas_gpu"], min_length=1)
+  backends: list[Backend] = Field(default_factory=lambda: [registry.tunable()[0]], min_length=1)
   group_sizes: GroupDist = Field(default_factory=GroupDist)
   max_candidates: PositiveInt | None = None
   shapes: list[ShapeSpec] = []

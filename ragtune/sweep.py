@@ -157,7 +157,7 @@ _INTERP_FLOPS_PER_S = {"fwd": 3e9, "dlhs": 3e9, "drhs": 5e8}
 
 def interpret_cost_s(p: Problem) -> float:
   """Rough seconds one candidate of p takes on a CPU in Pallas interpret mode."""
-  cfg = kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g)
+  cfg = kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g)
   bm = getattr(cfg, "block_m", None) or getattr(cfg, "tm", 64)
   padded = 2.0 * (p.m + p.g * bm) * p.k * p.n
   return _INTERP_COMPILE_S + 5 * padded / _INTERP_FLOPS_PER_S[p.op]
@@ -216,7 +216,7 @@ def find_lut(device_kind: str):
   """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None."""
   from kernels.lut import BUNDLED_DIR
 
-  env = os.environ.get(kernels.ENV_VAR)
+  env = os.environ.get(kernels.lut.ENV_VAR)
   slug = f"{kernels.device_slug(device_kind)}.json"
   path = (Path(env) / slug if Path(env).is_dir() else Path(env)) if env else BUNDLED_DIR / slug
   try:
@@ -230,7 +230,8 @@ def _lut_hint(p: Problem, lut, device_kind: str | None):
   """The nearest LUT entry's config for p, if there is one (a stage-1 seed)."""
   if lut is None:
     return None
-  cfg = lut.lookup(p.op, p.m, p.k, p.n, p.g, p.dtype, backend=p.backend)
+  e = lut.query(p.op, p.m, p.k, p.n, p.g, p.dtype, backend=p.backend)
+  cfg = e.config if e is not None else None
   return cfg if cfg is not None and cfg.fits(p.op, p.dtype, p.m, p.k, p.n, device_kind) else None
 
 
@@ -666,7 +667,7 @@ def summarize(problems: list[Problem], rows: list[dict[str, Any]],
     best = min(ok, key=lambda r: (r["time_s"], r["candidate"])) if ok else None
     baselines = {b.split(":")[1]: next((r["time_s"] for r in rs if r["candidate"] == b and r["status"] == "ok"), None)
                  for b in BASELINES}
-    default = kernels.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=device_kind)
+    default = kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=device_kind)
     if default is not None:
       baselines["default"] = next((r["time_s"] for r in ok if r["candidate"] == candidate_id(default)), None)
     dev = rs[0].get("device_kind") if rs else device_kind

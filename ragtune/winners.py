@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from kernels import backends
+from kernels import registry
 
 
 def shape_key(row: dict[str, Any]) -> tuple:
@@ -50,7 +50,7 @@ def backend_times(rows: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, float
 
 def ranking(times: dict[str, float]) -> list[tuple[str, float]]:
   """Backends fastest first; ties go to the registry order (as in Lut.choose)."""
-  order = {name: i for i, name in enumerate(backends.NAMES)}
+  order = {name: i for i, name in enumerate(registry.NAMES)}
   return sorted(times.items(), key=lambda kv: (kv[1], order.get(kv[0], len(order)), kv[0]))
 
 

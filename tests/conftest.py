@@ -43,6 +43,28 @@ def rand(key, shape, dtype):
 @pytest.fixture(autouse=True)
 def _no_lut():
   """Tests start with no active LUT (heuristic configs) unless they load one."""
-  kernels.set_active_lut(None)
+  kernels.lut.set_active_lut(None)
   yield
-  kernels.reset_active_lut()
+  kernels.lut.reset_active_lut()
+
+
+def entry_config(e):
+  """A LUT query's config (None when nothing matched)."""
+  return None if e is None else e.config
+
+
+def entry_pick(e):
+  """(backend, config) of a LUT query (None when nothing matched)."""
+  return None if e is None else (e.backend, e.config)
+
+
+def plan_of(backend, config, m, k, n, g, dtype):
+  """(backend, config) per op, as ragged_dot resolves them."""
+  from kernels.ragged_dot import resolve
+  return {op: (c.backend, c.config) for op, c in resolve(config, backend, m, k, n, g, dtype).items()}
+
+
+def selected_config(op, backend, m, k, n, g, dtype):
+  """The config ragged_dot runs `op` with on `backend` when none is given."""
+  from kernels.ragged_dot import resolve
+  return resolve(None, backend, m, k, n, g, dtype)[op].config

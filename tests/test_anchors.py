@@ -28,8 +28,8 @@ def _anchors():
 def _lut_with(anchors, name, op, **changes):
   """A LUT for this host whose pallas_gpu entry at the shrunk anchor differs from the default."""
   m, k, n, g = anchors.anchor_shape(name, False, 1.0)
-  kind = kernels.current_device_kind()
-  default = kernels.default_config("pallas_gpu", op, "bfloat16", m, k, n, g, device_kind=kind)
+  kind = kernels.lut.current_device_kind()
+  default = kernels.registry.default_config("pallas_gpu", op, "bfloat16", m, k, n, g, device_kind=kind)
   tuned = dataclasses.replace(default, **changes)
   return kernels.Lut(kind, [kernels.Entry(op, "pallas_gpu", "bfloat16", m, k, n, g, tuned)]), tuned
 
@@ -92,7 +92,7 @@ def test_anchor_shape_set_sweeps_exactly_the_benchmarked_problems():
   benched = set()
   for m, k, n, g, _ in anchors.ANCHORS.values():
     sizes = tuple(int(s) for s in shapes.GroupDist(dist="multinomial", seed=0).draw(m, g))
-    benched |= {(op, m, k, n, g, sizes) for op in kernels.OPS}
+    benched |= {(op, m, k, n, g, sizes) for op in kernels.common.OPS}
   assert swept == benched
 
 

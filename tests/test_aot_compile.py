@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
-from kernels.config import gpu_smem_limit
+from kernels.common import gpu_smem_limit
 from ragtune import aot, machine_code, search_space
 from ragtune.shapes import Problem
 
@@ -90,7 +90,7 @@ def _drawn_configs(backend: str, count: int = 20, seed: int = 0):
   out = []
   for i in range(count):
     anchor = list(ANCHORS)[i % len(ANCHORS)]
-    op = kernels.OPS[(i // len(ANCHORS)) % 3]
+    op = kernels.common.OPS[(i // len(ANCHORS)) % 3]
     m, k, n, g = ANCHORS[anchor]
     p = Problem(op, backend, BF16, m, k, n, g, "explicit", (m,) + (0,) * (g - 1))
     space = search_space.candidates(p, device_kind=H100)
@@ -116,9 +116,9 @@ def test_h100_search_space_draws_compile_clean(backend, chunk):
 
 # (rule, op, config it prunes, what the compiler must show). Mixtral's shape.
 PRUNED = [
-    ("acc > 128/thread", "fwd", kernels.GpuConfig(128, 64, 256, 4, 3), "spill"),
-    ("acc > 128/thread", "drhs", kernels.GpuConfig(64, 256, 128, 4, 3), "spill"),
-    ("2 warps, tile >= 64x64", "fwd", kernels.GpuConfig(64, 64, 128, 2, 3), "mma.sync"),
+    ("acc > 128/thread", "fwd", kernels.TritonConfig(128, 64, 256, 4, 3), "spill"),
+    ("acc > 128/thread", "drhs", kernels.TritonConfig(64, 256, 128, 4, 3), "spill"),
+    ("2 warps, tile >= 64x64", "fwd", kernels.TritonConfig(64, 64, 128, 2, 3), "mma.sync"),
     ("mosaic acc > 128x192", "fwd", kernels.MosaicConfig(128, 256, 64, 3, 4), "spill"),
 ]
 
@@ -143,8 +143,8 @@ def test_the_economy_rules_prune_configs_that_compile_clean():
   """Rules 3 and 4 of search_space._gpu_config_ok are about the timing budget, not the
   compiler, as their comment says: what they prune compiles clean (wgmma, no spill)."""
   m, k, n, g = ANCHORS["dsv3_up"]
-  for op, cfg in (("fwd", kernels.GpuConfig(64, 64, 256, 4, 3)), ("drhs", kernels.GpuConfig(64, 64, 256, 4, 3)),
-                  ("fwd", kernels.GpuConfig(64, 64, 64, 8, 3))):
+  for op, cfg in (("fwd", kernels.TritonConfig(64, 64, 256, 4, 3)), ("drhs", kernels.TritonConfig(64, 64, 256, 4, 3)),
+                  ("fwd", kernels.TritonConfig(64, 64, 64, 8, 3))):
     p = Problem(op, "pallas_gpu", BF16, m, k, n, g, "explicit", (m,) + (0,) * (g - 1))
     assert cfg not in search_space.candidates(p, device_kind=H100)
     _assert_clean(aot.compile_op("h100", "pallas_gpu", op, BF16, m, k, n, g, cfg), kernels_expected=1)
@@ -156,8 +156,8 @@ def test_mosaic_k_loop_waits_for_the_previous_wgmma():
   not refilled while the previous step's wgmma still reads them. The control compiles the
   gmm without the wait: the check must see the difference."""
   m, k, n, g = ANCHORS["mixtral"]
-  for op in kernels.OPS:
-    cfg = kernels.default_config("mosaic_gpu", op, BF16, m, k, n, g, device_kind=H100)
+  for op in kernels.common.OPS:
+    cfg = kernels.registry.default_config("mosaic_gpu", op, BF16, m, k, n, g, device_kind=H100)
     r = aot.compile_op("h100", "mosaic_gpu", op, BF16, m, k, n, g, cfg)
     _assert_clean(r, kernels_expected=1)
     assert r.kernels[0].loops_wait_one, (op, r.kernels[0])
@@ -167,14 +167,14 @@ def test_the_wait_check_sees_a_missing_wait(monkeypatch):
   from jax.experimental.pallas import mosaic_gpu as plgpu
   monkeypatch.setattr(plgpu, "wgmma_wait", lambda n: None)
   m, k, n, g = ANCHORS["mixtral"]
-  cfg = kernels.default_config("mosaic_gpu", "fwd", BF16, m, k, n, g, device_kind=H100)
+  cfg = kernels.registry.default_config("mosaic_gpu", "fwd", BF16, m, k, n, g, device_kind=H100)
   r = aot.compile_op("h100", "mosaic_gpu", "fwd", BF16, m, k, n, g, cfg)
   assert r.ok and r.kernels[0].counts.get("HGMMA")
   assert not r.kernels[0].loops_wait_one
 
 
 @pytest.mark.parametrize("backend,cfg", [
-    ("pallas_gpu", kernels.GpuConfig(256, 256, 256, 8, 4)),
+    ("pallas_gpu", kernels.TritonConfig(256, 256, 256, 8, 4)),
     ("mosaic_gpu", kernels.MosaicConfig(256, 256, 128, 8, 1)),
 ])
 def test_a_config_over_shared_memory_is_a_clean_no_fit(backend, cfg):
@@ -206,8 +206,8 @@ def test_b200_auto_with_a_mosaic_lut_entry_falls_back_to_pallas_gpu():
   compiles pallas_gpu for every op."""
   m, k, n, g = ANCHORS["mixtral"]
   mosaic = kernels.MosaicConfig(128, 128, 64, 4, 4)
-  entries = [kernels.Entry(op, "mosaic_gpu", BF16, m, k, n, g, mosaic, {"time_s": 1e-4}) for op in kernels.OPS]
-  kernels.set_active_lut(kernels.Lut(B200, entries))
+  entries = [kernels.Entry(op, "mosaic_gpu", BF16, m, k, n, g, mosaic, {"time_s": 1e-4}) for op in kernels.common.OPS]
+  kernels.lut.set_active_lut(kernels.Lut(B200, entries))
   r = aot.compile_ragged_dot("b200", m, k, n, g, BF16, backend="auto")
   _assert_clean(r, smem_limit=gpu_smem_limit(B200), mma="tcgen05", kernels_expected=3)
   names = sorted(kr.name.split("__")[0] for kr in r.kernels)  # XLA suffixes a second copy "__1"

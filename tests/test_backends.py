@@ -10,28 +10,29 @@ import jax.numpy as jnp
 import pytest
 
 import kernels
-from kernels import backends
+from conftest import entry_pick, plan_of
+from kernels import registry
 from ragtune import search_space, shapes
 
 H100 = "NVIDIA H100 80GB HBM3"
-G, M = kernels.GpuConfig, kernels.MosaicConfig
+G, M = kernels.TritonConfig, kernels.MosaicConfig
 SHAPE = dict(m=512, k=256, n=384, g=4)
 
 
 def test_registry_is_the_one_list_of_backends():
-  assert kernels.BACKENDS == tuple(backends.REGISTRY) == backends.NAMES
-  assert set(typing.get_args(shapes.Backend)) == set(backends.NAMES)
-  for name, b in backends.REGISTRY.items():
+  assert kernels.registry.NAMES == tuple(registry.REGISTRY) == registry.NAMES
+  assert set(typing.get_args(shapes.Backend)) == set(registry.NAMES)
+  for name, b in registry.REGISTRY.items():
     assert b.name == name and callable(b.forward) and callable(b.grad_rhs)
-    cfg = kernels.default_config(name, "fwd", "bfloat16", 1024, 512, 768, 4, device_kind=H100)
+    cfg = kernels.registry.default_config(name, "fwd", "bfloat16", 1024, 512, 768, 4, device_kind=H100)
     if b.config_type is None:
-      assert cfg is None and kernels.config_from_dict(name, {}) is None
+      assert cfg is None and kernels.registry.config_from_dict(name, {}) is None
       continue
     assert isinstance(cfg, b.config_type)
-    assert kernels.config_from_dict(name, cfg.to_dict()) == cfg  # what a LUT stores
-    assert name in search_space.SPACES  # ragtune can tune every backend with knobs
+    assert kernels.registry.config_from_dict(name, cfg.to_dict()) == cfg  # what a LUT stores
+    assert b.space("fwd", "bfloat16", 1024, 512, 768, H100)  # ragtune can tune every backend with knobs
   with pytest.raises(ValueError, match="backend must be one of"):
-    kernels.default_config("cuda_magic", "fwd", "bfloat16", 8, 8, 8, 1)
+    kernels.registry.default_config("cuda_magic", "fwd", "bfloat16", 8, 8, 8, 1)
 
 
 _NO_ABSL = """
@@ -65,10 +66,10 @@ def test_mosaic_smem_bounds_and_defaults():
   assert big.smem_bytes("fwd", "bfloat16", 8192, 4096, 4096) == (4 * 64 * 512 + 256 * 256) * 2
   assert not big.fits("fwd", "bfloat16", 8192, 4096, 4096, H100)
   assert big.fits("fwd", "bfloat16", 8192, 64, 4096, H100)  # one k step: one stage allocated
-  for op in kernels.OPS:
-    cfg = kernels.default_config("mosaic_gpu", op, "bfloat16", 8192, 4096, 14336, 8, device_kind=H100)
+  for op in kernels.common.OPS:
+    cfg = kernels.registry.default_config("mosaic_gpu", op, "bfloat16", 8192, 4096, 14336, 8, device_kind=H100)
     assert cfg.fits(op, "bfloat16", 8192, 4096, 14336, H100)
-    small = kernels.default_config("mosaic_gpu", op, "bfloat16", 8192, 4096, 14336, 8, device_kind="NVIDIA L4")
+    small = kernels.registry.default_config("mosaic_gpu", op, "bfloat16", 8192, 4096, 14336, 8, device_kind="NVIDIA L4")
     assert small.fits(op, "bfloat16", 8192, 4096, 14336, "NVIDIA L4")
   cands = search_space.candidates(shapes.Problem("drhs", "mosaic_gpu", "bfloat16", 4096, 1024, 7168, 8, "x", (512,) * 8),
                                   device_kind=H100)
@@ -87,7 +88,7 @@ def _mixed_lut(winners):
   """Entries of three backends for each op at SHAPE; `winners[op]` is the fastest there."""
   configs = {"pallas_gpu": G(64, 64, 128, 4, 3), "mosaic_gpu": M(64, 128, 64, 2, 1), "xla": None}
   entries = []
-  for op in kernels.OPS:
+  for op in kernels.common.OPS:
     for backend, cfg in configs.items():
       entries.append(_entry(op, backend, cfg, 1e-4 if backend == winners[op] else 2e-4))
     # A faster entry at a farther shape must not win: the nearest shape decides first.
@@ -102,13 +103,13 @@ def test_choose_returns_the_fastest_backend_for_each_op(tmp_path):
   path.write_text(json.dumps(lut.to_dict()))
   lut = kernels.Lut.from_file(path)  # xla entries (config {}) survive the round trip
   for op, backend in winners.items():
-    got = lut.choose(op, SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"], jnp.bfloat16)
+    got = entry_pick(lut.query(op, SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"], jnp.bfloat16))
     assert got[0] == backend
     assert (got[1] is None) == (backend == "xla")
   # Near a tuned shape (m moves with tokens) the same winners hold.
-  assert lut.choose("dlhs", 600, 256, 384, 4, "bfloat16")[0] == "mosaic_gpu"
-  assert lut.choose("fwd", 512, 256, 384, 4, "float16") is None  # no float16 entries
-  assert lut.choose("fwd", 512, 1 << 20, 1 << 20, 4, "bfloat16") is None  # too far
+  assert entry_pick(lut.query("dlhs", 600, 256, 384, 4, "bfloat16"))[0] == "mosaic_gpu"
+  assert entry_pick(lut.query("fwd", 512, 256, 384, 4, "float16")) is None  # no float16 entries
+  assert entry_pick(lut.query("fwd", 512, 1 << 20, 1 << 20, 4, "bfloat16")) is None  # too far
 
 
 def test_choose_skips_configs_that_do_not_fit_and_ranks_untimed_last():
@@ -116,28 +117,28 @@ def test_choose_skips_configs_that_do_not_fit_and_ranks_untimed_last():
   lut = kernels.Lut(H100, [_entry("fwd", "mosaic_gpu", huge, 1e-6),
                            _entry("fwd", "pallas_gpu", G(64, 64, 128, 4, 3), None),
                            _entry("fwd", "xla", None, 5e-4)])
-  assert lut.choose("fwd", SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"], "bfloat16")[0] == "xla"
+  assert entry_pick(lut.query("fwd", SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"], "bfloat16"))[0] == "xla"
 
 
 def test_xla_entry_with_a_config_is_refused():
   bad = {"op": "fwd", "backend": "xla", "dtype": "bfloat16", "m": 8, "k": 8, "n": 8, "g": 1,
          "config": {"block_m": 64}}
-  data = {"schema": kernels.SCHEMA, "schema_version": kernels.SCHEMA_VERSION, "device_kind": H100, "entries": [bad]}
+  data = {"schema": kernels.lut.SCHEMA, "schema_version": kernels.lut.SCHEMA_VERSION, "device_kind": H100, "entries": [bad]}
   with pytest.raises(kernels.LutError, match="has no config"):
     kernels.Lut.from_dict(data)
 
 
 def test_resolve_plan_explicit_backend_and_configs_under_auto(monkeypatch):
   s = (SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"], jnp.bfloat16)
-  kernels.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
+  kernels.lut.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
   # On this CPU host "auto" is xla, except for an op given a config of another backend.
-  plan = kernels.resolve_plan("auto", {"fwd": M()}, *s)
+  plan = plan_of("auto", {"fwd": M()}, *s)
   assert plan == {"fwd": ("mosaic_gpu", M()), "dlhs": ("xla", None), "drhs": ("xla", None)}
   # An explicit backend takes its own LUT entries (lookup), not the per-shape winner.
-  plan = kernels.resolve_plan("mosaic_gpu", None, *s)
+  plan = plan_of("mosaic_gpu", None, *s)
   assert all(name == "mosaic_gpu" and cfg == M(64, 128, 64, 2, 1) for name, cfg in plan.values())
   with pytest.raises(TypeError, match="must be a MosaicConfig"):
-    kernels.resolve_plan("mosaic_gpu", G(), *s)
+    plan_of("mosaic_gpu", G(), *s)
   from kernels.ragged_dot import default_interpret
   assert default_interpret("mosaic_gpu") and not default_interpret("xla")
   monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))

@@ -20,4 +20,4 @@ def test_bench_times_pallas_interpret_beside_xla(capsys):
   assert rows == {"pallas_gpu [INTERPRET mode, CPU emulation: not GPU/TPU speed]", "xla ragged_dot",
                   "dense matmul, same FLOPs"}, out
   assert "NOTE: no pallas_gpu hardware here" in out and "check vs lax: PASS" in out
-  assert "config: fwd: pallas_gpu GpuConfig(" in out and "<- heuristic" in out
+  assert "config: fwd: pallas_gpu TritonConfig(" in out and "<- heuristic" in out

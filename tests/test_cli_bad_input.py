@@ -98,7 +98,7 @@ def test_missing_file_and_empty_results(tmp_path):
   assert r.exit_code == 2 and "results file is empty" in _one_error_line(r)
 
 
-def _lut_text(kind, version=kernels.SCHEMA_VERSION):
+def _lut_text(kind, version=kernels.lut.SCHEMA_VERSION):
   return json.dumps({"schema": "ragtune-lut", "schema_version": version, "device_kind": kind, "entries": [
       {"op": "fwd", "backend": "pallas_gpu", "dtype": "float32", "m": 16, "k": 16, "n": 16, "g": 2,
        "config": {"block_m": 16, "block_k": 16, "block_n": 16, "num_warps": 4, "num_stages": 2}}]})
@@ -106,7 +106,7 @@ def _lut_text(kind, version=kernels.SCHEMA_VERSION):
 
 @pytest.mark.parametrize("text,expected", [
     ("{corrupt", "invalid JSON"),
-    (_lut_text(kernels.current_device_kind(), version=7), "schema_version 7 is not supported"),
+    (_lut_text(kernels.lut.current_device_kind(), version=7), "schema_version 7 is not supported"),
     (_lut_text("NVIDIA H100 80GB HBM3"), "tuned on 'NVIDIA H100 80GB HBM3'"),
 ])
 def test_verify_refuses_bad_luts(tmp_path, text, expected):

@@ -14,8 +14,12 @@ from conftest import rand
 
 rd = importlib.import_module("kernels.ragged_dot")  # the module; kernels.ragged_dot is the op
 
+
+def _configs(*args):
+  return {op: c.config for op, c in rd.resolve(*args).items()}
+
 KIND = jax.devices()[0].device_kind
-TUNED = kernels.GpuConfig(16, 32, 16, 2, 2)
+TUNED = kernels.TritonConfig(16, 32, 16, 2, 2)
 
 
 def _lut():
@@ -24,7 +28,7 @@ def _lut():
 
 
 def test_explain_sources():
-  kernels.set_active_lut(_lut())
+  kernels.lut.set_active_lut(_lut())
   exact = kernels.explain((64, 256), (8, 256, 512), jnp.bfloat16, backend="pallas_gpu")
   assert set(exact) == {"fwd", "dlhs", "drhs"}
   f = exact["fwd"]
@@ -33,7 +37,7 @@ def test_explain_sources():
   # No dlhs/drhs entries: the heuristic, the same config ragged_dot would pick.
   for op in ("dlhs", "drhs"):
     assert exact[op].source == "heuristic" and exact[op].tuned_shape is None
-    assert exact[op].config == kernels.default_config("pallas_gpu", op, "bfloat16", 64, 256, 512, 8,
+    assert exact[op].config == kernels.registry.default_config("pallas_gpu", op, "bfloat16", 64, 256, 512, 8,
                                                       device_kind=KIND)
 
   near = kernels.explain((100, 256), (8, 512, 256), "bfloat16", transpose_rhs=True, backend="pallas_gpu")["fwd"]
@@ -52,7 +56,7 @@ def test_explain_sources():
 
 
 def test_debug_log_once_per_shape(caplog):
-  kernels.set_active_lut(_lut())
+  kernels.lut.set_active_lut(_lut())
   rd._logged.clear()
   f = lambda m: jax.eval_shape(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"),
                                jax.ShapeDtypeStruct((m, 256), jnp.bfloat16),
@@ -71,21 +75,21 @@ def test_debug_log_once_per_shape(caplog):
 
 
 def test_plain_dict_configs():
-  cfg = kernels.GpuConfig(32, 16, 16, 4, 2)
-  single = rd.resolve_configs(cfg.to_dict(), "pallas_gpu", 64, 32, 48, 3, jnp.float32)
+  cfg = kernels.TritonConfig(32, 16, 16, 4, 2)
+  single = _configs(cfg.to_dict(), "pallas_gpu", 64, 32, 48, 3, jnp.float32)
   assert single == {"fwd": cfg, "dlhs": cfg, "drhs": cfg}
-  per_op = rd.resolve_choices({"dlhs": cfg.to_dict()}, "pallas_gpu", 64, 32, 48, 3, jnp.float32)
+  per_op = rd.resolve({"dlhs": cfg.to_dict()}, "pallas_gpu", 64, 32, 48, 3, jnp.float32)
   assert per_op["dlhs"].config == cfg and per_op["dlhs"].source == "explicit"
   assert per_op["fwd"].source == "heuristic"
-  tpu = rd.resolve_configs({"fwd": {"tm": 16, "tk": 128, "tn": 128}}, "pallas_tpu", 64, 32, 48, 3, jnp.float32)
+  tpu = _configs({"fwd": {"tm": 16, "tk": 128, "tn": 128}}, "pallas_tpu", 64, 32, 48, 3, jnp.float32)
   assert tpu["fwd"] == kernels.TpuConfig(16, 128, 128)
-  assert rd.resolve_configs({}, "xla", 64, 32, 48, 3, jnp.float32) == {"fwd": None, "dlhs": None, "drhs": None}
+  assert _configs({}, "xla", 64, 32, 48, 3, jnp.float32) == {"fwd": None, "dlhs": None, "drhs": None}
 
   lhs, rhs, gs = rand(1, (64, 32), jnp.float32), rand(2, (3, 32, 48), jnp.float32), jnp.array([20, 0, 40], jnp.int32)
   out = kernels.ragged_dot(lhs, rhs, gs, backend="pallas_gpu", config=cfg.to_dict(), precision="highest")
   np.testing.assert_allclose(out, jax.lax.ragged_dot(lhs, rhs, gs, precision="highest"), rtol=1e-5, atol=1e-5)
 
-  with pytest.raises(ValueError, match=r"config\['fwd'\]: unknown GpuConfig field\(s\) \['block_mm'\]"):
+  with pytest.raises(ValueError, match=r"config\['fwd'\]: unknown TritonConfig field\(s\) \['block_mm'\]"):
     kernels.ragged_dot(lhs, rhs, gs, backend="pallas_gpu", config={"block_mm": 64})
   with pytest.raises(ValueError, match="power of two"):
     kernels.ragged_dot(lhs, rhs, gs, backend="pallas_gpu", config={"fwd": {"block_m": 48}})

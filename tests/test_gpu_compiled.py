@@ -55,8 +55,8 @@ def _close(out, ref64, dtype, what):
 def _configs(backend, m, k, n, g, dtype, draws):
   """Each op's default for this device, plus `draws` configs drawn from the op's search space."""
   out = {}
-  for op in kernels.OPS:
-    cfgs = [kernels.default_config(backend, op, dtype, m, k, n, g, device_kind=DEVICE_KIND)]
+  for op in kernels.common.OPS:
+    cfgs = [kernels.registry.default_config(backend, op, dtype, m, k, n, g, device_kind=DEVICE_KIND)]
     if draws:
       p = Problem(op, backend, dtype, m, k, n, g, "explicit", (m,) + (0,) * (g - 1))
       space = search_space.candidates(p, device_kind=DEVICE_KIND)[1:]

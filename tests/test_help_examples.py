@@ -47,7 +47,7 @@ def test_every_help_example_runs(tmp_path, monkeypatch):
       assert args[0] == "ragtune", example
       r = runner.invoke(app, args[1:])
       assert r.exit_code == 0, (example, r.output)
-  slug = kernels.device_slug(kernels.current_device_kind())
+  slug = kernels.device_slug(kernels.lut.current_device_kind())
   made = [f"results/{slug}/records.jsonl", f"luts/{slug}.json", "report/best.csv", "report/rows.csv"]
   for path in made:
     assert (tmp_path / path).is_file(), path

@@ -106,7 +106,7 @@ def test_group_offset_shards_sum_to_whole(backend):
 
 _jit_gpu = jax.jit(lambda a, b, gs: kernels.ragged_dot(
     a, b, gs, precision=HI, backend="pallas_gpu",
-    config=kernels.GpuConfig(block_m=16, block_k=16, block_n=16, num_warps=4, num_stages=2, group_m=3)))
+    config=kernels.TritonConfig(block_m=16, block_k=16, block_n=16, num_warps=4, num_stages=2, group_m=3)))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -145,7 +145,7 @@ def test_shard_map_expert_parallel():
     (lambda x, w, g: kernels.ragged_dot(x[:, :5], w, g), ValueError, "contraction mismatch"),
     (lambda x, w, g: kernels.ragged_dot(x, w, g, backend="cuda"), ValueError, "backend must be one of"),
     (lambda x, w, g: kernels.ragged_dot(x, w, g, backend="pallas_gpu", config=kernels.TpuConfig()), TypeError,
-     "must be a GpuConfig"),
+     "must be a TritonConfig"),
     (lambda x, w, g: kernels.ragged_dot(x, w, g, config={"bwd": None}), ValueError, "config keys"),
 ])
 def test_bad_arguments_are_named(call, exc, match):
@@ -157,8 +157,8 @@ def test_bad_arguments_are_named(call, exc, match):
 @pytest.mark.parametrize("field,value", [("block_m", 48), ("block_k", 8), ("block_n", 512), ("num_warps", 3),
                                          ("num_stages", 0), ("group_m", 0), ("group_k", 2000)])
 def test_gpu_config_rejects_invalid(field, value):
-  with pytest.raises(ValueError, match=f"GpuConfig.{field}"):
-    kernels.GpuConfig(**{field: value})
+  with pytest.raises(ValueError, match=f"TritonConfig.{field}"):
+    kernels.TritonConfig(**{field: value})
 
 
 def test_tpu_config_rejects_misaligned():

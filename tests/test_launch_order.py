@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 import kernels
 from conftest import np_ragged_dot, rand
-from kernels import gpu_gmm, gpu_tgmm, group_metadata
+from kernels import common
+from kernels.pallas_gpu import gmm as gpu_gmm, tgmm as gpu_tgmm
 
 HI = jax.lax.Precision.HIGHEST
 
@@ -61,9 +62,9 @@ def test_launch_cell_covers_every_scheduled_tile_once_and_keeps_bands_in_a_group
                                                                                  num_cols, group_m):
   m = max(1, sum(sizes) + slack)
   g = len(sizes)
-  starts, ends = group_metadata.segment_bounds(jnp.asarray(sizes, jnp.int32), m, jnp.int32(0), g)
-  sched = group_metadata.TileSchedule(*(np.asarray(a) for a in group_metadata.tile_schedule(
-      starts, ends, block_m, group_metadata.num_tiles_bound(m, block_m, g))))
+  starts, ends = common.segment_bounds(jnp.asarray(sizes, jnp.int32), m, jnp.int32(0), g)
+  sched = common.TileSchedule(*(np.asarray(a) for a in common.tile_schedule(
+      starts, ends, block_m, common.num_tiles_bound(m, block_m, g))))
   active = int(sched.active[0])
   pids = np.arange(active * num_cols)
   tile, col = gpu_gmm.launch_cell(pids, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles,
@@ -84,7 +85,7 @@ def test_gmm_gives_the_same_numbers_for_every_band(group_m, transpose_rhs):
   lhs = rand(1, (m, k), jnp.float32)
   rhs = rand(2, (g, n, k) if transpose_rhs else (g, k, n), jnp.float32)
   gs = jnp.array(sizes, jnp.int32)
-  cfg = kernels.GpuConfig(**CFG, group_m=group_m)
+  cfg = kernels.TritonConfig(**CFG, group_m=group_m)
   out = gpu_gmm.gmm(lhs, rhs, gs, config=cfg, out_dtype=jnp.float32, transpose_rhs=transpose_rhs,
                     precision=(HI, HI), interpret=True)
   ref = np_ragged_dot(lhs, rhs, sizes, transpose_rhs=transpose_rhs)
@@ -97,7 +98,7 @@ def test_tgmm_gives_the_same_numbers_for_every_band(group_k):
   m, k, n, sizes = 90, 48, 40, [20, 0, 41, 9]  # 3 k blocks x 3 n blocks per group; sum < m
   lhs, dout = rand(3, (m, k), jnp.float32), rand(4, (m, n), jnp.float32)
   gs = jnp.array(sizes, jnp.int32)
-  cfg = kernels.GpuConfig(**CFG, group_k=group_k)
+  cfg = kernels.TritonConfig(**CFG, group_k=group_k)
   out = gpu_tgmm.tgmm(lhs, dout, gs, num_groups=4, config=cfg, out_dtype=jnp.float32, precision=(HI, HI),
                       interpret=True)
   _, vjp = jax.vjp(lambda a, b: jax.lax.ragged_dot(a, b, gs, precision=HI), lhs, jnp.zeros((4, k, n)))
@@ -111,7 +112,7 @@ def test_unmasked_fast_path_when_dims_are_block_multiples(op):
   m, k, n, sizes = 64, 32, 48, [16, 0, 40]
   lhs, rhs, dout = rand(5, (m, k), jnp.float32), rand(6, (3, k, n), jnp.float32), rand(7, (m, n), jnp.float32)
   gs = jnp.array(sizes, jnp.int32)
-  cfg = kernels.GpuConfig(**CFG, group_m=2, group_k=2)
+  cfg = kernels.TritonConfig(**CFG, group_m=2, group_k=2)
   f = lambda a, b: kernels.ragged_dot(a, b, gs, precision=HI, backend="pallas_gpu", config=cfg)
   r = lambda a, b: jax.lax.ragged_dot(a, b, gs, precision=HI)
   if op == "fwd":

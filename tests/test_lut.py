@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import kernels
-from conftest import rand
+from conftest import rand, entry_config, selected_config
 
 KIND = jax.devices()[0].device_kind
 
 
 def _lut(kind=KIND):
-  G = kernels.GpuConfig
+  G = kernels.TritonConfig
   T = kernels.TpuConfig
   entries = [
       kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(128, 64, 128, 8, 3), {"time_s": 1e-3}),
@@ -35,36 +35,36 @@ def test_round_trip_file_and_folder(tmp_path):
     loaded = kernels.load_lut(target)
     assert loaded.entries() == lut.entries()
     assert loaded.shapes() == [(64, 4096, 14336), (512, 1024, 2048), (4096, 4096, 14336)]
-    assert kernels.active_lut() is loaded
+    assert kernels.lut.active_lut() is loaded
 
 
 def test_exact_and_nearest_lookup():
   lut = _lut()
-  assert lut.lookup("fwd", 4096, 4096, 14336, 8, "bfloat16", backend="pallas_gpu") == kernels.GpuConfig(128, 64, 128, 8, 3)
+  assert entry_config(lut.query("fwd", 4096, 4096, 14336, 8, "bfloat16", backend="pallas_gpu")) == kernels.TritonConfig(128, 64, 128, 8, 3)
   # Nearest in m for the same (k, n): 100 rows is closer to 64 than to 4096.
-  assert lut.lookup("fwd", 100, 4096, 14336, 8, jnp.bfloat16, backend="pallas_gpu").block_m == 16
-  assert lut.lookup("fwd", 3000, 4096, 14336, 8, "bfloat16", backend="pallas_gpu").block_m == 128
+  assert entry_config(lut.query("fwd", 100, 4096, 14336, 8, jnp.bfloat16, backend="pallas_gpu")).block_m == 16
+  assert entry_config(lut.query("fwd", 3000, 4096, 14336, 8, "bfloat16", backend="pallas_gpu")).block_m == 128
   # Other dtype, op or a far-away shape: nothing.
-  assert lut.lookup("fwd", 4096, 4096, 14336, 8, "float32", backend="pallas_gpu") is None
-  assert lut.lookup("drhs", 4096, 4096, 14336, 8, "bfloat16") is None
-  assert lut.lookup("fwd", 4096, 64, 64, 8, "bfloat16", backend="pallas_gpu") is None
+  assert entry_config(lut.query("fwd", 4096, 4096, 14336, 8, "float32", backend="pallas_gpu")) is None
+  assert entry_config(lut.query("drhs", 4096, 4096, 14336, 8, "bfloat16")) is None
+  assert entry_config(lut.query("fwd", 4096, 64, 64, 8, "bfloat16", backend="pallas_gpu")) is None
 
 
 def test_nearest_only_returns_configs_that_fit():
-  big = kernels.GpuConfig(256, 256, 256, 8, 8)  # ~2 MiB of shared memory at bf16: never fits
+  big = kernels.TritonConfig(256, 256, 256, 8, 8)  # ~2 MiB of shared memory at bf16: never fits
   lut = kernels.Lut(KIND, [kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 4096, 8, big)])
-  assert lut.lookup("fwd", 4096, 4096, 4096, 8, "bfloat16") is None
+  assert entry_config(lut.query("fwd", 4096, 4096, 4096, 8, "bfloat16")) is None
 
 
 def test_fit_uses_the_luts_own_device():
   # 128x64x256, 4 stages at bf16: 192 KiB of shared memory. An H100 block takes 227 KiB, an
   # A100 163 KiB, and an unknown GPU gets the 99 KiB that every sm_80+ part allows.
-  cfg = kernels.GpuConfig(128, 64, 256, 8, 4)
+  cfg = kernels.TritonConfig(128, 64, 256, 8, 4)
   assert cfg.smem_bytes("fwd", "bfloat16", 4096, 4096, 4096) == 192 * 1024
   for kind, fits in (("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", True), ("NVIDIA A100-SXM4-80GB", False),
                      ("NVIDIA L4", False)):
     lut = kernels.Lut(kind, [kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 4096, 8, cfg)])
-    assert (lut.lookup("fwd", 4096, 4096, 4096, 8, "bfloat16") == cfg) is fits, kind
+    assert (entry_config(lut.query("fwd", 4096, 4096, 4096, 8, "bfloat16")) == cfg) is fits, kind
 
 
 def test_older_schema_is_refused(tmp_path):
@@ -96,11 +96,11 @@ def test_lut_fn_drives_megablox_gmm():
 
 
 def test_ragged_dot_uses_active_lut():
-  cfg = kernels.GpuConfig(16, 32, 16, 2, 2)
+  cfg = kernels.TritonConfig(16, 32, 16, 2, 2)
   lut = kernels.Lut(KIND, [kernels.Entry("fwd", "pallas_gpu", "float32", 40, 32, 48, 3, cfg)])
-  assert kernels.select_config("fwd", "pallas_gpu", 40, 32, 48, 3, jnp.float32) != cfg
-  kernels.set_active_lut(lut)
-  assert kernels.select_config("fwd", "pallas_gpu", 40, 32, 48, 3, jnp.float32) == cfg
+  assert selected_config("fwd", "pallas_gpu", 40, 32, 48, 3, jnp.float32) != cfg
+  kernels.lut.set_active_lut(lut)
+  assert selected_config("fwd", "pallas_gpu", 40, 32, 48, 3, jnp.float32) == cfg
   jaxpr = str(jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
       jnp.ones((40, 32)), jnp.ones((3, 32, 48)), jnp.array([10, 10, 20], jnp.int32)))
   assert "num_warps=2" in jaxpr and "num_stages=2" in jaxpr
@@ -110,14 +110,14 @@ def test_env_var_and_device_mismatch(tmp_path, monkeypatch):
   other = _lut("NVIDIA H100 80GB HBM3")
   path = tmp_path / "h100.json"
   path.write_text(json.dumps(other.to_dict()))
-  monkeypatch.setenv(kernels.ENV_VAR, str(path))
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(path))
   with pytest.raises(kernels.LutError, match="tuned on 'NVIDIA H100 80GB HBM3'"):
     kernels.load_lut()
   assert kernels.load_lut(force=True).device_kind == "NVIDIA H100 80GB HBM3"
 
 
 def test_no_lut_anywhere_gives_empty_lut(monkeypatch):
-  monkeypatch.delenv(kernels.ENV_VAR, raising=False)
+  monkeypatch.delenv(kernels.lut.ENV_VAR, raising=False)
   lut = kernels.load_lut()  # no LUT is bundled for the CPU
   assert len(lut) == 0 and lut.source is None and lut.device_kind == KIND
 

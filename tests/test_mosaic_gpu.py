@@ -12,6 +12,8 @@ Each interpreted kernel call simulates INTERPRET_NUM_SMS programs on host thread
 shapes are small and each case is one call.
 """
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,9 +23,11 @@ from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 pytest.importorskip("absl", reason="jax's Mosaic GPU package needs absl-py")
 
 import kernels  # noqa: E402
-from conftest import np_ragged_dot, rand  # noqa: E402
-from kernels import mgpu_gmm, mgpu_tgmm  # noqa: E402
+from conftest import np_ragged_dot, plan_of, rand  # noqa: E402
+from kernels.mosaic_gpu import gmm as mgpu_gmm, tgmm as mgpu_tgmm  # noqa: E402
 from mgpu_interpret import transposed_wgmma  # noqa: E402
+
+rd = importlib.import_module("kernels.ragged_dot")  # the module; kernels.ragged_dot is the op
 
 S = jax.ShapeDtypeStruct
 MOSAIC = "mosaic_gpu_v2"
@@ -48,18 +52,18 @@ def export_for_h100(f, *args):
                          ids=["smaller_than_blocks", "ragged", "block_multiples"])
 def test_each_op_exports_to_one_mosaic_kernel(op, m, k, n):
   g, bf = 5, jnp.bfloat16
-  cfg = kernels.default_config("mosaic_gpu", op, "bfloat16", m, k, n, g, device_kind=H100)
+  cfg = kernels.registry.default_config("mosaic_gpu", op, "bfloat16", m, k, n, g, device_kind=H100)
   assert cfg.fits(op, "bfloat16", m, k, n, H100)
   common = dict(backend="mosaic_gpu", config=cfg, out_dtype=bf, interpret=False)
   gs, off = S((8,), jnp.int32), S((), jnp.int32)
   if op == "fwd":
-    f = lambda x, w, s, o: kernels.forward(x, w, s, group_offset=o, **common)
+    f = lambda x, w, s, o: rd.forward(x, w, s, group_offset=o, **common)
     args = (S((m, k), bf), S((g, k, n), bf), gs, off)
   elif op == "dlhs":
-    f = lambda d, w, s, o: kernels.grad_lhs(d, w, s, group_offset=o, **common)
+    f = lambda d, w, s, o: rd.grad_lhs(d, w, s, group_offset=o, **common)
     args = (S((m, n), bf), S((g, k, n), bf), gs, off)
   else:
-    f = lambda x, d, s, o: kernels.grad_rhs(x, d, s, num_groups=g, group_offset=o, **common)
+    f = lambda x, d, s, o: rd.grad_rhs(x, d, s, num_groups=g, group_offset=o, **common)
     args = (S((m, k), bf), S((m, n), bf), gs, off)
   mod = export_for_h100(f, *args)
   assert mod.count(MOSAIC) == 1 and TRITON not in mod
@@ -93,9 +97,9 @@ def test_f32_inputs_are_refused_explicitly():
   with pytest.raises(TypeError, match="mosaic_gpu.*supports lhs/rhs dtypes.*float32"):
     kernels.ragged_dot(x, w, gs, backend="mosaic_gpu")
   with pytest.raises(TypeError, match="one dtype among"):  # the op functions, called directly
-    kernels.forward(x, w, gs, backend="mosaic_gpu", config=SMALL, out_dtype=jnp.float32)
+    rd.forward(x, w, gs, backend="mosaic_gpu", config=SMALL, out_dtype=jnp.float32)
   with pytest.raises(TypeError, match="one dtype among"):
-    kernels.grad_rhs(x.astype(jnp.bfloat16), rand(2, (8, 8), jnp.float16), gs, num_groups=1, backend="mosaic_gpu",
+    rd.grad_rhs(x.astype(jnp.bfloat16), rand(2, (8, 8), jnp.float16), gs, num_groups=1, backend="mosaic_gpu",
                      config=SMALL, out_dtype=jnp.float32)
 
 
@@ -230,10 +234,10 @@ def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
   abstract H100 mesh; on a real GPU kernels.target says "gpu" by itself."""
   from test_backends import SHAPE, _mixed_lut
   monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
-  kernels.set_active_lut(_mixed_lut(winners))
+  kernels.lut.set_active_lut(_mixed_lut(winners))
   m, k, n, g = SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"]
   bf = jnp.bfloat16
-  plan = kernels.resolve_plan("auto", None, m, k, n, g, bf)
+  plan = plan_of("auto", None, m, k, n, g, bf)
   assert {op: name for op, (name, _) in plan.items()} == winners
 
   fwd = export_for_h100(lambda x, w, s: kernels.ragged_dot(x, w, s), S((m, k), bf), S((g, k, n), bf), S((g,), jnp.int32))
@@ -250,7 +254,7 @@ def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
 
 def test_auto_without_an_applicable_entry_falls_back_to_pallas_gpu(monkeypatch):
   monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
-  kernels.set_active_lut(kernels.Lut(H100, []))
+  kernels.lut.set_active_lut(kernels.Lut(H100, []))
   bf = jnp.bfloat16
 
   def loss(x, w, s, backend):
@@ -261,6 +265,6 @@ def test_auto_without_an_applicable_entry_falls_back_to_pallas_gpu(monkeypatch):
   assert _custom_calls(auto) == {"pallas_gpu": 3, "mosaic_gpu": 0}
   # An explicit backend means that backend, whatever the LUT says.
   from test_backends import _mixed_lut
-  kernels.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
+  kernels.lut.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
   explicit = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "mosaic_gpu"), argnums=(0, 1)), *args)
   assert _custom_calls(explicit) == {"pallas_gpu": 0, "mosaic_gpu": 3}

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from typer.testing import CliRunner
 
 import kernels
+from conftest import entry_config, entry_pick, selected_config
 from ragtune import export, shapes, store, sweep
 from ragtune.cli import app
 
@@ -61,7 +62,7 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
 
   r = runner.invoke(app, ["export-lut", str(out), "-o", str(luts), "--format", "python"])
   assert r.exit_code == 0, r.output
-  lut_file = luts / f"{kernels.device_slug(kernels.current_device_kind())}.json"
+  lut_file = luts / f"{kernels.device_slug(kernels.lut.current_device_kind())}.json"
   data = json.loads(lut_file.read_text())
   assert data["schema"] == "ragtune-lut"
   assert sorted((e["op"], e["backend"]) for e in data["entries"]) == expected
@@ -69,10 +70,10 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   assert fwd["baselines"]["xla_s"] > 0 and fwd["speedup_vs_xla"] > 0
 
   lut = kernels.load_lut(luts)
-  chosen = kernels.select_config("fwd", "pallas_gpu", 48, 32, 40, 3, jnp.bfloat16)
-  assert chosen == kernels.config_from_dict("pallas_gpu", fwd["config"])
-  assert chosen == lut.lookup("fwd", 48, 32, 40, 3, "bfloat16", backend="pallas_gpu")
-  assert lut.choose("fwd", 48, 32, 40, 3, "bfloat16") == (("xla", None) if "fwd" in xla_wins else ("pallas_gpu", chosen))
+  chosen = selected_config("fwd", "pallas_gpu", 48, 32, 40, 3, jnp.bfloat16)
+  assert chosen == kernels.registry.config_from_dict("pallas_gpu", fwd["config"])
+  assert chosen == entry_config(lut.query("fwd", 48, 32, 40, 3, "bfloat16", backend="pallas_gpu"))
+  assert entry_pick(lut.query("fwd", 48, 32, 40, 3, "bfloat16")) == (("xla", None) if "fwd" in xla_wins else ("pallas_gpu", chosen))
   jaxpr = str(jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
       jnp.ones((48, 32), jnp.bfloat16), jnp.ones((3, 32, 40), jnp.bfloat16), jnp.array([10, 20, 18], jnp.int32)))
   assert f"num_warps={chosen.num_warps}" in jaxpr and f"num_stages={chosen.num_stages}" in jaxpr

@@ -97,4 +97,4 @@ def test_the_search_space_is_the_probed_devices_not_the_parents(tmp_path, monkey
   (row,) = sweep.plan([p], opts)
   space = search_space.candidates(p, device_kind=h100)
   assert row["candidates"] == len(space) > len(search_space.candidates(p, device_kind="cpu"))
-  assert space[0] == kernels.default_config("pallas_gpu", "fwd", "bfloat16", p.m, p.k, p.n, p.g, device_kind=h100)
+  assert space[0] == kernels.registry.default_config("pallas_gpu", "fwd", "bfloat16", p.m, p.k, p.n, p.g, device_kind=h100)

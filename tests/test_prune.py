@@ -63,11 +63,11 @@ def test_a_sweep_skips_and_records_what_the_compile_rejected(tmp_path):
 
 
 def test_launch_order_knobs_share_one_compile():
-  from kernels import GpuConfig, MosaicConfig
-  assert prune.compile_class(GpuConfig(64, 64, 128, 4, 3, group_m=16, group_k=4)) == \
-      prune.compile_class(GpuConfig(64, 64, 128, 4, 3, group_m=1, group_k=16))
+  from kernels import TritonConfig, MosaicConfig
+  assert prune.compile_class(TritonConfig(64, 64, 128, 4, 3, group_m=16, group_k=4)) == \
+      prune.compile_class(TritonConfig(64, 64, 128, 4, 3, group_m=1, group_k=16))
   assert prune.compile_class(MosaicConfig(128, 128, 64, 4, 8)) == prune.compile_class(MosaicConfig(128, 128, 64, 4, 1))
-  assert prune.compile_class(GpuConfig(64, 64, 128, 4, 3)) != prune.compile_class(GpuConfig(64, 64, 128, 4, 4))
+  assert prune.compile_class(TritonConfig(64, 64, 128, 4, 3)) != prune.compile_class(TritonConfig(64, 64, 128, 4, 4))
 
 
 def test_target_facts_come_from_the_shipped_files():
@@ -117,7 +117,7 @@ def test_launch_order_knobs_compile_alike(a, b):
   import dataclasses
   import kernels
   m, k, n, g = 8192, 4096, 14336, 8
-  base = kernels.default_config(a, "fwd", "bfloat16", m, k, n, g, device_kind="NVIDIA H100 80GB HBM3")
+  base = kernels.registry.default_config(a, "fwd", "bfloat16", m, k, n, g, device_kind="NVIDIA H100 80GB HBM3")
   reps = [aot.compile_op("h100", a, "fwd", "bfloat16", m, k, n, g, dataclasses.replace(base, **knobs)) for knobs in b]
   facts = [[(kr.registers, kr.spill_bytes, kr.smem_bytes, kr.mma, kr.copy, kr.serialized_wgmma) for kr in r.kernels]
            for r in reps]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kernels.config import GpuConfig
+from kernels import TritonConfig
 from ragtune import search_space, shapes
 
 
@@ -53,7 +53,7 @@ def test_search_space_is_valid_and_default_first():
   p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 100, 72, 40, 4, "x", (25, 25, 25, 25))
   cands = search_space.candidates(p)
   assert len(cands) == len(set(cands)) > 10
-  assert all(isinstance(c, GpuConfig) and c.fits("fwd", "bfloat16", 100, 72, 40) for c in cands)
+  assert all(isinstance(c, TritonConfig) and c.fits("fwd", "bfloat16", 100, 72, 40) for c in cands)
   assert all(c.block_n <= 64 and c.block_k <= 128 for c in cands), "blocks clamp to the shape"
   assert search_space.candidates(p, 3) == cands[:3]
   tp = shapes.Problem("fwd", "pallas_tpu", "bfloat16", 512, 1024, 2048, 8, "x", (64,) * 8)

@@ -6,7 +6,7 @@ import pytest
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 
 import kernels
-from kernels import gpu_gmm, gpu_tgmm
+from kernels.pallas_gpu import gmm as gpu_gmm, tgmm as gpu_tgmm
 
 S = jax.ShapeDtypeStruct
 TRITON = "__gpu$xla.gpu.triton"
@@ -21,8 +21,8 @@ def export_for_h100(f, *args):
   return exp.mlir_module()
 
 
-CONFIGS = [kernels.GpuConfig(64, 32, 64, 4, 3, group_m=1, group_k=3), kernels.GpuConfig(128, 64, 128, 8, 4, group_m=64, group_k=1),
-           kernels.GpuConfig(16, 16, 16, 1, 1)]
+CONFIGS = [kernels.TritonConfig(64, 32, 64, 4, 3, group_m=1, group_k=3), kernels.TritonConfig(128, 64, 128, 8, 4, group_m=64, group_k=1),
+           kernels.TritonConfig(16, 16, 16, 1, 1)]
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
@@ -58,7 +58,7 @@ def test_full_vjp_with_group_offset_lowers_to_triton():
 def test_family_defaults_lower_on_block_multiples(device_kind, op):
   """Each device family's default, on dims that are block multiples (the unmasked fast path)."""
   m, k, n, g = 1024, 512, 768, 4
-  cfg = kernels.default_config("pallas_gpu", op, "bfloat16", m, k, n, g, device_kind=device_kind)
+  cfg = kernels.registry.default_config("pallas_gpu", op, "bfloat16", m, k, n, g, device_kind=device_kind)
   assert cfg.fits(op, "bfloat16", m, k, n, device_kind)
   bf, gs = jnp.bfloat16, S((g,), jnp.int32)
   if op == "drhs":

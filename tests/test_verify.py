@@ -12,8 +12,8 @@ from ragtune import measure, shapes, verify
 from ragtune.cli import app
 
 runner = CliRunner()
-KIND = kernels.current_device_kind()
-G = kernels.GpuConfig
+KIND = kernels.lut.current_device_kind()
+G = kernels.TritonConfig
 
 
 def _write_lut(path, entries):

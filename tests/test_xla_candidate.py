@@ -8,6 +8,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import kernels
+from conftest import entry_config, entry_pick
 from ragtune import export, report, search_space, store, sweep
 from ragtune.cli import _summary_table, app
 from ragtune.shapes import Problem
@@ -25,7 +26,7 @@ def _problem(backend, shape):
 
 def _cfg(backend, shape):
   m, k, n, g = shape
-  return kernels.default_config(backend, "fwd", "bfloat16", m, k, n, g, device_kind=DEV["device_kind"])
+  return kernels.registry.default_config(backend, "fwd", "bfloat16", m, k, n, g, device_kind=DEV["device_kind"])
 
 
 def _rows(backend, shape, best_s, xla_s, stamp="2026-01-01T00:00:00+00:00"):
@@ -72,13 +73,13 @@ def test_export_writes_xla_where_it_is_fastest_and_choose_follows(tmp_path):
   path = tmp_path / "lut.json"
   export.write_luts({lut.device_kind: lut}, path)
   lut = kernels.Lut.from_file(path)
-  assert lut.choose("fwd", *XLA_WINS, "bfloat16") == ("xla", None)
-  assert lut.choose("fwd", 250, 128, 128, 4, "bfloat16") == ("xla", None), "nearest shape, then fastest"
-  assert lut.choose("fwd", *MOSAIC_WINS, "bfloat16") == ("mosaic_gpu", _cfg("mosaic_gpu", MOSAIC_WINS))
+  assert entry_pick(lut.query("fwd", *XLA_WINS, "bfloat16")) == ("xla", None)
+  assert entry_pick(lut.query("fwd", 250, 128, 128, 4, "bfloat16")) == ("xla", None), "nearest shape, then fastest"
+  assert entry_pick(lut.query("fwd", *MOSAIC_WINS, "bfloat16")) == ("mosaic_gpu", _cfg("mosaic_gpu", MOSAIC_WINS))
   # Every backend keeps its own best entry for an explicit backend; never the wrong config.
   for backend in ("pallas_gpu", "mosaic_gpu"):
     for shape in (XLA_WINS, MOSAIC_WINS):
-      assert lut.lookup("fwd", *shape, "bfloat16", backend=backend) == _cfg(backend, shape)
+      assert entry_config(lut.query("fwd", *shape, "bfloat16", backend=backend)) == _cfg(backend, shape)
 
 
 def test_xla_entry_only_when_strictly_fastest_and_never_where_xla_failed(tmp_path):

@@ -5,7 +5,7 @@ The design follows jax's `ragged_dot_mgpu` (a persistent grid of one program per
 walks the output cells in a snake, a TMA pipeline over k feeding wgmma, and stores of
 partial row tiles by a ladder of power-of-two TMA copies), with what a model needs added:
 
-- the row tiles come from group_metadata's segments, so rows of other shards' groups
+- the row tiles come from common's group metadata segments, so rows of other shards' groups
   (group_offset) and rows past sum(group_sizes) are written as zeros, and every output
   row is written exactly once;
 - k is zero-padded to a multiple of block_k in the wrapper, only when it is not one;
@@ -25,15 +25,15 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels import group_metadata, target
-from kernels.config import MosaicConfig
+from kernels import common, target
+from kernels.mosaic_gpu.config import MosaicConfig
 
 # H100 SXM's SM count: the grid size when the default device is not a GPU (export for
 # CUDA from a CPU host). A persistent grid of any size is correct, only its speed moves.
 FALLBACK_NUM_SMS = 132
 # Programs the GPU interpreter simulates (each is a host thread, so keep it small).
 INTERPRET_NUM_SMS = 2
-DTYPES = ("bfloat16", "float16")  # wgmma's 16-bit inputs; kernels/backends/mosaic_gpu.py
+DTYPES = ("bfloat16", "float16")  # wgmma's 16-bit inputs; kernels/mosaic_gpu/__init__.py
 ROW_TILE = 8  # rows of a TMA box in the swizzled layout
 
 
@@ -187,9 +187,9 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: Mosai
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
 
   # Rows m..m_pad are past sum(group_sizes): the zero segment after the groups.
-  num_tiles = group_metadata.num_tiles_bound(m_pad, cfg.block_m, g_local)
-  seg_starts, seg_ends = group_metadata.segment_bounds(group_sizes, m_pad, offset, g_local)
-  sched = group_metadata.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
+  num_tiles = common.num_tiles_bound(m_pad, cfg.block_m, g_local)
+  seg_starts, seg_ends = common.segment_bounds(group_sizes, m_pad, offset, g_local)
+  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
 
   kernel = functools.partial(
       _gmm_kernel, m=m_pad, k=lhs.shape[1], g_local=g_local, num_tiles=num_tiles,

@@ -22,8 +22,8 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from kernels import group_metadata
-from kernels.config import GpuConfig
+from kernels import common
+from kernels.pallas_gpu.config import TritonConfig
 
 
 def _elementwise(py_fn, np_fn, jnp_fn):
@@ -135,7 +135,7 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_first_ref, seg_til
     plgpu.store(out_block, jnp.zeros((block_m, block_n), out_ref.dtype), mask=out_mask)
 
 
-def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: GpuConfig,
+def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: TritonConfig,
         out_dtype, transpose_rhs: bool = False, group_offset: jax.Array | None = None,
         precision=None, interpret: bool = False) -> jax.Array:
   """Grouped matmul [m,k] x [g,k,n] (or [g,n,k] with transpose_rhs) -> [m,n].
@@ -149,9 +149,9 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: GpuCo
   cfg = config.clamped(m, k, n)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
 
-  num_tiles = group_metadata.num_tiles_bound(m, cfg.block_m, g_local)
-  seg_starts, seg_ends = group_metadata.segment_bounds(group_sizes, m, offset, g_local)
-  sched = group_metadata.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
+  num_tiles = common.num_tiles_bound(m, cfg.block_m, g_local)
+  seg_starts, seg_ends = common.segment_bounds(group_sizes, m, offset, g_local)
+  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
 
   num_col_blocks = pl.cdiv(n, cfg.block_n)
   kernel = functools.partial(

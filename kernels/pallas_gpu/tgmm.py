@@ -18,21 +18,21 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from kernels import gpu_gmm, group_metadata
-from kernels.config import GpuConfig
-from kernels.gpu_gmm import load, mask_2d
+from kernels import common
+from kernels.pallas_gpu.config import TritonConfig
+from kernels.pallas_gpu.gmm import load, mask_2d, program_tile as gmm_program_tile
 
 
 def program_tile(pid, num_groups, num_k_blocks, num_n_blocks, group_k):
   """The (group, k_block, n_block) that launch slot `pid` computes.
 
   The group is the slowest axis; within it, (k block, n block) follow
-  gpu_gmm.program_tile with bands of group_k k blocks. A bijection from
+  gmm.program_tile with bands of group_k k blocks. A bijection from
   [0, num_groups * num_k_blocks * num_n_blocks) onto the cells; integer arithmetic only.
   """
   per_group = num_k_blocks * num_n_blocks
   group = pid // per_group
-  kb, nb = gpu_gmm.program_tile(pid - group * per_group, num_k_blocks, num_n_blocks, group_k)
+  kb, nb = gmm_program_tile(pid - group * per_group, num_k_blocks, num_n_blocks, group_k)
   return group, kb, nb
 
 
@@ -61,7 +61,7 @@ def _tgmm_kernel(start_ref, end_ref, lhs_ref, rhs_ref, out_ref, *, k, n, num_gro
 
 
 def tgmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, num_groups: int,
-         config: GpuConfig, out_dtype, group_offset: jax.Array | None = None,
+         config: TritonConfig, out_dtype, group_offset: jax.Array | None = None,
          precision=None, interpret: bool = False) -> jax.Array:
   """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n] for groups
   [group_offset, group_offset + num_groups)."""
@@ -70,7 +70,7 @@ def tgmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, num_groups: 
   # config is in the drhs frame (m, k, n): block_m steps over rows, block_k/n tile the output.
   cfg = config.clamped(m, k, n)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
-  starts, ends = group_metadata.group_row_bounds(group_sizes, m, offset, num_groups)
+  starts, ends = common.group_row_bounds(group_sizes, m, offset, num_groups)
   kernel = functools.partial(_tgmm_kernel, k=k, n=n, num_groups=num_groups, block_m=cfg.block_m,
                              block_k=cfg.block_k, block_n=cfg.block_n, group_k=cfg.group_k,
                              precision=precision)

@@ -5,7 +5,7 @@ so expert parallelism is done by folding the rows of non-local groups
 into the first/last local group and zeroing them.
 
 Under vmap, lax batches ragged_dot only when every operand is batched (else "NYI"), so
-both ops here broadcast the unbatched operands first (`batching.broadcast_vmap`). Reverse-mode
+both ops here broadcast the unbatched operands first (`common.broadcast_vmap`). Reverse-mode
 differentiation goes through `kernels.ragged_dot`'s custom_vjp, as custom_vmap has none.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels import batching, group_metadata
+from kernels import common
 
 _TRANSPOSED_RHS = jax.lax.RaggedDotDimensionNumbers(
     dot_dimension_numbers=(([1], [2]), ([], [])),
@@ -34,7 +34,7 @@ def gmm(lhs, rhs, group_sizes, *, out_dtype, transpose_rhs=False, group_offset=N
         precision=None):
   impl, extra = _with_offset(_gmm, group_offset, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
                              precision=precision)
-  return batching.broadcast_vmap(impl, lhs, rhs, group_sizes, *extra)
+  return common.broadcast_vmap(impl, lhs, rhs, group_sizes, *extra)
 
 
 def _gmm(lhs, rhs, group_sizes, group_offset, *, out_dtype, transpose_rhs, precision):
@@ -44,11 +44,11 @@ def _gmm(lhs, rhs, group_sizes, group_offset, *, out_dtype, transpose_rhs, preci
   keep = None
   if group_offset is not None or sizes.shape[0] != g_local:
     offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
-    starts, ends = group_metadata.group_row_bounds(sizes, m, offset, g_local)
+    starts, ends = common.group_row_bounds(sizes, m, offset, g_local)
     local = ends - starts
     # Rows before the shard go to its first group, rows after to its last; zeroed below.
     sizes = local.at[0].add(starts[0]).at[-1].add(m - ends[-1])
-    keep = group_metadata.local_row_mask(group_sizes, m, offset, g_local)
+    keep = common.local_row_mask(group_sizes, m, offset, g_local)
   if transpose_rhs:
     out = jax.lax.ragged_dot_general(lhs, rhs, sizes, _TRANSPOSED_RHS, precision=precision,
                                      preferred_element_type=out_dtype)
@@ -70,7 +70,7 @@ def tgmm(lhs, rhs, group_sizes, *, num_groups, out_dtype, group_offset=None, pre
   """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n] (ragged contraction)."""
   impl, extra = _with_offset(_tgmm, group_offset, num_groups=num_groups, out_dtype=out_dtype,
                              precision=precision)
-  return batching.broadcast_vmap(impl, lhs, rhs, group_sizes, *extra)
+  return common.broadcast_vmap(impl, lhs, rhs, group_sizes, *extra)
 
 
 def _tgmm(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype, precision):
@@ -79,7 +79,7 @@ def _tgmm(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype, precisi
   sliced = group_offset is not None or sizes.shape[0] != num_groups
   if sliced:
     offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
-    starts, ends = group_metadata.group_row_bounds(sizes, m, offset, num_groups)
+    starts, ends = common.group_row_bounds(sizes, m, offset, num_groups)
     # Non-local rows form a leading and a trailing pseudo-group, dropped afterwards.
     sizes = jnp.concatenate([starts[:1], ends - starts, (m - ends[-1])[None]])
   out = jax.lax.ragged_dot_general(lhs, rhs, sizes, _RAGGED_CONTRACTION, precision=precision,

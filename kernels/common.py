@@ -1,4 +1,9 @@
-"""Row ranges of groups and the map from launched tiles to (segment, row block).
+"""What every backend shares: ops and their dims, dtypes, GPU families and their shared
+memory, group metadata (which rows each tile covers) and a vmap helper.
+
+This module imports only jax and numpy: the backend folders and the registry build on it.
+
+Group metadata. Row ranges of groups and the map from launched tiles to (segment, row block).
 
 The rows [0, m) are cut into contiguous *segments*:
 
@@ -19,6 +24,71 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+OPS = ("fwd", "dlhs", "drhs")
+DTYPES = ("bfloat16", "float16", "float32")
+
+# Shared memory one thread block may use (the opt-in maximum), by device family. Sources:
+# NVIDIA's CUDA C++ Programming Guide, "Compute Capabilities" table (sm_90: 227 KB, sm_80:
+# 163 KB, sm_86/sm_89/sm_120: 99 KB). A LUT entry is only ever used on its own device kind,
+# so each device gets its own bound.
+GPU_SMEM_BYTES = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 * 1024}
+# Any other GPU (L4, L40S, A10, RTX 30xx/40xx/50xx, and the CPU host that tests the
+# pipeline in interpret mode): the smallest bound of the sm_80+ parts Triton targets.
+GPU_SMEM_BYTES_SAFE = 99 * 1024
+_FAMILIES = (("hopper", ("h100", "h200", "h800", "h20", "gh200")),
+             ("blackwell", ("b100", "b200", "gb200", "b300", "gb300")),
+             ("ampere", ("a100", "a800", "a30")))
+
+
+def gpu_family(device_kind: str | None) -> str:
+  """'hopper', 'blackwell', 'ampere' or 'other' for a jax device_kind string."""
+  kind = (device_kind or "").lower()
+  for family, names in _FAMILIES:
+    if any(name in kind for name in names):
+      return family
+  return "other"
+
+
+def gpu_smem_limit(device_kind: str | None) -> int:
+  return GPU_SMEM_BYTES.get(gpu_family(device_kind), GPU_SMEM_BYTES_SAFE)
+
+
+def is_pow2(x: int) -> bool:
+  return isinstance(x, int) and x > 0 and (x & (x - 1)) == 0
+
+
+def next_pow2(x: int) -> int:
+  return 1 << max(0, int(x) - 1).bit_length()
+
+
+def itemsize(dtype: str) -> int:
+  return {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype, 4)
+
+
+def op_dims(op: str, m: int, k: int, n: int) -> tuple[int, int, int]:
+  """The (rows, contraction, columns) an op computes, given the forward (m, k, n).
+
+  A config is always in the frame of the op it drives; LUT keys always use the forward
+  problem's (m, k, n, g). So a dlhs block_k tiles the forward n.
+
+  fwd:  [m,k] x [k,n] -> [m,n]
+  dlhs: [m,n] x [n,k] -> [m,k]   (megablox calls its LutFn with (m, n, k) here)
+  drhs: [k,m] x [m,n] -> [k,n]   per group; the reduction runs over the group's rows
+  """
+  if op == "dlhs":
+    return m, n, k
+  if op in ("fwd", "drhs"):
+    return m, k, n
+  raise ValueError(f"op must be one of {OPS}, got {op!r}")
+
+
+def check_int_range(owner: str, name: str, v, lo: int, hi: int) -> None:
+  """ValueError unless `v` is an int (not a bool) in [lo, hi]."""
+  if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+    raise ValueError(f"{owner}.{name} must be an integer in [{lo}, {hi}], got {v!r}")
+
+
+# --- group metadata -----------------------------------------------------------------------
 
 def num_tiles_bound(m: int, block_m: int, g_local: int) -> int:
   """Static launch size: row blocks plus one extra tile per internal segment boundary."""
@@ -81,3 +151,24 @@ def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int) -> TileSch
   row_block = first_block[seg] + (t - tiles_begin[seg])
   active = tiles_end[-1:].astype(jnp.int32)
   return TileSchedule(seg, row_block.astype(jnp.int32), active, tiles_begin, tiles_per_seg)
+
+
+# --- vmap -----------------------------------------------------------------------------
+
+def broadcast_vmap(impl, *args):
+  """impl(*args), batchable whichever of `args` vmap batches.
+
+  Under vmap the unbatched arguments are broadcast to the batch, so `impl`'s own batching
+  rule only ever sees all of them batched. custom_vmap has no reverse-mode rule, so
+  differentiate through `kernels.ragged_dot` (its custom_vjp), not through `impl`.
+  """
+  @jax.custom_batching.custom_vmap
+  def call(*a):
+    return impl(*a)
+
+  @call.def_vmap
+  def _rule(axis_size, in_batched, *a):
+    a = [x if b else jnp.broadcast_to(x, (axis_size, *x.shape)) for x, b in zip(a, in_batched)]
+    return jax.vmap(impl)(*a), True
+
+  return call(*args)

@@ -1,6 +1,6 @@
 """Mosaic GPU (Hopper TMA + wgmma) transposed grouped matmul: out[i] = a[rows of i]^T @ b[rows of i].
 
-This is the weight gradient of mgpu_gmm: lhs [m,k], dout [m,n] -> [g,k,n] (with
+This is the weight gradient of gmm.py: lhs [m,k], dout [m,n] -> [g,k,n] (with
 transpose_rhs, dout [m,n], lhs [m,k] -> [g,n,k]). Layout, in order: group row ranges
 (group metadata), launch order, kernel body, kernel call.
 
@@ -25,8 +25,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels import group_metadata
-from kernels.mgpu_gmm import (ROW_TILE, band_snake, check_inputs, interpret_params, num_sms,
+from kernels import common
+from kernels.mosaic_gpu.gmm import (ROW_TILE, band_snake, check_inputs, interpret_params, num_sms,
                               out_cols, pad_to_multiple, swizzle_elems)
 
 
@@ -97,7 +97,7 @@ def tgmm(a: jax.Array, b: jax.Array, group_sizes: jax.Array, *, num_groups: int,
   m, ka = a.shape
   kb = b.shape[1]
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
-  starts, ends = group_metadata.group_row_bounds(group_sizes, m, offset, num_groups)
+  starts, ends = common.group_row_bounds(group_sizes, m, offset, num_groups)
   # TMA boxes are [8, 128 bytes]: pad rows (past every group) and columns to them.
   a = pad_to_multiple(pad_to_multiple(a, 0, ROW_TILE), 1, swizzle_elems(a.dtype))
   b = pad_to_multiple(pad_to_multiple(b, 0, ROW_TILE), 1, swizzle_elems(b.dtype))

@@ -13,8 +13,8 @@ import importlib
 import jax
 import jax.numpy as jnp
 
-from kernels import batching, group_metadata
-from kernels.config import TpuConfig
+from kernels import common
+from kernels.pallas_tpu.config import TpuConfig
 
 # `megablox.gmm` the attribute is the custom_vjp op; we want the kernel module.
 _megablox = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
@@ -33,7 +33,7 @@ def gmm(lhs, rhs, group_sizes, *, config: TpuConfig, out_dtype, transpose_rhs=Fa
       _pad_rows(lhs, config.tm), rhs, group_sizes.astype(jnp.int32), out_dtype,
       tiling=config.tiling(), group_offset=offset, transpose_rhs=transpose_rhs,
       interpret=interpret)[:m]
-  keep = group_metadata.local_row_mask(group_sizes, m, offset, rhs.shape[0])
+  keep = common.local_row_mask(group_sizes, m, offset, rhs.shape[0])
   return jnp.where(keep[:, None], out, jnp.zeros((), out.dtype))
 
 
@@ -45,7 +45,7 @@ def tgmm(lhs, rhs, group_sizes, *, num_groups: int, config: TpuConfig, out_dtype
   impl = functools.partial(_tgmm, num_groups=num_groups, config=config, out_dtype=out_dtype,
                            interpret=interpret)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
-  return batching.broadcast_vmap(impl, lhs, rhs, group_sizes, offset)
+  return common.broadcast_vmap(impl, lhs, rhs, group_sizes, offset)
 
 
 def _tgmm(lhs, rhs, group_sizes, offset, *, num_groups, config, out_dtype, interpret):

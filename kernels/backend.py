@@ -1,0 +1,120 @@
+"""The record a backend folder fills in: what it computes, with which knobs, and where.
+
+Each backend is one folder of this package (kernels/<name>/) whose ``__init__`` defines
+``BACKEND = Backend(...)``; kernels/registry.py lists them. Everything else, in this
+package and in ragtune, reads a backend through this record and never by its name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Hashable, Protocol
+
+from kernels.common import gpu_family, op_dims
+
+
+class KernelConfig(Protocol):
+  """What every backend's config type provides (a frozen dataclass of plain ints)."""
+
+  def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool: ...
+
+  def to_dict(self) -> dict[str, Any]: ...
+
+
+def _no_space(op, dtype, m, k, n, device_kind) -> list:
+  return []
+
+
+def _same_launch(cfg, op, m, k, n, group_sizes) -> Hashable:
+  return cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+  """One way to compute ragged_dot's three ops.
+
+  forward(lhs, rhs, group_sizes, *, config, out_dtype, transpose_rhs, group_offset,
+          precision, interpret) -> [m, n]
+  grad_lhs: same signature, dout [m,n] x rhs -> [m,k]; None means forward with
+          transpose_rhs flipped (rhs read in place in the other layout).
+  grad_rhs(lhs, dout, group_sizes, *, num_groups, config, out_dtype, transpose_rhs,
+           group_offset, precision, interpret) -> [g,k,n] ([g,n,k] with transpose_rhs)
+  config_type: the config dataclass (a KernelConfig); None: no knobs.
+  default(op, dtype, m, k, n, g, device_kind) -> config: the heuristic when no LUT entry
+          applies; (m, k, n) is the forward problem, the config in the op's own frame.
+  space(op, dtype, m, k, n, device_kind) -> [config]: the candidates worth timing.
+  launch_key(config, op, m, k, n, group_sizes) -> what the config launches on that
+          problem; configs with equal keys run the same kernel the same way.
+  dtypes: the lhs/rhs dtypes (after promotion) it computes in.
+  platforms: the jax platforms it runs compiled on; elsewhere it is interpreted.
+  families: the GPU families (common.gpu_family) its kernels compile for; empty: every
+          device of its platforms. Compiling for another raises a clear error.
+  wide_indexing: addresses operands past 2**31 elements.
+  abbrev: short names of its knobs, for tables.
+  auto_priority: backend="auto" falls back to the highest-priority backend that runs
+          compiled on the platform; 0: never a fallback.
+  megablox_lut_fn: its config is megablox's (tm, tk, tn) tiling, served by Lut.lut_fn.
+  """
+
+  name: str
+  forward: Callable[..., Any]
+  grad_rhs: Callable[..., Any]
+  config_type: type | None
+  dtypes: tuple[str, ...]
+  platforms: tuple[str, ...]
+  default: Callable[..., Any] = lambda *args, **kw: None
+  space: Callable[..., list] = _no_space
+  launch_key: Callable[..., Hashable] = _same_launch
+  grad_lhs: Callable[..., Any] | None = None
+  families: tuple[str, ...] = ()
+  wide_indexing: bool = False
+  abbrev: dict[str, str] = dataclasses.field(default_factory=dict)
+  auto_priority: int = 0
+  megablox_lut_fn: bool = False
+
+  def default_config(self, op: str, dtype: str, m: int, k: int, n: int, g: int,
+                     device_kind: str | None = None):
+    op_dims(op, m, k, n)  # validates op
+    return self.default(op, dtype, m, k, n, g, device_kind)
+
+  def config_from_dict(self, d: dict[str, Any]):
+    """This backend's config from a plain dict (as a LUT stores it)."""
+    cls = self.config_type
+    if cls is None:
+      if d:
+        raise ValueError(f"backend {self.name!r} has no config, got {d!r}")
+      return None
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - fields
+    if unknown:
+      raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; valid: {sorted(fields)}")
+    return cls(**d)
+
+  def check_device(self, platform: str, device_kind: str) -> None:
+    """Raise ValueError when this backend's kernels cannot compile for the device."""
+    if self.families and platform in self.platforms and gpu_family(device_kind) not in self.families:
+      raise ValueError(
+          f"backend {self.name!r} compiles for {'/'.join(self.families)} GPUs only, not "
+          f"{device_kind!r} ({gpu_family(device_kind)}); use another backend")
+
+  def runs_on(self, platform: str, device_kind: str) -> bool:
+    """Whether it runs compiled on this device."""
+    try:
+      self.check_device(platform, device_kind)
+    except ValueError:
+      return False
+    return platform in self.platforms
+
+  def check_dtype(self, lhs_dtype, rhs_dtype, compute_dtype: str, alternatives: tuple[str, ...] = ()) -> None:
+    """TypeError unless it computes in `compute_dtype`; the message names `alternatives`."""
+    if compute_dtype not in self.dtypes:
+      hint = f"; use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else ""
+      raise TypeError(f"backend {self.name!r} supports lhs/rhs dtypes {self.dtypes}, got "
+                      f"{lhs_dtype} x {rhs_dtype}{hint}")
+
+  def check_config(self, op: str, cfg: Any) -> None:
+    if self.config_type is None:
+      if cfg is not None:
+        raise TypeError(f"config[{op!r}] must be None for backend {self.name!r} (it has no knobs), got {cfg!r}")
+    elif not isinstance(cfg, self.config_type):
+      raise TypeError(f"config[{op!r}] must be a {self.config_type.__name__} for backend {self.name!r}, got {cfg!r}")

@@ -1,0 +1,209 @@
+"""Pallas Triton config: its knobs and ranges, the fit in shared memory, the defaults
+per GPU family, and the search space a sweep draws from."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+from kernels.common import (check_int_range, gpu_family, gpu_smem_limit, is_pow2, itemsize, next_pow2,
+                            op_dims)
+
+BLOCK_RANGE = (16, 256)
+NUM_WARPS = (1, 2, 4, 8, 16)
+NUM_STAGES = (1, 2, 3, 4, 5, 6, 7, 8)
+BAND_RANGE = (1, 1024)
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonConfig:
+  """Pallas GPU (Triton) kernel config, in the op's own frame (common.op_dims).
+
+  block_m:    rows of lhs per tile; power of two in [16, 256]. For drhs it is the step
+              of the reduction over a group's rows.
+  block_k:    contraction step; power of two in [16, 256]. For drhs it tiles the output's k.
+  block_n:    output columns per tile; power of two in [16, 256].
+  num_warps:  warps per program; one of 1, 2, 4, 8, 16.
+  num_stages: software-pipelining depth of the contraction loop; 1..8.
+  group_m:    fwd/dlhs launch order (see gmm.program_tile): a band of group_m
+              consecutive row tiles walks all column blocks before the next band starts,
+              so the band's lhs rows and each weight column block are read from HBM about
+              once. 1 walks one row tile's columns at a time; a band as large as the grid
+              walks all row tiles of a column block first. In [1, 1024].
+  group_k:    drhs launch order (see tgmm.program_tile): within each group, a band of
+              group_k output k blocks walks all n blocks. In [1, 1024].
+
+  Blocks larger than the (power-of-two rounded) dimension are clamped at launch, so a
+  config is valid for every shape.
+  """
+
+  block_m: int = 64
+  block_k: int = 64
+  block_n: int = 128
+  num_warps: int = 4
+  num_stages: int = 3
+  group_m: int = 16
+  group_k: int = 4
+
+  def __post_init__(self):
+    lo, hi = BLOCK_RANGE
+    for name in ("block_m", "block_k", "block_n"):
+      v = getattr(self, name)
+      if not is_pow2(v) or not lo <= v <= hi:
+        raise ValueError(f"TritonConfig.{name} must be a power of two in [{lo}, {hi}], got {v!r}")
+    if self.num_warps not in NUM_WARPS:
+      raise ValueError(f"TritonConfig.num_warps must be one of {NUM_WARPS}, got {self.num_warps!r}")
+    if self.num_stages not in NUM_STAGES:
+      raise ValueError(f"TritonConfig.num_stages must be in 1..8, got {self.num_stages!r}")
+    for name in ("group_m", "group_k"):
+      check_int_range("TritonConfig", name, getattr(self, name), *BAND_RANGE)
+
+  def clamped(self, rows: int, contraction: int, cols: int) -> "TritonConfig":
+    """Blocks no larger than each dimension needs (>=16, Triton's dot minimum)."""
+    cap = lambda b, d: min(b, max(16, next_pow2(d)))
+    return dataclasses.replace(
+        self,
+        block_m=cap(self.block_m, rows),
+        block_k=cap(self.block_k, contraction),
+        block_n=cap(self.block_n, cols),
+    )
+
+  def smem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
+    """Shared memory of the pipelined operand tiles for the forward problem (m, k, n) as
+    `op`: one [block_m, block_k] lhs tile and one [block_k, block_n] rhs tile per stage
+    (drhs: [block_m, block_k] of lhs and [block_m, block_n] of dout). Matches what
+    Triton 3.8 allocates for sm_90a wgmma kernels; mma.sync kernels use a stage less."""
+    rows, contraction, cols = op_dims(op, m, k, n)
+    c = self.clamped(rows, contraction, cols)
+    second = c.block_m * c.block_n if op == "drhs" else c.block_k * c.block_n
+    return (c.block_m * c.block_k + second) * itemsize(dtype) * max(1, c.num_stages)
+
+  def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
+    """Whether this config can launch for the forward problem (m, k, n) as `op` on a
+    device of this kind (by its shared memory per block; see common.gpu_smem_limit)."""
+    return self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "num_warps": "w", "num_stages": "s",
+          "group_m": "gm", "group_k": "gk"}
+
+
+# --- defaults -----------------------------------------------------------------------------
+
+# Defaults for large problems, per device family and op, in the op's own frame. Why:
+# - block_m (gmm) / block_k (tgmm) >= 64 with >= 4 warps, so Hopper uses wgmma; every
+#   default compiles for sm_90a with no spills (README: "What the kernels compile to").
+# - The launch-order band (group_m, group_k) keeps HBM traffic near the unique bytes in
+#   benchmarks/l2_traffic.py on Mixtral and DeepSeek-V3 (README: "Launch order and L2").
+# - Shared memory within the family's bound, leaving room for 1-2 programs per SM.
+_DEFAULTS = {
+    "hopper": {"gmm": TritonConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
+    "blackwell": {"gmm": TritonConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
+    "ampere": {"gmm": TritonConfig(128, 64, 128, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
+    "other": {"gmm": TritonConfig(128, 32, 128, 8, 3, group_m=16), "tgmm": TritonConfig(32, 64, 128, 4, 3)},
+}
+
+
+def _default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int, family: str) -> TritonConfig:
+  base = _DEFAULTS[family]["tgmm" if op == "drhs" else "gmm"]
+  if dtype == "float32":  # twice the bytes per element: halve the contraction step
+    base = dataclasses.replace(base, block_m=base.block_m // 2) if op == "drhs" else \
+        dataclasses.replace(base, block_k=max(16, base.block_k // 2))
+  if op == "drhs":
+    # Keep the smaller of a group's lhs rows [rows, k] and dout rows [rows, n] in L2 and
+    # stream the other once: walk every k block of an n block first when k <= n.
+    k_blocks = -(-contraction // base.block_k)
+    return dataclasses.replace(base, group_k=min(BAND_RANGE[1], k_blocks) if contraction <= cols else 1)
+  # Few rows per group (decode): a row tile per group and the weights streamed once. The
+  # kernel is memory-bound there, so the rows a 64-row tile wastes cost no time, and 64
+  # rows with 4 warps keep it on wgmma (fewer fall back to mma.sync).
+  if max(1, rows // max(1, g)) <= 96:
+    return dataclasses.replace(base, block_m=64, block_n=128, num_warps=4, num_stages=4)
+  return base
+
+
+def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None) -> TritonConfig:
+  rows, contraction, cols = op_dims(op, m, k, n)
+  cfg = _default(op, dtype, rows, contraction, cols, g, gpu_family(device_kind))
+  return cfg.clamped(rows, contraction, cols)
+
+
+# --- search space -------------------------------------------------------------------------
+
+# gmm (fwd, dlhs): block_m rows, block_k contraction step, block_n columns.
+SPACE_BLOCK_M = (16, 32, 64, 128)
+SPACE_BLOCK_K = (32, 64, 128)
+SPACE_BLOCK_N = (32, 64, 128, 256)
+SPACE_NUM_WARPS = (2, 4, 8)
+SPACE_NUM_STAGES = (2, 3, 4, 5)
+SPACE_GROUP_M = (1, 4, 16, 64)
+# tgmm (drhs): block_m is the step over a group's rows, [block_k, block_n] the output tile.
+SPACE_TGMM_BLOCK_M = (32, 64, 128)
+SPACE_TGMM_BLOCK_K = (64, 128, 256)
+SPACE_TGMM_BLOCK_N = (64, 128, 256)
+SPACE_GROUP_K = (1, 4, 16, 64)
+
+
+def worth_timing(cfg: TritonConfig, out_rows: int, out_cols: int) -> bool:
+  """Whether a (clamped) config can be fast. Each rule was checked against XLA's real
+  compiler for H100 (tests/ragtune/test_aot_compile.py::test_each_pruning_rule_against_the_compiler):
+  1. At most 128 f32 accumulator values per thread: more spill (128x128 on 2 warps
+     ~6.8 KB/thread, 128x256 on 4 warps 1 KB, a 256x256 drhs tile on 8 warps 0.6 KB).
+  2. Output tiles of 64x64 or more need 4+ warps: with 2 there is no warpgroup, so no
+     wgmma (mma.sync only).
+  3. 8 warps need 128x64 outputs or more. This one is speed, not compilation (such tiles
+     compile clean): two warpgroups on a tile one covers each get half a 64-row wgmma's
+     work. It keeps ~120 configs a problem (Mixtral fwd) out of the timing budget.
+  4. block_n 256 needs 8 warps. Also economy, not compilation: 64x256 on 4 warps compiles
+     to m64n256 wgmma with no spill (128x256 on 4 warps is rule 1's). Admitting them adds
+     ~30 configs a problem, and on tests/ragtune/test_search_strategy.py's synthetic surfaces the
+     budgeted search then finds the optimum within 3% on 25 of 30 seeds instead of 30:
+     admit them once GPU timings show 64-row tiles pay (DeepSeek-V3's group boundaries)."""
+  tile = out_rows * out_cols
+  if tile > 128 * 32 * cfg.num_warps:
+    return False
+  if cfg.num_warps < 4 and tile >= 64 * 64:
+    return False
+  if cfg.num_warps == 8 and tile < 64 * 128:
+    return False
+  if cfg.block_n == 256 and cfg.num_warps < 8:
+    return False
+  return True
+
+
+def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) -> list[TritonConfig]:
+  rows, contraction, cols = op_dims(op, m, k, n)
+  if op == "drhs":
+    grid = itertools.product(SPACE_TGMM_BLOCK_M, SPACE_TGMM_BLOCK_K, SPACE_TGMM_BLOCK_N, SPACE_NUM_WARPS,
+                             SPACE_NUM_STAGES, (TritonConfig.group_m,), SPACE_GROUP_K)
+  else:
+    grid = itertools.product(SPACE_BLOCK_M, SPACE_BLOCK_K, SPACE_BLOCK_N, SPACE_NUM_WARPS, SPACE_NUM_STAGES,
+                             SPACE_GROUP_M, (TritonConfig.group_k,))
+  out = []
+  for bm, bk, bn, w, s, gm, gk in grid:
+    cfg = TritonConfig(bm, bk, bn, w, s, group_m=gm, group_k=gk).clamped(rows, contraction, cols)
+    out_rows, out_cols = (cfg.block_k, cfg.block_n) if op == "drhs" else (cfg.block_m, cfg.block_n)
+    if worth_timing(cfg, out_rows, out_cols) and cfg.fits(op, dtype, m, k, n, device_kind):
+      out.append(cfg)
+  return out
+
+
+def _max_segment_tiles(group_sizes: tuple[int, ...], block_m: int) -> int:
+  """Most row tiles any group spans: a launch band (group_m) wider than this is the same
+  order as one exactly this wide."""
+  ends = list(itertools.accumulate(group_sizes))
+  starts = [0] + ends[:-1]
+  return max([(e + block_m - 1) // block_m - s // block_m for s, e in zip(starts, ends) if e > s] or [1])
+
+
+def launch_key(cfg: TritonConfig, op: str, m: int, k: int, n: int, group_sizes: tuple[int, ...]) -> TritonConfig:
+  """Blocks clamped to the shape, and a gmm band no wider than the widest group (drhs: than
+  the k blocks)."""
+  cfg = cfg.clamped(*op_dims(op, m, k, n))
+  if op == "drhs":
+    return dataclasses.replace(cfg, group_k=min(cfg.group_k, -(-k // cfg.block_k)))
+  return dataclasses.replace(cfg, group_m=min(cfg.group_m, _max_segment_tiles(group_sizes, cfg.block_m)))

@@ -1,0 +1,85 @@
+"""The backends `kernels.ragged_dot` can run, listed in one place.
+
+A backend is one folder of this package whose ``__init__`` defines ``BACKEND =
+Backend(...)`` (kernels/backend.py): its kernels, config type, defaults, search space and
+capabilities. Adding one means that folder plus one line in ``_MODULES``. Everything else
+looks backends up here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from kernels.backend import Backend, KernelConfig
+
+# One line per backend. Order matters only for display and for ties (Lut.choose).
+_MODULES = (
+    "kernels.pallas_gpu",
+    "kernels.mosaic_gpu",
+    "kernels.pallas_tpu",
+    "kernels.xla",
+)
+
+REGISTRY: dict[str, Backend] = {b.name: b for b in (importlib.import_module(m).BACKEND for m in _MODULES)}
+NAMES = tuple(REGISTRY)
+# The backend every tuned kernel is measured against: jax.lax.ragged_dot as XLA compiles it.
+REFERENCE = "xla"
+
+
+def get(name: str) -> Backend:
+  try:
+    return REGISTRY[name]
+  except KeyError:
+    raise ValueError(f"backend must be one of {NAMES}, got {name!r}") from None
+
+
+def tunable() -> tuple[str, ...]:
+  """The backends with knobs, in registry order (the first is a shape file's default)."""
+  return tuple(b.name for b in REGISTRY.values() if b.config_type is not None)
+
+
+def backend_of_config(cfg: Any) -> str | None:
+  """The backend whose config type `cfg` is (None for None or an unknown type)."""
+  for b in REGISTRY.values():
+    if b.config_type is not None and isinstance(cfg, b.config_type):
+      return b.name
+  return None
+
+
+def config_types() -> tuple[type, ...]:
+  return tuple(b.config_type for b in REGISTRY.values() if b.config_type is not None)
+
+
+def config_from_dict(backend: str, d: dict[str, Any]) -> KernelConfig | None:
+  """Build the config type of `backend` from a plain dict (as stored in a LUT)."""
+  return get(backend).config_from_dict(d)
+
+
+def default_config(backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int,
+                   device_kind: str | None = None) -> KernelConfig | None:
+  """The backend's heuristic for `op` on the forward problem (m, k, n, g), for a device of
+  `device_kind` (None: the safe GPU family)."""
+  return get(backend).default_config(op, dtype, m, k, n, g, device_kind)
+
+
+def auto_backend(platform: str, device_kind: str) -> str:
+  """What backend="auto" falls back to: the highest auto_priority among the backends that
+  run compiled on this device."""
+  ranked = [b for b in REGISTRY.values() if b.auto_priority > 0 and b.runs_on(platform, device_kind)]
+  if not ranked:
+    return REFERENCE
+  return max(ranked, key=lambda b: b.auto_priority).name
+
+
+def check_dtype(name: str, lhs_dtype, rhs_dtype, compute_dtype: str) -> None:
+  """TypeError unless backend `name` computes in `compute_dtype`, naming those that do."""
+  b = get(name)
+  others = tuple(o.name for o in REGISTRY.values()
+                 if o.name != name and compute_dtype in o.dtypes and set(o.platforms) & set(b.platforms))
+  b.check_dtype(lhs_dtype, rhs_dtype, compute_dtype, others)
+
+
+def megablox_backend() -> str | None:
+  """The backend whose configs are megablox tilings (Lut.lut_fn serves them)."""
+  return next((b.name for b in REGISTRY.values() if b.megablox_lut_fn), None)
