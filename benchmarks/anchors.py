@@ -77,10 +77,10 @@ def anchor_shape(name: str, on_device: bool, m_scale: float) -> tuple[int, int, 
 
 
 def gpu_backends(on_device: bool) -> list[str]:
-  """The GPU kernel backends to time here: those the device runs, or pallas_gpu interpreted on a CPU host."""
-  if not on_device:
-    return ["pallas_gpu"]
-  return [b for b in ("pallas_gpu", "mosaic_gpu") if not default_interpret(b)]
+  """The GPU kernel backends to time here: those the device runs compiled, or on a CPU host
+  the first GPU kernel backend, interpreted."""
+  gpu = [b.name for b in kernels.registry.REGISTRY.values() if b.config_type is not None and "cuda" in b.platforms]
+  return [b for b in gpu if not default_interpret(b)] if on_device else gpu[:1]
 
 
 def kernel_variants(p: Problem, backends: list[str], lut: kernels.Lut | None, device_kind: str):
@@ -120,7 +120,7 @@ def bench_problem(name: str, p: Problem, backends, lut, device_kind, on_device, 
       row.status = f"{res.status}: {res.summary()}"  # never timed: a wrong kernel has no speed
       continue
     fns[label] = (fn, args, compiled)
-  for label, (fn, a) in {"xla ragged_dot": (measure.build_op(p, "xla", None, False), args),
+  for label, (fn, a) in {"xla ragged_dot": (measure.build_op(p, kernels.registry.REFERENCE, None, False), args),
                          "dense matmul, same FLOPs": (measure.dense_matmul, measure.dense_args(p, x))}.items():
     rows[label] = Row(name, shape, p.op, label, "")
     fns[label] = (fn, a, measure.compile_fn(fn, a))
@@ -160,7 +160,7 @@ def print_table(rows: list[Row]) -> None:
 
 
 def is_kernel(r: Row) -> bool:
-  return r.status == "ok" and r.variant.split(" ")[0] in kernels.registry.NAMES and r.variant.split(" ")[0] != "xla"
+  return r.status == "ok" and r.variant.split(" ")[0] in kernels.registry.tunable()
 
 
 def target_summary(rows: list[Row]) -> list[str]:

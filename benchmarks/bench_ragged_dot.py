@@ -53,7 +53,7 @@ def main(argv=None):
   a = measure.op_args(p.op, x)
   choice = resolve(None, backend, p.m, p.k, p.n, p.g, p.dtype)[p.op]
   mode = "INTERPRET mode, CPU emulation: not GPU/TPU speed" if interpret else "compiled"
-  name = f"{backend} [{mode}]" if backend != "xla" else "xla (kernels.ragged_dot)"
+  name = f"{backend} [{mode}]" if backend != kernels.registry.REFERENCE else f"{backend} (kernels.ragged_dot)"
   variants = {name: (measure.build_op(p, backend, choice.config, interpret), a)}
   if args.bands and isinstance(choice.config, kernels.TritonConfig):
     knob = "group_k" if p.op == "drhs" else "group_m"
@@ -62,7 +62,7 @@ def main(argv=None):
       if cfg != choice.config:
         variants[f"{name} {knob}={band}"] = (measure.build_op(p, backend, cfg, interpret), a)
   variants.update({
-      "xla ragged_dot": (measure.build_op(p, "xla", None, False), a),
+      "xla ragged_dot": (measure.build_op(p, kernels.registry.REFERENCE, None, False), a),
       "dense matmul, same FLOPs": (measure.dense_matmul, measure.dense_args(p, x)),
   })
   fns = {v: (fn, args_, measure.compile_fn(fn, args_)) for v, (fn, args_) in variants.items()}

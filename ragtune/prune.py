@@ -205,7 +205,7 @@ def run(problems: list[Problem], target: str, out_dir: Path, jobs: int | None = 
   classes: dict[tuple, list[tuple[str, Problem, Any]]] = {}  # (shape, class) -> members to write
   for p in problems:
     if p.backend not in GPU_BACKENDS:
-      continue  # xla has no candidates; pallas_tpu does not compile for a GPU
+      continue  # backends without knobs have no candidates; TPU backends do not compile for a GPU
     for cfg in search_space.candidates(p, device_kind=kind):
       rid = f"{shape_key(kind, p)}|{candidate_id(cfg)}"
       if rid not in done:
