@@ -19,25 +19,25 @@ import kernels
 from ragtune import search_strategy, store
 
 
-def replay(rows, budget=None, budget_frac=None):
+def replay(records, budget=None, budget_frac=None):
   """One result dict per problem with at least one ok candidate."""
   by_problem = {}
-  for r in rows:
-    if r.get("kind") == "candidate" and r.get("config") is not None:
-      by_problem.setdefault(r["problem"], []).append(r)
+  for r in records:
+    if not r.baseline:
+      by_problem.setdefault(r.problem.key, []).append(r)
   out = []
   for key, rs in sorted(by_problem.items()):
     cost = {}
     for r in rs:
-      cfg = kernels.registry.config_from_dict(r["backend"], r["config"])
-      cost[cfg] = r["time_s"] if r["status"] == "ok" and r.get("time_s") else None
+      cfg = kernels.registry.config_from_dict(r.problem.backend, r.config)
+      cost[cfg] = r.time_s if r.ok else None
     ok = [t for t in cost.values() if t is not None]
     if not ok:
       continue
     space = list(cost)
     b = budget or max(1, round(len(space) * budget_frac))
-    r0 = rs[0]
-    default = kernels.registry.default_config(r0["backend"], r0["op"], r0["dtype"], r0["m"], r0["k"], r0["n"], r0["g"])
+    p = rs[0].problem
+    default = kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=rs[0].device_kind)
     seeds = [default] if default in cost else []
     hist = search_strategy.run_offline(search_strategy.Staged(space, b, seeds), lambda c: cost[c])
     found = [t for t in hist.values() if t is not None]

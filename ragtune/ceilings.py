@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from ragtune.store import write_atomic
+from ragtune.store import Record, write_atomic
 
 FILE = "ceilings.json"
 
@@ -66,10 +66,10 @@ def peaks(ceil: dict[str, dict[str, Any]], device_kind: str, jax_version: str | 
   return entry.get("matmul_tflops", {}).get(dtype), entry.get("copy_gbps")
 
 
-def pct_of_peak(row: dict[str, Any], ceil: dict[str, dict[str, Any]]) -> tuple[float | None, str]:
+def pct_of_peak(row: Record, ceil: dict[str, dict[str, Any]]) -> tuple[float | None, str]:
   """% of the roof that binds this problem: matmul TF/s if compute-bound, copy GB/s if memory-bound."""
-  tf, bw = peaks(ceil, row.get("device_kind", ""), row.get("jax_version"), row.get("dtype", ""))
-  tflops, gbps = row.get("tflops"), row.get("gbps")
+  tf, bw = peaks(ceil, row.device_kind, row.jax_version, row.problem.dtype)
+  tflops, gbps = row.tflops, row.gbps
   if not tf or not bw or not tflops or not gbps:
     return None, ""
   intensity = tflops * 1e12 / (gbps * 1e9)     # FLOP per byte moved

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import re
 import signal
 import sys
@@ -117,12 +116,13 @@ def _summary_table(summaries, ceil=None) -> Table:
     fmt = lambda v: f"{v * 1e3:.4g}" if v else "-"
     pct, bound = ceilings_mod.pct_of_peak(b, ceil or {}) if b else (None, "")
     statuses = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
-    t.add_row(p.op, p.backend, p.dtype, p.shape_label, fmt(b["time_s"]) if b else "-",
-              f"{b['tflops']:.4g}" if b else "-", f"{pct:.3g}% {bound}" if pct is not None else "-",
-              fmt(s.baselines.get("xla")), fmt(s.baselines.get("default")),
-              f"{s.baselines['xla'] / b['time_s']:.2f}x" if b and s.baselines.get("xla") else "-",
-              f"{s.baselines['default'] / b['time_s']:.2f}x" if b and s.baselines.get("default") else "-",
-              s.winner, statuses or "-", short_config(b["candidate"]) if b else s.why)
+    base = s.baselines
+    t.add_row(p.op, p.backend, p.dtype, p.shape_label, fmt(b.time_s) if b else "-",
+              f"{b.tflops:.4g}" if b else "-", f"{pct:.3g}% {bound}" if pct is not None else "-",
+              fmt(base["xla"]), fmt(base["default"]),
+              f"{base['xla'] / b.time_s:.2f}x" if b and base["xla"] else "-",
+              f"{base['default'] / b.time_s:.2f}x" if b and base["default"] else "-",
+              s.winner, statuses or "-", short_config(b.config) if b else s.why)
   return t
 
 
@@ -435,7 +435,7 @@ def compile_cmd(
     ks = rep["kernels"] or [{}]
     for kr in ks:
       smem = kr.get("smem_bytes")
-      t.add_row(p.op, p.backend, p.shape_label, short_config(json.dumps(cfg.to_dict())),
+      t.add_row(p.op, p.backend, p.shape_label, short_config(cfg.to_dict()),
                 rep["outcome"] if rep["outcome"] == aot.OK else f"{rep['outcome']}: {rep['error'][:120]}",
                 str(kr.get("registers", "-")), str(kr.get("spill_bytes", "-")),
                 "-" if smem is None else f"{smem / 1024:.0f}" + ("*" if kr.get("smem_source") == "config" else ""),

@@ -1,15 +1,18 @@
-"""Results rows -> kernels LUT: the fastest correct config per (device, op, backend, dtype, shape).
+"""Results -> kernels LUT: the fastest correct config per (device, op, backend, dtype, shape).
 
-Only rows with status "ok" (compiled, matched jax.lax.ragged_dot, timed) are eligible,
-so a config that failed its check anywhere in its own problem is never exported. The
-choice depends only on the set of rows, not their order, so merging folders in any
-order gives the same LUT.
+Each problem's correct candidates, fastest first, and its baselines come from
+ragtune/summary.py, as in `ragtune show`. Only rows with status "ok" (compiled, matched
+jax.lax.ragged_dot, timed) are eligible, and a config that failed its check on any
+problem of a shape (another draw of group sizes, another folder) is never exported
+there. The choice depends only on the set of rows, not their order, so merging folders
+in any order gives the same LUT.
 
 XLA is a candidate too: every problem times `baseline:xla` (XLA's own op) in the same
 worker as its candidates. Where the fastest of those rows for a (device, op, dtype, m, k,
 n, g) beats the best entry of every backend swept there (or no backend has a correct
-one), and no XLA row failed there, the LUT also gets an `xla` entry (config {}), so `Lut.choose` and `auto` run XLA
-there. Each backend keeps its own best entry either way, for `Lut.query(backend=...)`.
+one), and no XLA row failed there, the LUT also gets an `xla` entry (config {}), so
+`Lut.query` and `auto` run XLA there. Each backend keeps its own best entry either way,
+for `Lut.query(backend=...)`.
 """
 
 from __future__ import annotations
@@ -17,103 +20,79 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import jax
 
 import kernels
+from ragtune import summary
 from ragtune.errors import RagtuneError
-from ragtune.store import candidate_id, write_atomic
-
-KEY_FIELDS = ("device_kind", "op", "backend", "dtype", "m", "k", "n", "g")
-SHAPE_FIELDS = ("device_kind", "op", "dtype", "m", "k", "n", "g")
+from ragtune.store import Record, write_atomic
 
 
-def _is_ok(r: dict[str, Any]) -> bool:
-  return r.get("status") == "ok" and isinstance(r.get("time_s"), (int, float)) and r["time_s"] > 0
+def _extra(r: Record, xla_s: float | None, default_s: float | None, dense_s: float | None, interpret: bool,
+           middle: dict[str, Any]) -> dict[str, Any]:
+  """An entry's measurements: its row r and the baselines beside it; `middle` follows the speedups."""
+  t = r.time_s
+  return {
+      "time_s": t, "tflops": r.tflops, "gbps": r.gbps,
+      "baselines": {"xla_s": xla_s, "default_s": default_s, "dense_s": dense_s},
+      "speedup_vs_xla": round(xla_s / t, 4) if xla_s else None,
+      "speedup_vs_default": round(default_s / t, 4) if default_s else None,
+      **middle, "timer": r.timer, "interpret": interpret,
+      "group_dist": r.problem.group_dist, "jax_version": r.jax_version, "measured": r.timestamp,
+  }
 
 
-def build_luts(rows: list[dict[str, Any]]) -> dict[str, kernels.Lut]:
-  """device_kind -> Lut, from the rows of one or more results folders."""
-  # Candidates that failed on any draw of a shape are distrusted for that shape.
-  failed = {(tuple(r[f] for f in KEY_FIELDS), r["candidate"]) for r in rows
-            if r.get("kind") == "candidate" and r.get("status") != "ok"}
-  best: dict[tuple, dict[str, Any]] = {}
-  for r in rows:
-    if r.get("kind") != "candidate" or not _is_ok(r) or r.get("backend") == "xla":
+def _entries(found: Iterable[summary.ProblemSummary]) -> list[kernels.Entry]:
+  """One device kind's LUT entries, from its problems' summaries."""
+  by_shape: dict[tuple, list[summary.ProblemSummary]] = {}
+  for s in found:
+    p = s.problem
+    by_shape.setdefault((p.op, p.dtype, p.m, p.k, p.n, p.g), []).append(s)
+  entries = []
+  for (op, dtype, m, k, n, g), group in by_shape.items():
+    kernel_best: list[tuple[float, str]] = []  # (time, backend) of each backend's entry here
+    for backend in sorted({s.problem.backend for s in group} - {"xla"}):
+      mine = [s for s in group if s.problem.backend == backend]
+      # A config that failed on any problem of the shape (another draw, another folder) is distrusted.
+      distrusted = frozenset().union(*(s.failed for s in mine))
+      pick = min(((r, s) for s in mine for r in s.ranked if r.candidate not in distrusted),
+                 key=lambda rs: (rs[0].time_s, rs[0].candidate, rs[0].origin), default=None)
+      if pick is None:
+        continue
+      r, s = pick
+      base = s.baselines
+      entries.append(kernels.Entry(op, backend, dtype, m, k, n, g, kernels.registry.config_from_dict(backend, r.config),
+                                   _extra(r, base["xla"], base["default"], base["dense"], r.interpret, {})))
+      kernel_best.append((r.time_s, backend))
+    # XLA as a candidate: its fastest baseline row, whichever backend's problem timed it. Like
+    # a config, XLA is distrusted on a shape where any of its rows failed (e.g. a timeout).
+    if any("baseline:xla" in s.failed for s in group):
       continue
-    key = tuple(r[f] for f in KEY_FIELDS)
-    if (key, r["candidate"]) in failed:
-      continue
-    rank = (r["time_s"], r["candidate"], r.get("_source", ""))
-    cur = best.get(key)
-    if cur is None or rank < (cur["time_s"], cur["candidate"], cur.get("_source", "")):
-      best[key] = r
+    xla = min(((s.xla, s) for s in group if s.xla is not None),
+              key=lambda rs: (rs[0].time_s, rs[0].origin, rs[1].problem.key), default=None)
+    rival = min(kernel_best, default=None)
+    if xla is None or rival is not None and not xla[0].time_s < rival[0]:
+      continue  # none timed, or a kernel is as fast or faster here: no xla entry
+    r, s = xla
+    runner_up = None if rival is None else {"backend": rival[1], "time_s": rival[0],
+                                            "speedup": round(rival[0] / r.time_s, 4)}
+    entries.append(kernels.Entry(op, "xla", dtype, m, k, n, g, None,
+                                 _extra(r, r.time_s, None, s.baselines["dense"], False, {"runner_up": runner_up})))
+  return entries
 
-  # XLA as a candidate: its fastest baseline row per shape, whichever backend's problem timed it.
-  # Like a config, XLA is distrusted on a shape where any of its rows failed (e.g. a timeout).
-  xla_rows = [r for r in rows if r.get("candidate") == "baseline:xla"]
-  xla_failed = {tuple(r[f] for f in SHAPE_FIELDS) for r in xla_rows if r.get("status") != "ok"}
-  xla_best: dict[tuple, dict[str, Any]] = {}
-  for r in xla_rows:
-    shape = tuple(r[f] for f in SHAPE_FIELDS)
-    if not _is_ok(r) or shape in xla_failed:
-      continue
-    rank = (r["time_s"], r.get("_source", ""), r["problem"])
-    cur = xla_best.get(shape)
-    if cur is None or rank < (cur["time_s"], cur.get("_source", ""), cur["problem"]):
-      xla_best[shape] = r
-  kernel_best: dict[tuple, tuple[float, str]] = {}  # shape -> (time, backend) of the fastest entry
-  for key, r in best.items():
-    shape = tuple(r[f] for f in SHAPE_FIELDS)
-    kernel_best[shape] = min(kernel_best.get(shape, (r["time_s"], r["backend"])), (r["time_s"], r["backend"]))
 
-  # Times of every ok row, so each entry's baselines come from its own run (folder).
-  times = {(r.get("_source", ""), r["problem"], r["candidate"]): r["time_s"] for r in rows if _is_ok(r)}
-
-  entries: dict[str, list[kernels.Entry]] = {}
-  for shape, r in sorted(xla_best.items(), key=lambda kv: [str(x) for x in kv[0]]):
-    rival = kernel_best.get(shape)
-    t = r["time_s"]
-    if rival is not None and not t < rival[0]:
-      continue  # a kernel is as fast or faster here: no xla entry
-    dense_s = times.get((r.get("_source", ""), r["problem"], "baseline:dense"))
-    extra = {
-        "time_s": t, "tflops": r.get("tflops"), "gbps": r.get("gbps"),
-        "baselines": {"xla_s": t, "default_s": None, "dense_s": dense_s},
-        "speedup_vs_xla": 1.0, "speedup_vs_default": None,
-        "runner_up": None if rival is None else {"backend": rival[1], "time_s": rival[0],
-                                                 "speedup": round(rival[0] / t, 4)},
-        "timer": r.get("timer"), "interpret": False,
-        "group_dist": r.get("group_dist"), "jax_version": r.get("jax_version"),
-        "measured": r.get("timestamp"),
-    }
-    device, op, dtype, m, k, n, g = shape
-    entries.setdefault(device, []).append(kernels.Entry(op, "xla", dtype, m, k, n, g, None, extra))
-  for key, r in sorted(best.items(), key=lambda kv: [str(x) for x in kv[0]]):
-    src, prob = r.get("_source", ""), r["problem"]
-    default = kernels.registry.default_config(r["backend"], r["op"], r["dtype"], r["m"], r["k"], r["n"], r["g"],
-                                     device_kind=r["device_kind"])
-    default_s = times.get((src, prob, candidate_id(default))) if default else None
-    xla_s = times.get((src, prob, "baseline:xla"))
-    dense_s = times.get((src, prob, "baseline:dense"))
-    t = r["time_s"]
-    extra = {
-        "time_s": t, "tflops": r.get("tflops"), "gbps": r.get("gbps"),
-        "baselines": {"xla_s": xla_s, "default_s": default_s, "dense_s": dense_s},
-        "speedup_vs_xla": round(xla_s / t, 4) if xla_s else None,
-        "speedup_vs_default": round(default_s / t, 4) if default_s else None,
-        "timer": r.get("timer"), "interpret": r.get("interpret", False),
-        "group_dist": r.get("group_dist"), "jax_version": r.get("jax_version"),
-        "measured": r.get("timestamp"),
-    }
-    cfg = kernels.registry.config_from_dict(r["backend"], r["config"])
-    entries.setdefault(key[0], []).append(
-        kernels.Entry(r["op"], r["backend"], r["dtype"], r["m"], r["k"], r["n"], r["g"], cfg, extra))
+def build_luts(records: list[Record]) -> dict[str, kernels.Lut]:
+  """device_kind -> Lut, from the records of one or more results folders."""
   created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-  return {kind: kernels.Lut(kind, es, meta={"created": created, "generator": "ragtune export-lut",
-                                            "exported_with_jax": jax.__version__})
-          for kind, es in entries.items()}
+  luts = {}
+  for kind in sorted({r.device_kind for r in records}):
+    entries = _entries(summary.summarize(records, kind).values())
+    if entries:
+      luts[kind] = kernels.Lut(kind, entries, meta={"created": created, "generator": "ragtune export-lut",
+                                                     "exported_with_jax": jax.__version__})
+  return luts
 
 
 def lut_json(lut: kernels.Lut) -> str:

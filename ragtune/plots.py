@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 import kernels
 from ragtune import ceilings as ceilings_mod
 from ragtune import report
-from ragtune.store import write_atomic
+from ragtune.store import Record, write_atomic
 
 OP_MARKERS = {"fwd": "o", "dlhs": "s", "drhs": "^"}
 COLORS = {"tuned": "#1f77b4", "default": "#9ecae1", "xla": "#ff7f0e", "dense": "#7f7f7f"}
@@ -53,9 +52,9 @@ def _flops(r) -> float:
   return 2.0 * r["rows"] * r["k"] * r["n"]
 
 
-def _problem_rows(rows: list[dict[str, Any]]) -> dict[str, int]:
+def _problem_rows(records: list[Record]) -> dict[str, int]:
   """problem key -> routed rows (sum of group sizes), for FLOPs of baselines."""
-  return {r["problem"]: int(sum(r.get("group_sizes") or [r["m"]])) for r in rows}
+  return {r.problem.key: sum(r.problem.group_sizes or (r.problem.m,)) for r in records}
 
 
 def tflops_plot(best: pd.DataFrame, path: Path, title: str) -> None:
@@ -135,17 +134,21 @@ def roofline_plot(best: pd.DataFrame, ceil: dict, device_kind: str, jax_version:
   plt.close(fig)
 
 
-def candidates_plot(rows: pd.DataFrame, best: pd.DataFrame, path: Path, title: str) -> None:
+def candidates_plot(records: list[Record], best: pd.DataFrame, path: Path, title: str) -> None:
   plt = _pyplot()
   order = best.sort_values(["op", "dtype", "m", "k", "n"])
   n = len(order)
   fig, ax = plt.subplots(figsize=(10, 1.8 + 0.6 * n))
+  by_problem: dict[str, list[Record]] = {}
+  for r in records:
+    if not r.baseline:
+      by_problem.setdefault(r.problem.key, []).append(r)
   data, labels = [], []
   for y, (_, b) in enumerate(order.iterrows()):
-    grp = rows[rows["problem"] == b["problem"]]
-    ok = grp[(grp["kind"] == "candidate") & (grp["status"] == "ok")]["time_s"].dropna() * 1e3
-    data.append(list(ok) or [float("nan")])
-    failed = int(((grp["kind"] == "candidate") & (grp["status"] != "ok")).sum())
+    cands = by_problem.get(b["problem"], [])
+    ok = [r.time_s * 1e3 for r in cands if r.ok]
+    data.append(ok or [float("nan")])
+    failed = sum(r.status != "ok" for r in cands)
     labels.append(_label(b) + (f"  ({failed} failed)" if failed else ""))
     ax.scatter(ok, [y] * len(ok), s=10, alpha=0.5, color=COLORS["tuned"], zorder=2,
                label="candidates" if y == 0 else None)
@@ -184,21 +187,21 @@ def _md_table(df: pd.DataFrame) -> str:
   return head + "".join("| " + " | ".join(cell(v) for v in r) + " |\n" for r in df.itertuples(index=False))
 
 
-def write_report(rows: list[dict[str, Any]], ceil: dict, out: Path) -> list[Path]:
+def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
   """PNGs (when matplotlib is installed) and report.md beside them. Returns what was written."""
   try:
     _pyplot()
     have_plots = True
   except ImportError:
     have_plots = False
-  problem_rows = _problem_rows(rows)
-  frame = pd.DataFrame(rows)
+  problem_rows = _problem_rows(records)
   written, md = [], ["# ragtune report", ""]
-  for kind, kind_rows in sorted(frame.groupby("device_kind")):
-    best = report.best_frame(kind_rows.to_dict("records"), ceil)
+  for kind in sorted({r.device_kind for r in records}):
+    kind_rows = [r for r in records if r.device_kind == kind]
+    best = report.best_frame(kind_rows, ceil)
     best["rows"] = best["problem"].map(problem_rows)
-    jax_version = kind_rows["jax_version"].dropna().iloc[0] if kind_rows["jax_version"].notna().any() else None
-    interp = bool(kind_rows.get("interpret", pd.Series([False])).fillna(False).any())
+    jax_version = next((r.jax_version for r in kind_rows if r.jax_version is not None), None)
+    interp = any(r.interpret for r in kind_rows)
     slug = kernels.device_slug(kind)
     note = " (CPU: Pallas interpret-mode wall clock, not GPU timings)" if interp else ""
     md += [f"## {kind}{note}", ""]
@@ -206,7 +209,7 @@ def write_report(rows: list[dict[str, Any]], ceil: dict, out: Path) -> list[Path
     if any(bw):
       peaks = ", ".join(f"{d} matmul {t:.4g} TF/s" for d, t in zip(sorted(best["dtype"].unique()), tf) if t)
       md += [f"Measured ceilings: {peaks}; copy {next(b for b in bw if b):.4g} GB/s.", ""]
-    md += [_md_table(report.show_best(kind_rows.to_dict("records"), ceil)), ""]
+    md += [_md_table(report.show_best(kind_rows, ceil)), ""]
     if have_plots:
       figs = [(f"{slug}-tflops.png", "TF/s per problem: tuned vs default vs XLA vs dense",
                lambda p: tflops_plot(best, p, f"{kind}: TF/s per problem{note}")),

@@ -7,7 +7,9 @@ Logs (CI, nohup, SLURM) get a line per finished problem and at least one every
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
+
+from ragtune.store import Record
 
 
 def _fmt_s(s: float | None) -> str:
@@ -17,8 +19,8 @@ def _fmt_s(s: float | None) -> str:
   return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def best_text(best: dict[str, Any] | None) -> str:
-  return f"best {best['time_s'] * 1e3:.4g} ms ({best['tflops']:.4g} TF/s)" if best else "no correct candidate yet"
+def best_text(best: Record | None) -> str:
+  return f"best {best.time_s * 1e3:.4g} ms ({best.tflops:.4g} TF/s)" if best else "no correct candidate yet"
 
 
 class PlainProgress:
@@ -48,7 +50,7 @@ class PlainProgress:
   def problem(self, p) -> None:
     self.label, self.best = f"{p.op} {p.backend} {p.dtype} {p.shape_label}", None
 
-  def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None:
+  def row(self, row: Record, best: Record | None) -> None:
     self.done += 1
     self.best = best
     self.tick()
@@ -77,7 +79,7 @@ class RichProgress:
   def problem(self, p) -> None:
     self.progress.update(self.task, description=f"{p.op} {p.backend} {p.dtype} {p.shape_label}", best="")
 
-  def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None:
+  def row(self, row: Record, best: Record | None) -> None:
     self.progress.update(self.task, advance=1, best=best_text(best) if best else "")
 
   def tick(self) -> None:

@@ -24,7 +24,7 @@ import kernels
 from ragtune import aot, search_space
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
-from ragtune.store import ResultsStore, candidate_id
+from ragtune.store import JsonLines, candidate_id
 
 COMPILE_RECORDS = "compile.jsonl"
 # The backends that compile for an NVIDIA GPU.
@@ -46,10 +46,8 @@ def shape_key(device_kind: str, p: Problem) -> str:
   return f"{device_kind}|{p.op}|{p.backend}|{p.dtype}|{p.m}x{p.k}x{p.n}x{p.g}"
 
 
-def _store(out_dir: Path) -> ResultsStore:
-  s = ResultsStore(out_dir)
-  s.path = Path(out_dir) / COMPILE_RECORDS
-  return s
+def _store(out_dir: Path) -> JsonLines:
+  return JsonLines(Path(out_dir) / COMPILE_RECORDS)
 
 
 _cache: dict[Path, tuple[tuple[int, int], dict[str, dict[str, dict[str, Any]]]]] = {}

@@ -7,92 +7,82 @@ Frames keep full precision; `csv_text` rounds times and rates to 4 significant d
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import pandas as pd
 
-import kernels
 from ragtune import ceilings as ceilings_mod
-from ragtune.store import candidate_id
+from ragtune import summary
+from ragtune.store import Record
 
 ROW_COLUMNS = ["device_kind", "op", "backend", "dtype", "m", "k", "n", "g", "group_dist", "candidate", "status",
                "time_s", "tflops", "gbps", "error", "timer", "interpret", "jax_version", "timestamp"]
 KEYS = ["device_kind", "op", "backend", "dtype", "m", "k", "n", "g", "group_dist"]
 
 
-def rows_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-  df = pd.DataFrame(rows)
+def rows_frame(records: list[Record]) -> pd.DataFrame:
+  df = pd.DataFrame([r.to_dict() for r in records])
   for c in ROW_COLUMNS:
     if c not in df:
       df[c] = None
   return df[ROW_COLUMNS]
 
 
-def _shape(r) -> str:
-  return f"[{r['m']},{r['k']}]x[{r['g']},{r['k']},{r['n']}]"
+def _summaries(records: list[Record]) -> list[summary.ProblemSummary]:
+  """Every (device kind, problem)'s summary, in the order of KEYS, then the problem key."""
+  found = [s for kind in {r.device_kind for r in records} for s in summary.summarize(records, kind).values()]
+  order = lambda s: (s.device_kind, *(s.problem.fields()[k] for k in KEYS[1:]), s.problem.key)
+  return sorted(found, key=order)
 
 
-def best_frame(rows: list[dict[str, Any]], ceil: dict | None = None) -> pd.DataFrame:
+def _ms(t: float | None) -> float:
+  return t * 1e3 if t is not None else math.nan
+
+
+def _ratio(base: float | None, t: float | None) -> float:
+  return base / t if base is not None and t is not None else math.nan
+
+
+def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
   """One line per (device, problem), with the sweep summary's columns: best correct config,
   its time and % of the binding peak, the XLA, default-config and dense baselines, the
   winning backend at that shape and op (XLA included) and its runner-up, statuses."""
-  from ragtune import winners
-
-  df = pd.DataFrame(rows)
   out = []
-  if df.empty:
-    return pd.DataFrame(out)
-  per_shape = winners.backend_times(rows)
-  for key, grp in df.groupby(KEYS + ["problem"], sort=True, dropna=False):
-    r0 = dict(zip(KEYS, key[:-1]))
-    cands = grp[grp["kind"] == "candidate"]
-    ok = cands[cands["status"] == "ok"].sort_values(["time_s", "candidate"])
-    ok_time = lambda cid: ok[ok["candidate"] == cid]["time_s"].min() if cid else float("nan")
-    base = {b: grp[(grp["candidate"] == f"baseline:{b}") & (grp["status"] == "ok")]["time_s"].min()
-            for b in ("xla", "dense")}
-    default = kernels.registry.default_config(r0["backend"], r0["op"], r0["dtype"], r0["m"], r0["k"], r0["n"], r0["g"])
-    default_s = ok_time(candidate_id(default)) if default is not None else float("nan")
-    best = ok.iloc[0].to_dict() if len(ok) else None
-    t = best["time_s"] if best else float("nan")
+  for s in _summaries(records):
+    p, best, base = s.problem, s.best, s.baselines
+    t = best.time_s if best else None
     pct, bound = ceilings_mod.pct_of_peak(best, ceil or {}) if best else (None, "")
-    counts = cands["status"].value_counts().to_dict()
-    statuses = " ".join(f"{k}={v}" for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
+    statuses = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
     out.append({
-        **r0, "shape": _shape(r0),
-        "best_ms": t * 1e3,
-        "tflops": best["tflops"] if best else float("nan"),
-        "gbps": best["gbps"] if best else float("nan"),
-        "pct_peak": pct if pct is not None else float("nan"),
+        "device_kind": s.device_kind, **p.fields(), "shape": p.shape_label,
+        "best_ms": _ms(t),
+        "tflops": best.tflops if best else math.nan,
+        "gbps": best.gbps if best else math.nan,
+        "pct_peak": pct if pct is not None else math.nan,
         "bound": bound,
-        "xla_ms": base["xla"] * 1e3,
-        "default_ms": default_s * 1e3,
-        "dense_ms": base["dense"] * 1e3,
-        "vs_xla": base["xla"] / t if best else float("nan"),
-        "vs_default": default_s / t if best else float("nan"),
-        "winner": winners.winner_text(per_shape.get(winners.shape_key({**r0, "problem": key[-1]}))),
-        "runner_up": winners.runner_up(per_shape.get(winners.shape_key({**r0, "problem": key[-1]}))),
-        "ok": int(len(ok)),
-        "failed": int(len(cands) - len(ok)),
+        "xla_ms": _ms(base["xla"]),
+        "default_ms": _ms(base["default"]),
+        "dense_ms": _ms(base["dense"]),
+        "vs_xla": _ratio(base["xla"], t),
+        "vs_default": _ratio(base["default"], t),
+        "winner": s.winner,
+        "runner_up": s.runner_up,
+        "ok": len(s.ranked),
+        "failed": sum(s.counts.values()) - len(s.ranked),
         "statuses": statuses,
-        "best_config": short_config(best["candidate"]) if best else _why(counts),
-        "problem": key[-1],
+        "best_config": short_config(best.config) if best else s.why,
+        "problem": p.key,
     })
   return pd.DataFrame(out)
-
-
-def _why(counts: dict[str, int]) -> str:
-  failed = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if s != "ok")
-  return f"no correct candidate: {failed}" if failed else "no candidate measured"
 
 
 SHOW_COLUMNS = ["op", "backend", "dtype", "shape", "best_ms", "tflops", "pct_peak", "xla_ms", "default_ms", "vs_xla",
                 "vs_default", "winner", "statuses", "best_config"]
 
 
-def show_best(rows: list[dict[str, Any]], ceil: dict | None = None) -> pd.DataFrame:
-  df = best_frame(rows, ceil)
+def show_best(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
+  df = best_frame(records, ceil)
   if df.empty:
     return df
   df = df.copy()
@@ -108,28 +98,22 @@ ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "num_warps": "w", "
 DTYPE_ABBREV = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 
-def short_config(candidate: str) -> str:
-  try:
-    cfg = json.loads(candidate)
-  except json.JSONDecodeError:
-    return candidate
-  if not isinstance(cfg, dict):
-    return candidate
-  return " ".join(f"{ABBREV.get(k, k)}={v}" for k, v in cfg.items())
+def short_config(config: dict[str, Any]) -> str:
+  return " ".join(f"{ABBREV.get(k, k)}={v}" for k, v in config.items())
 
 
-def compact_rows(rows: list[dict[str, Any]], width: int = 160) -> pd.DataFrame:
+def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
   """`show --all`: every row in at most `width` columns; configs abbreviated, errors cut."""
-  df = rows_frame(rows)
   out = pd.DataFrame({
-      "op": df["op"], "backend": df["backend"].str.replace("pallas_", "", regex=False),
-      "dtype": df["dtype"].map(lambda d: DTYPE_ABBREV.get(d, d)),
-      "m,k,n,g": [f"{m},{k},{n},{g}" for m, k, n, g in zip(df["m"], df["k"], df["n"], df["g"])],
-      "config": df["candidate"].map(lambda c: short_config(c).replace("baseline:", "")),
-      "status": df["status"],
-      "ms": (df["time_s"] * 1e3).map(_g4),
-      "TF/s": df["tflops"].map(_g4),
-      "error": df["error"].map(lambda e: e if isinstance(e, str) else ""),
+      "op": [r.problem.op for r in records],
+      "backend": [r.problem.backend.replace("pallas_", "") for r in records],
+      "dtype": [DTYPE_ABBREV.get(r.problem.dtype, r.problem.dtype) for r in records],
+      "m,k,n,g": [f"{r.problem.m},{r.problem.k},{r.problem.n},{r.problem.g}" for r in records],
+      "config": [r.baseline or short_config(r.config) for r in records],
+      "status": [r.status for r in records],
+      "ms": [_g4(r.time_s * 1e3 if r.time_s is not None else None) for r in records],
+      "TF/s": [_g4(r.tflops) for r in records],
+      "error": [r.error for r in records],
   })
   fixed = sum(max([len(str(v)) for v in out[c]] + [len(c)]) + 1 for c in out.columns if c != "error")
   room = max(10, width - fixed - 2)

@@ -18,6 +18,7 @@ A file (loaded with yaml.safe_load semantics only; tags are never executed)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -154,7 +155,7 @@ class Problem:
   group_sizes: tuple[int, ...]
   source: str = ""
 
-  @property
+  @functools.cached_property  # a sha1 per call; records and summaries ask for it often
   def key(self) -> str:
     digest = hashlib.sha1(json.dumps(self.group_sizes).encode()).hexdigest()[:8]
     return f"{self.op}|{self.backend}|{self.dtype}|{self.m}x{self.k}x{self.n}x{self.g}|{digest}"

@@ -2,33 +2,141 @@
 
 A killed sweep can leave at most one partial last line; it is cut off on the next open,
 so every complete line is kept and nothing finished is measured twice.
+
+Each line is a `Record`, written with the keys sweeps have always written, the derived ones
+(`id`, `problem`, `candidate`, `kind`) included, so older ragtune and scripts can still read
+it. Reading derives those again from the fields, takes the keys later versions added
+(`device_index`, `worker_pid`, `elapsed_s`) as absent where a line lacks them, and ignores
+keys it does not know.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable
 
 from ragtune.errors import RagtuneError
+from ragtune.shapes import Problem
 
 RECORDS = "records.jsonl"
 
 
+def _id_of(fields: dict[str, Any]) -> str:
+  return json.dumps(fields, sort_keys=True)
+
+
 def candidate_id(config) -> str:
   """The record key of a config: its fields as sorted JSON."""
-  return json.dumps(config.to_dict(), sort_keys=True)
+  return _id_of(config.to_dict())
 
 
 def row_id(problem_key: str, candidate: str) -> str:
   return f"{problem_key}|{candidate}"
 
 
-class ResultsStore:
-  def __init__(self, directory: str | Path):
-    self.dir = Path(directory)
-    self.path = self.dir / RECORDS
+def baseline_name(candidate: str) -> str:
+  """'xla' for the candidate id 'baseline:xla'; '' for a config's id."""
+  return candidate.removeprefix("baseline:") if candidate.startswith("baseline:") else ""
+
+
+def _seconds(v: Any) -> float | None:
+  """A time as a float, or None where it is not a positive finite number."""
+  ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+  return float(v) if ok else None
+
+
+def _number(v: Any) -> float | None:
+  return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """One row of records.jsonl: the outcome of one candidate config (or baseline) of one
+  problem on one device. A baseline has no config but a name: `xla` (XLA's own op, timed
+  in the same worker) or `dense` (a dense matmul of the same FLOPs)."""
+
+  problem: Problem
+  config: dict[str, Any] | None   # the candidate's fields, keys sorted; None for a baseline
+  baseline: str                   # "" for a candidate, else "xla" or "dense"
+  status: str                     # ok, compile_error, timeout, crash, run_error, wrong, nan, timing_error
+  device_kind: str
+  error: str = ""
+  time_s: float | None = None     # seconds per call; set only when timed
+  tflops: float | None = None
+  gbps: float | None = None
+  timer: str = ""
+  interpret: bool = False
+  numerics: dict[str, float] | None = None  # max_diff, rel_error, pct_bad of the check, when it ran
+  # The worker's device. A row the parent writes for a candidate that a deviceless compile
+  # rejected has the device kind only; rows from before workers have no index or pid.
+  platform: str | None = None
+  jax_version: str | None = None
+  device_index: int | None = None
+  worker_pid: int | None = None
+  elapsed_s: float | None = None  # seconds the worker spent on it
+  timestamp: str = ""
+  origin: str = ""                # the results folder it was read from (load_results); not written
+
+  @functools.cached_property  # read often, by every view; a frozen record never changes it
+  def candidate(self) -> str:
+    """The candidate id: the config as sorted JSON, or `baseline:xla` / `baseline:dense`."""
+    return f"baseline:{self.baseline}" if self.baseline else _id_of(self.config)
+
+  @functools.cached_property
+  def id(self) -> str:
+    return row_id(self.problem.key, self.candidate)
+
+  @property
+  def kind(self) -> str:
+    return "baseline" if self.baseline else "candidate"
+
+  @property
+  def ok(self) -> bool:
+    """Correct and timed."""
+    return self.status == "ok" and self.time_s is not None
+
+  def to_dict(self) -> dict[str, Any]:
+    """The line as written (see the module docstring); device fields it lacks are left out."""
+    p = self.problem
+    device = {"platform": self.platform, "jax_version": self.jax_version, "device_index": self.device_index,
+              "worker_pid": self.worker_pid, "elapsed_s": self.elapsed_s}
+    return {
+        "id": self.id, "problem": p.key, "candidate": self.candidate, "kind": self.kind,
+        **p.fields(), "group_sizes": list(p.group_sizes), "source": p.source, "config": self.config,
+        "status": self.status, "error": self.error, "time_s": self.time_s, "tflops": self.tflops,
+        "gbps": self.gbps, "timer": self.timer, "interpret": self.interpret, "numerics": self.numerics,
+        "device_kind": self.device_kind, **{k: v for k, v in device.items() if v is not None},
+        "timestamp": self.timestamp,
+    }
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any], origin: str = "", problems: dict[tuple, Problem] | None = None) -> Record:
+    """A line as read, from any ragtune version; KeyError names a missing key. `problems`
+    shares one Problem among a file's rows of it (its key is a sha1, computed once)."""
+    baseline = baseline_name(d["candidate"])
+    fields = (d["op"], d["backend"], d["dtype"], int(d["m"]), int(d["k"]), int(d["n"]), int(d["g"]),
+              d["group_dist"], tuple(int(s) for s in d["group_sizes"]), d.get("source") or "")
+    problem = Problem(*fields) if problems is None else problems.setdefault(fields, Problem(*fields))
+    return cls(
+        problem=problem, config=None if baseline else dict(sorted(d["config"].items())), baseline=baseline,
+        status=d["status"], device_kind=d["device_kind"], error=d.get("error") or "",
+        time_s=_seconds(d.get("time_s")), tflops=_number(d.get("tflops")), gbps=_number(d.get("gbps")),
+        timer=d.get("timer") or "", interpret=bool(d.get("interpret")), numerics=d.get("numerics"),
+        platform=d.get("platform"), jax_version=d.get("jax_version"), device_index=d.get("device_index"),
+        worker_pid=d.get("worker_pid"), elapsed_s=_number(d.get("elapsed_s")), timestamp=d.get("timestamp") or "",
+        origin=origin)
+
+
+class JsonLines:
+  """An append-only file of JSON objects, one a line, each appended and fsynced."""
+
+  def __init__(self, path: str | Path):
+    self.path = Path(path)
     self._tail_checked = False
 
   def _repair_tail(self) -> None:
@@ -40,13 +148,10 @@ class ResultsStore:
         f.truncate(data.rfind(b"\n") + 1)
 
   def rows(self) -> list[dict[str, Any]]:
-    return read_rows(self.path) if self.path.exists() else []
-
-  def done_ids(self) -> set[str]:
-    return {r["id"] for r in self.rows() if "id" in r}
+    return [d for _, d in _read_lines(self.path)] if self.path.exists() else []
 
   def append(self, row: dict[str, Any]) -> None:
-    self.dir.mkdir(parents=True, exist_ok=True)
+    self.path.parent.mkdir(parents=True, exist_ok=True)
     if not self._tail_checked:
       self._repair_tail()
       self._tail_checked = True
@@ -57,7 +162,22 @@ class ResultsStore:
       os.fsync(f.fileno())
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
+class ResultsStore:
+  """A results folder's records.jsonl."""
+
+  def __init__(self, directory: str | Path):
+    self.path = Path(directory) / RECORDS
+    self._lines = JsonLines(self.path)
+
+  def rows(self) -> list[Record]:
+    return read_records(self.path) if self.path.exists() else []
+
+  def append(self, record: Record) -> None:
+    self._lines.append(record.to_dict())
+
+
+def _read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+  """(line number, object) of each complete line."""
   rows = []
   with open(path) as f:
     lines = f.read().split("\n")
@@ -65,7 +185,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if not line.strip():
       continue
     try:
-      rows.append(json.loads(line))
+      rows.append((i, json.loads(line)))
     except json.JSONDecodeError:
       if i == len(lines):  # a partial last line from a killed sweep
         continue
@@ -73,8 +193,21 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
   return rows
 
 
-def load_results(dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
-  """All rows of the given results folders (or records files); each row gets `_source`."""
+def read_records(path: Path, origin: str = "") -> list[Record]:
+  out: list[Record] = []
+  problems: dict[tuple, Problem] = {}
+  for i, d in _read_lines(path):
+    try:
+      out.append(Record.from_dict(d, origin, problems))
+    except KeyError as e:
+      raise RagtuneError(f"{path}:{i}: not a sweep record (no {e.args[0]!r})") from None
+    except (TypeError, ValueError, AttributeError) as e:
+      raise RagtuneError(f"{path}:{i}: not a sweep record ({e})") from None
+  return out
+
+
+def load_results(dirs: Iterable[str | Path]) -> list[Record]:
+  """All records of the given results folders (or records files), each with its `origin`."""
   out = []
   for d in dirs:
     p = Path(d)
@@ -83,15 +216,14 @@ def load_results(dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
     path = p / RECORDS if p.is_dir() else p
     if not path.exists():
       raise RagtuneError(f"{p}: no {RECORDS} here (is it a results folder written by `ragtune sweep`?)")
-    rows = read_rows(path)
-    if not rows:
+    records = read_records(path, str(p))
+    if not records:
       raise RagtuneError(f"{path}: results file is empty")
     seen = set()
-    for r in rows:
-      if r.get("id") in seen:
+    for r in records:
+      if r.id in seen:
         continue  # older files could get an id twice (two unlocked sweeps): keep the first
-      seen.add(r.get("id"))
-      r["_source"] = str(p)
+      seen.add(r.id)
       out.append(r)
   return out
 

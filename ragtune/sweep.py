@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import kernels
-from ragtune import lock, measure, prune, search_space, search_strategy
+from ragtune import lock, measure, prune, search_space, search_strategy, summary
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
-from ragtune.store import ResultsStore, candidate_id, row_id
+from ragtune.store import Record, ResultsStore, baseline_name, candidate_id, row_id
+from ragtune.summary import ProblemSummary
 
 BASELINES = ("baseline:xla", "baseline:dense")
 DEFAULT_BUILDER = "ragtune.measure:build_op"
@@ -66,8 +67,8 @@ class SweepOptions:
 class SweepProgress(Protocol):
   def start(self, total: int, skipped: int) -> None: ...
   def problem(self, p: Problem) -> None: ...
-  def row(self, row: dict[str, Any], best: dict[str, Any] | None) -> None: ...
-  def problem_done(self, summary: "ProblemSummary") -> None: ...
+  def row(self, row: Record, best: Record | None) -> None: ...
+  def problem_done(self, summary: ProblemSummary) -> None: ...
   def tick(self) -> None: ...  # called about once a second, for heartbeat lines
 
 
@@ -79,40 +80,23 @@ class _Silent:
   def tick(self): pass
 
 
-@dataclasses.dataclass
-class ProblemSummary:
-  problem: Problem
-  counts: dict[str, int]
-  best: dict[str, Any] | None
-  baselines: dict[str, float | None]
-  winner: str = "-"  # the fastest backend at this shape and op, XLA included: 'mosaic_gpu 1.31x'
-
-  @property
-  def why(self) -> str:
-    """Why there is no best config, e.g. 'no correct candidate: 3 timeout, 1 crash'."""
-    if self.best is not None:
-      return ""
-    failed = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0])) if s != "ok")
-    return f"no correct candidate: {failed}" if failed else "no candidate measured"
-
-
 def make_row(p: Problem, candidate: str, config, status: str, *, interpret: bool, device: dict[str, Any],
-             error: str = "", time_s: float | None = None, timer: str = "", numerics=None) -> dict[str, Any]:
+             error: str = "", time_s: float | None = None, timer: str = "", numerics=None) -> Record:
+  """The record of one outcome. device: Record's device fields (device_kind, and from a
+  worker platform, jax_version, device_index, worker_pid)."""
   ok_time = time_s is not None and math.isfinite(time_s) and time_s > 0
-  return {
-      "id": row_id(p.key, candidate), "problem": p.key, "candidate": candidate,
-      "kind": "baseline" if candidate.startswith("baseline:") else "candidate",
-      **p.fields(), "group_sizes": list(p.group_sizes), "source": p.source,
-      "config": config.to_dict() if config is not None else None,
-      "status": status, "error": error,
-      "time_s": time_s if ok_time else None,
-      "tflops": measure.flops(p) / time_s / 1e12 if ok_time else None,
-      "gbps": measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
-      "timer": timer, "interpret": interpret and p.backend != "xla",
-      "numerics": None if numerics is None else {
+  return Record(
+      problem=p, config=dict(sorted(config.to_dict().items())) if config is not None else None,
+      baseline=baseline_name(candidate),
+      status=status, error=error,
+      time_s=time_s if ok_time else None,
+      tflops=measure.flops(p) / time_s / 1e12 if ok_time else None,
+      gbps=measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
+      timer=timer, interpret=interpret and p.backend != "xla",
+      numerics=None if numerics is None else {
           "max_diff": numerics.max_diff, "rel_error": numerics.rel_error, "pct_bad": numerics.pct_bad},
-      **device, "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-  }
+      **device, timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+  )
 
 
 # --- planning -------------------------------------------------------------------------
@@ -216,7 +200,7 @@ def find_lut(device_kind: str):
   """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None."""
   from kernels.lut import BUNDLED_DIR
 
-  env = os.environ.get(kernels.lut.ENV_VAR)
+  env = os.environ.get(kernels.ENV_VAR)
   slug = f"{kernels.device_slug(device_kind)}.json"
   path = (Path(env) / slug if Path(env).is_dir() else Path(env)) if env else BUNDLED_DIR / slug
   try:
@@ -244,10 +228,10 @@ class _Task:
   history: dict[Any, float | None]      # config -> seconds (None: failed), as the strategy sees it
   planned: int                          # candidates this problem will time at most
   pending: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
-  rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # this problem's rows, old and new
-  best: dict[str, Any] | None = None
+  rows: list[Record] = dataclasses.field(default_factory=list)  # this problem's rows, old and new
+  best: Record | None = None
   setup_failures: int = 0
-  skip_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # rejected by a deviceless compile
+  skip_rows: list[Record] = dataclasses.field(default_factory=list)  # rejected by a deviceless compile
   rejected: int = 0  # candidates a deviceless compile took out of this problem
 
   def next_batch(self) -> list[tuple[str, Any]]:
@@ -255,15 +239,15 @@ class _Task:
     return [(candidate_id(c), c) for c in batch]
 
 
-def _by_problem(done: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-  out: dict[str, list[dict[str, Any]]] = {}
+def _by_problem(done: dict[str, Record]) -> dict[str, list[Record]]:
+  out: dict[str, list[Record]] = {}
   for r in done.values():
-    out.setdefault(r.get("problem"), []).append(r)
+    out.setdefault(r.problem.key, []).append(r)
   return out
 
 
-def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
-               prior: list[dict[str, Any]]) -> tuple[_Task, int, int]:
+def _make_task(p: Problem, opts: SweepOptions, done: dict[str, Record],
+               prior: list[Record]) -> tuple[_Task, int, int]:
   """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
   kind = opts.device_kind or probe_devices()["device_kind"]  # never this process's jax: it stays off the device
   # Candidates a deviceless compile for this device kind rejected (`ragtune plan --target`)
@@ -292,7 +276,7 @@ def _make_task(p: Problem, opts: SweepOptions, done: dict[str, dict[str, Any]],
   for cid, c in configs.items():
     r = done.get(row_id(p.key, cid))
     if r is not None:
-      history[c] = r["time_s"] if r.get("status") == "ok" else None
+      history[c] = r.time_s if r.status == "ok" else None
   planned = min(opts.budget, len(cands)) if opts.budget else len(cands)
   task = _Task(p, strategy, configs, history, planned, rows=list(prior), skip_rows=skip_rows, rejected=len(skipped))
   base = [(b, None) for b in BASELINES if row_id(p.key, b) not in done]
@@ -310,11 +294,11 @@ def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
   is the median wall time per row already recorded for the problem (or, failing that,
   for the folder), times the rows left; None until some rows exist.
   """
-  done = {r["id"]: r for r in ResultsStore(opts.out_dir).rows() if "id" in r}
+  done = {r.id: r for r in ResultsStore(opts.out_dir).rows()}
   per_problem: dict[str, list[float]] = {}
   for r in done.values():
-    if isinstance(r.get("elapsed_s"), (int, float)):
-      per_problem.setdefault(r["problem"], []).append(r["elapsed_s"])
+    if r.elapsed_s is not None:
+      per_problem.setdefault(r.problem.key, []).append(r.elapsed_s)
   everything = [t for ts in per_problem.values() for t in ts]
   grouped = _by_problem(done)
   out = []
@@ -536,7 +520,7 @@ class _Pool:
   def _on_begin(self, w: _Worker, cid: str) -> None:
     w.current, w.deadline = cid, time.monotonic() + self.opts.timeout_s
 
-  def _on_row(self, w: _Worker, row: dict[str, Any]) -> None:
+  def _on_row(self, w: _Worker, row: Record) -> None:
     self._write(w.task, row)
     w.current, w.deadline = None, time.monotonic() + self.opts.timeout_s
 
@@ -573,15 +557,16 @@ class _Pool:
       w.task = self.queue.popleft()
       self.progress.problem(w.task.p)
 
-  def _write(self, t: _Task, row: dict[str, Any]) -> None:
+  def _write(self, t: _Task, row: Record) -> None:
     self.store.append(row)
     t.rows.append(row)
-    t.pending = [(c, cfg) for c, cfg in t.pending if c != row["candidate"]]
-    if row["kind"] == "candidate":
-      cfg = t.configs.get(row["candidate"])
+    cid = row.candidate
+    t.pending = [(c, cfg) for c, cfg in t.pending if c != cid]
+    if not row.baseline:
+      cfg = t.configs.get(cid)
       if cfg is not None:
-        t.history[cfg] = row["time_s"] if row["status"] == "ok" else None
-      if row["status"] == "ok" and (t.best is None or row["time_s"] < t.best["time_s"]):
+        t.history[cfg] = row.time_s if row.status == "ok" else None
+      if row.ok and (t.best is None or row.time_s < t.best.time_s):
         t.best = row
     self.progress.row(row, t.best)
 
@@ -622,7 +607,7 @@ def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgre
   progress = progress or _Silent()
   with lock.sweep_lock(opts.out_dir, wait=opts.wait_for_lock, on_wait=on_wait):
     store = ResultsStore(opts.out_dir)
-    done = {r["id"]: r for r in store.rows() if "id" in r}
+    done = {r.id: r for r in store.rows()}
     tasks, n_todo, n_done = [], 0, 0
     grouped = _by_problem(done)
     for p in problems:
@@ -644,33 +629,10 @@ def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgre
     return summarize(problems, store.rows(), opts.device_kind)
 
 
-def summarize(problems: list[Problem], rows: list[dict[str, Any]],
-              device_kind: str | None = None) -> list[ProblemSummary]:
-  """Per problem: status counts, best correct candidate, baselines, and the winner among
-  every backend the rows hold for its shape and op (ragtune/winners.py). device_kind: the
-  tuned device, whose default config is the "default" baseline (else the rows' device)."""
-  from ragtune import winners
-
-  by_problem: dict[str, list[dict[str, Any]]] = {}
-  per_shape = winners.backend_times(rows)
-  device_kind = device_kind or next((r["device_kind"] for r in rows if r.get("device_kind")), None)
-  for r in rows:
-    by_problem.setdefault(r["problem"], []).append(r)
-  out = []
-  for p in problems:
-    rs = list({r["id"]: r for r in reversed(by_problem.get(p.key, []))}.values())[::-1]  # first of each id
-    counts: dict[str, int] = {}
-    for r in rs:
-      if r["kind"] == "candidate":
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    ok = [r for r in rs if r["kind"] == "candidate" and r["status"] == "ok"]
-    best = min(ok, key=lambda r: (r["time_s"], r["candidate"])) if ok else None
-    baselines = {b.split(":")[1]: next((r["time_s"] for r in rs if r["candidate"] == b and r["status"] == "ok"), None)
-                 for b in BASELINES}
-    default = kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=device_kind)
-    if default is not None:
-      baselines["default"] = next((r["time_s"] for r in ok if r["candidate"] == candidate_id(default)), None)
-    dev = rs[0].get("device_kind") if rs else device_kind
-    winner = winners.winner_text(per_shape.get(winners.shape_key({"problem": p.key, "device_kind": dev})))
-    out.append(ProblemSummary(p, counts, best, baselines, winner))
-  return out
+def summarize(problems: list[Problem], records: list[Record], device_kind: str | None = None) -> list[ProblemSummary]:
+  """Per problem, its summary (ragtune/summary.py) among the records of device_kind: the
+  tuned device (else the records' device), whose default config is the "default" baseline."""
+  kind = device_kind or next((r.device_kind for r in records), "")
+  found = summary.summarize(records, kind)
+  return [dataclasses.replace(found[p.key], problem=p) if p.key in found else ProblemSummary(p, kind)
+          for p in problems]

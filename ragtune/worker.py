@@ -25,6 +25,7 @@ set by the parent in the environment) before jax starts.
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import importlib
 import os
@@ -35,7 +36,10 @@ import struct
 import sys
 import threading
 import time
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+if TYPE_CHECKING:
+  from ragtune.store import Record
 
 _HEADER = struct.Struct(">I")
 
@@ -95,7 +99,7 @@ class _Problem:
     self.builder = load_builder(opts["builder"])
 
 
-def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: dict[str, Any]) -> dict[str, Any]:
+def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: dict[str, Any]) -> Record:
   import jax
 
   from ragtune import measure, sweep
@@ -140,13 +144,13 @@ def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: di
 _POISON = re.compile(r"CUDA_ERROR|cudaError|illegal (memory )?address|misaligned address|unspecified launch failure")
 
 
-def _poisoned(row: dict[str, Any], platform: str) -> bool:
+def _poisoned(row: Record, platform: str) -> bool:
   """Whether this process should not time anything more: a failed run on an accelerator
   (an illegal address or the like can leave the device context unusable), or any error
   that names such a fault. The parent then starts a fresh worker."""
-  if row["status"] not in ("run_error", "compile_error", "timing_error"):
+  if row.status not in ("run_error", "compile_error", "timing_error"):
     return False
-  return (platform != "cpu" and row["status"] == "run_error") or bool(_POISON.search(row.get("error") or ""))
+  return (platform != "cpu" and row.status == "run_error") or bool(_POISON.search(row.error))
 
 
 def main() -> None:
@@ -194,10 +198,10 @@ def main() -> None:
       send(out, ("begin", cid))
       t0 = time.perf_counter()
       r = _measure(state, cid, config, opts, device)
-      r["elapsed_s"] = round(time.perf_counter() - t0, 4)
+      r = dataclasses.replace(r, elapsed_s=round(time.perf_counter() - t0, 4))
       send(out, ("row", r))
       if _poisoned(r, device["platform"]):
-        send(out, ("retire", r["error"][:200]))
+        send(out, ("retire", r.error[:200]))
         return
     send(out, ("done", p.key))
 

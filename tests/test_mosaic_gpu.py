@@ -229,7 +229,7 @@ def _custom_calls(mod):
 ], ids=lambda w: "-".join(w.values()))
 def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
   """What this proves: given a GPU platform and the active LUT, "auto" picks each op's
-  backend with Lut.choose and each op lowers to that backend's kernel (Triton, Mosaic GPU,
+  backend with Lut.query and each op lowers to that backend's kernel (Triton, Mosaic GPU,
   or plain XLA). The target is faked for resolve_plan, which runs outside the export's
   abstract H100 mesh; on a real GPU kernels.target says "gpu" by itself."""
   from test_backends import SHAPE, _mixed_lut

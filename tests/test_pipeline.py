@@ -32,11 +32,11 @@ def _ops_where_xla_wins(rows):
   """Ops whose XLA baseline beat every passing kernel config; export-lut gives each an xla entry.
   On a CPU which side wins depends on jax and the host (jax 0.11's interpreter beats XLA on
   some tiny problems), so the rows decide."""
-  ok = [r for r in rows if r["status"] == "ok"]
+  ok = [r for r in rows if r.ok]
   wins = set()
-  for op in {r["op"] for r in ok}:
-    xla = min(r["time_s"] for r in ok if r["op"] == op and r["candidate"] == "baseline:xla")
-    kernel = min(r["time_s"] for r in ok if r["op"] == op and r.get("kind") == "candidate")
+  for op in {r.problem.op for r in ok}:
+    xla = min(r.time_s for r in ok if r.problem.op == op and r.baseline == "xla")
+    kernel = min(r.time_s for r in ok if r.problem.op == op and not r.baseline)
     if xla < kernel:
       wins.add(op)
   return wins
@@ -50,8 +50,8 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   assert r.exit_code == 0, r.output
   assert "sweep summary" in r.output and "interpret mode" in r.output
   rows = store.ResultsStore(out).rows()
-  assert {r["candidate"] for r in rows} >= {"baseline:xla", "baseline:dense"}
-  assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+  assert {r.candidate for r in rows} >= {"baseline:xla", "baseline:dense"}
+  assert all(r.status == "ok" for r in rows), [r.error for r in rows]
   xla_wins = _ops_where_xla_wins(rows)
   expected = sorted([(op, "pallas_gpu") for op in ("fwd", "drhs")] + [(op, "xla") for op in xla_wins])
 
@@ -125,9 +125,9 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
   assert r.exit_code == 0, r.output
   assert f"resuming: {len(before)} measurements" in r.output
   after = store.ResultsStore(out).rows()
-  ids = [row["id"] for row in after]
+  ids = [row.id for row in after]
   assert len(ids) == len(set(ids)) == total
-  assert after[:len(before)] == before, "finished rows are kept as they were"
+  assert [row.to_dict() for row in after[:len(before)]] == before, "finished rows are kept as they were"
 
 
 def test_merging_folders_is_order_independent(tmp_path):

@@ -1,5 +1,6 @@
 """Shards partition a shape set; plan / sweep --dry-run count and estimate without a device; CPU cost warnings."""
 
+import dataclasses
 import json
 import random
 
@@ -54,10 +55,9 @@ def test_plan_and_dry_run_count_done_and_estimate(tmp_path):
   for cid, cfg, t in [("baseline:xla", None, 2.0), ("baseline:dense", None, 2.0)] + \
       [(sweep.candidate_id(c), c, 4.0) for c in cands[:3]]:
     r = sweep.make_row(fwd, cid, cfg, "ok", interpret=True, device=dev, time_s=1e-3)
-    r["elapsed_s"] = t
-    rows.append(r)
+    rows.append(dataclasses.replace(r, elapsed_s=t))
   out.mkdir()
-  (out / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+  (out / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
 
   plan = {r["problem"].op: r for r in sweep.plan(problems, sweep.SweepOptions(out_dir=out))}
   assert plan["fwd"]["candidates"] == len(cands) and plan["fwd"]["done"] == 5

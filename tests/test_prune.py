@@ -50,12 +50,12 @@ def test_a_sweep_skips_and_records_what_the_compile_rejected(tmp_path):
 
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output
-  rows = {x["candidate"]: x for x in store.ResultsStore(out).rows()}
+  rows = {x.candidate: x for x in store.ResultsStore(out).rows()}
   skipped = rows[store.candidate_id(default)]
-  assert skipped["status"] == "compile_error" and skipped["time_s"] is None
-  assert "deviceless compile for" in skipped["error"] and "spill" in skipped["error"]
-  timed = [x for x in rows.values() if x["kind"] == "candidate" and x["status"] == "ok"]
-  assert sorted(x["candidate"] for x in timed) == sorted(store.candidate_id(c) for c in (second, third))
+  assert skipped.status == "compile_error" and skipped.time_s is None
+  assert "deviceless compile for" in skipped.error and "spill" in skipped.error
+  timed = [x for x in rows.values() if x.kind == "candidate" and x.status == "ok"]
+  assert sorted(x.candidate for x in timed) == sorted(store.candidate_id(c) for c in (second, third))
   # A rerun writes nothing new: the skip row is recorded once.
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output

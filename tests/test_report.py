@@ -29,7 +29,7 @@ def _results(tmp_path):
     rows.append(sweep.make_row(broken, sweep.candidate_id(c), c, s, interpret=False, device=DEV, error="x"))
   out = tmp_path / "res"
   out.mkdir()
-  (out / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+  (out / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
   ceilings.save(out, DEV, {"matmul_tflops": {"bfloat16": 800.0}, "copy_gbps": 3000.0})
   return out, prefill, decode
 
@@ -65,7 +65,7 @@ def test_csvs_round_to_4_significant_digits_records_keep_full_precision(tmp_path
   rows = pd.read_csv(rep / "rows.csv")
   xla = rows[rows["candidate"] == "baseline:xla"]["time_s"].max()
   assert xla == 0.009123, "4 significant digits"
-  assert any(r["time_s"] == 9.123456e-3 for r in store.ResultsStore(out).rows()), "records keep full precision"
+  assert any(r.time_s == 9.123456e-3 for r in store.ResultsStore(out).rows()), "records keep full precision"
   best = pd.read_csv(rep / "best.csv")
   assert (best["best_ms"].dropna().map(lambda v: len(f"{v:.10g}".replace(".", "").lstrip("0"))) <= 4).all()
 

@@ -1,5 +1,6 @@
 """Worker processes: faults recorded and never exported, timeouts killed, Ctrl-C, the folder lock, devices."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ragtune import ceilings, export, lock, search_space, shapes, store, sweep
+from ragtune import ceilings, export, lock, search_space, shapes, store, summary, sweep
 from ragtune.cli import app
 
 runner = CliRunner()
@@ -51,24 +52,24 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   assert proc.returncode == 0, proc.stderr
   assert time.time() - t0 < 150, "the sweep ends once its summary is printed"
   rows = store.ResultsStore(out).rows()
-  ids = [r["id"] for r in rows]
+  ids = [r.id for r in rows]
   assert len(ids) == len(set(ids)) == 2 + 7, "every baseline and candidate once"
   (p,) = shapes.expand(shapes.load_shape_set(spec))
   cands = search_space.candidates(p, 7)
-  by_cand = {r["candidate"]: r for r in rows}
-  status = [by_cand[sweep.candidate_id(c)]["status"] for c in cands]
+  by_cand = {r.candidate: r for r in rows}
+  status = [by_cand[sweep.candidate_id(c)].status for c in cands]
   assert status == ["ok", "timeout", "crash", "wrong", "nan", "run_error", "ok"], status
   poisoned = by_cand[sweep.candidate_id(cands[5])]
-  assert "ILLEGAL_ADDRESS" in poisoned["error"]
-  assert by_cand[sweep.candidate_id(cands[6])]["worker_pid"] != poisoned["worker_pid"], \
+  assert "ILLEGAL_ADDRESS" in poisoned.error
+  assert by_cand[sweep.candidate_id(cands[6])].worker_pid != poisoned.worker_pid, \
       "after a fault that can poison a device context, a fresh worker takes over"
   crash = by_cand[sweep.candidate_id(cands[2])]
-  assert "SIGSEGV" in crash["error"]
+  assert "SIGSEGV" in crash.error
   hung = by_cand[sweep.candidate_id(cands[1])]
-  assert "10s" in hung["error"] and not _alive(hung["worker_pid"]), "a timed-out computation is stopped"
+  assert "10s" in hung.error and not _alive(hung.worker_pid), "a timed-out computation is stopped"
   # Rows after a fault come from a fresh worker; baselines and the first candidate share one.
-  assert by_cand["baseline:xla"]["worker_pid"] == by_cand[sweep.candidate_id(cands[0])]["worker_pid"]
-  assert by_cand[sweep.candidate_id(cands[3])]["worker_pid"] != hung["worker_pid"]
+  assert by_cand["baseline:xla"].worker_pid == by_cand[sweep.candidate_id(cands[0])].worker_pid
+  assert by_cand[sweep.candidate_id(cands[3])].worker_pid != hung.worker_pid
 
   assert "ok=2" in proc.stdout and "crash=1" in proc.stdout and "timeout=1" in proc.stdout
   assert "done fwd pallas_gpu" in proc.stdout and "elapsed" in proc.stdout, "plain progress lines off a terminal"
@@ -77,12 +78,13 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   assert len(exported) == 1 and exported[0] in (cands[0], cands[6])
   # An xla entry (config {}) sits beside the kernel's where XLA beat every passing config; on a
   # CPU that depends on jax (0.11's interpreter is faster), so the recorded times decide.
-  kernel_best = min(by_cand[sweep.candidate_id(c)]["time_s"] for c in (cands[0], cands[6]))
-  xla_won = by_cand["baseline:xla"]["time_s"] < kernel_best
+  kernel_best = min(by_cand[sweep.candidate_id(c)].time_s for c in (cands[0], cands[6]))
+  xla_won = by_cand["baseline:xla"].time_s < kernel_best
   assert [(e.backend, e.config) for e in lut.entries() if e.backend != "pallas_gpu"] == ([("xla", None)] if xla_won else [])
 
   # The device's ceilings were measured once, by a worker, and kept beside the records.
-  device = {k: by_cand["baseline:xla"][k] for k in ("device_kind", "jax_version")}
+  xla = by_cand["baseline:xla"]
+  device = {"device_kind": xla.device_kind, "jax_version": xla.jax_version}
   (entry,) = ceilings.load([out]).values()
   assert entry["matmul_tflops"]["bfloat16"] > 0 and entry["copy_gbps"] > 0
   assert ceilings.missing(out, device, ["bfloat16"]) == set() and ceilings.missing(out, device, ["float32"]) == {"float32"}
@@ -117,8 +119,8 @@ def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path,
   assert proc.returncode == 130 and "resume" in err, err
   assert "Traceback" not in err and "RuntimeError" not in err, err
   rows = store.ResultsStore(out).rows()
-  assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
-  assert not _alive(rows[-1]["worker_pid"]), "no worker left behind"
+  assert len(rows) == 3 and all(r.status == "ok" for r in rows)
+  assert not _alive(rows[-1].worker_pid), "no worker left behind"
   assert not (out / lock.HOLDER).exists()
 
 
@@ -151,10 +153,10 @@ def test_duplicate_ids_in_older_files_are_read_once(tmp_path):
   (c,) = search_space.candidates(p, 1)
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
   first = sweep.make_row(p, sweep.candidate_id(c), c, "ok", interpret=True, device=dev, time_s=1e-3)
-  second = dict(first, time_s=5e-4)
-  (tmp_path / store.RECORDS).write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+  second = dataclasses.replace(first, time_s=5e-4)
+  (tmp_path / store.RECORDS).write_text(json.dumps(first.to_dict()) + "\n" + json.dumps(second.to_dict()) + "\n")
   rows = store.load_results([tmp_path])
-  assert len(rows) == 1 and rows[0]["time_s"] == 1e-3
+  assert len(rows) == 1 and rows[0].time_s == 1e-3
   r = runner.invoke(app, ["show", str(tmp_path), "--all"])
   assert r.exit_code == 0 and r.output.count(" ok ") == 1, r.output
 
@@ -167,12 +169,12 @@ def test_two_devices_cover_every_problem_once_within_the_budget(tmp_path):
   opts = sweep.SweepOptions(out_dir=out, interpret=True, budget=2, devices=(0, 1), ceilings=False)
   sweep.run_sweep(problems, opts)
   rows = store.ResultsStore(out).rows()
-  ids = [r["id"] for r in rows]
+  ids = [r.id for r in rows]
   assert len(ids) == len(set(ids)) == 3 * (2 + 2), "baselines + a budget of 2 candidates, once each"
-  assert {r["problem"] for r in rows} == {p.key for p in problems}
-  assert {r["device_index"] for r in rows} == {0, 1}, "both workers took problems"
+  assert {r.problem.key for r in rows} == {p.key for p in problems}
+  assert {r.device_index for r in rows} == {0, 1}, "both workers took problems"
   for p in problems:  # one problem's baselines and candidates come from one worker
-    assert len({r["worker_pid"] for r in rows if r["problem"] == p.key}) == 1
+    assert len({r.worker_pid for r in rows if r.problem.key == p.key}) == 1
 
 
 def test_plain_progress_prints_every_30s_and_per_problem():
@@ -184,14 +186,16 @@ def test_plain_progress_prints_every_30s_and_per_problem():
   pp.start(10, 0)
   pp.problem(p)
   now[0] = 5.0
-  pp.row({}, {"time_s": 2e-3, "tflops": 1.5})
+  (c,) = search_space.candidates(p, 1)
+  best = sweep.make_row(p, sweep.candidate_id(c), c, "ok", interpret=True, device={"device_kind": "cpu"}, time_s=2e-3)
+  pp.row(best, best)
   pp.tick()
   assert lines == [], "nothing new within 30 s"
   now[0] = 31.0
   pp.tick()  # the sweep's heartbeat, even while one candidate runs long
   assert len(lines) == 1 and "0:31 elapsed" in lines[0] and "eta 4:39" in lines[0] and "best 2 ms" in lines[0], lines
   now[0] = 40.0
-  pp.problem_done(sweep.ProblemSummary(p, {"timeout": 3}, None, {}))
+  pp.problem_done(summary.ProblemSummary(p, "cpu", {"timeout": 3}))
   assert len(lines) == 2 and "no correct candidate: 3 timeout" in lines[1]
 
 
@@ -205,6 +209,6 @@ def test_a_problem_that_kills_every_worker_is_recorded_and_the_sweep_ends(tmp_pa
                             builder="segv_in_worker:build", ceilings=False)
   (s,) = sweep.run_sweep(problems, opts)
   rows = store.ResultsStore(tmp_path / "res").rows()
-  assert [r["status"] for r in rows] == ["crash"] * 3, "two baselines and the candidate, once each"
-  assert all("SIGSEGV" in r["error"] and "inputs and reference" in r["error"] for r in rows)
+  assert [r.status for r in rows] == ["crash"] * 3, "two baselines and the candidate, once each"
+  assert all("SIGSEGV" in r.error and "inputs and reference" in r.error for r in rows)
   assert s.why == "no correct candidate: 1 crash"

@@ -1,6 +1,7 @@
 """XLA as a candidate backend: export-lut writes an xla entry where XLA's own op is fastest,
 Lut.choose follows it, merging stays order-independent, and the tables name the winner."""
 
+import dataclasses
 import json
 
 import pytest
@@ -9,7 +10,7 @@ from typer.testing import CliRunner
 
 import kernels
 from conftest import entry_config, entry_pick
-from ragtune import export, report, search_space, store, sweep
+from ragtune import export, report, search_space, store, summary, sweep
 from ragtune.cli import _summary_table, app
 from ragtune.shapes import Problem
 
@@ -33,8 +34,8 @@ def _rows(backend, shape, best_s, xla_s, stamp="2026-01-01T00:00:00+00:00"):
   """One problem's rows as the sweep writes them: two baselines, then the default config
   (best_s) and a slower one; a third config is fast but wrong."""
   p = _problem(backend, shape)
-  mk = lambda cand, cfg, status, t=None: {**sweep.make_row(p, cand, cfg, status, interpret=False, device=DEV,
-                                                           time_s=t), "timestamp": stamp}
+  mk = lambda cand, cfg, status, t=None: dataclasses.replace(
+      sweep.make_row(p, cand, cfg, status, interpret=False, device=DEV, time_s=t), timestamp=stamp)
   default, slower, wrong = search_space.candidates(p, 3, device_kind=DEV["device_kind"])
   assert default == _cfg(backend, shape)
   return [mk("baseline:xla", None, "ok", xla_s), mk("baseline:dense", None, "ok", xla_s / 2),
@@ -54,7 +55,7 @@ def _folders(tmp_path):
   for name, rows in (("a", a), ("b", b)):
     d = tmp_path / name
     d.mkdir()
-    (d / store.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
     dirs.append(d)
   return dirs
 
@@ -86,12 +87,12 @@ def test_xla_entry_only_when_strictly_fastest_and_never_where_xla_failed(tmp_pat
   rows = _rows("pallas_gpu", XLA_WINS, 1.0e-3, 1.0e-3)  # a tie goes to the kernel
   (lut,) = export.build_luts(rows).values()
   assert {e.backend for e in lut.entries()} == {"pallas_gpu"}
-  failed = [r if r["kind"] == "baseline" else {**r, "status": "timeout", "time_s": None} for r in rows]
+  failed = [r if r.baseline else dataclasses.replace(r, status="timeout", time_s=None) for r in rows]
   (lut,) = export.build_luts(failed).values()
   assert [(e.backend, e.extra["runner_up"]) for e in lut.entries()] == [("xla", None)]
   # XLA failed on another draw of the shape (a timeout, say): distrusted there, as a config would be.
-  other = [{**r, "problem": r["problem"] + "x", "id": r["id"] + "x", "status": "timeout", "time_s": None}
-           for r in rows if r["candidate"] == "baseline:xla"]
+  draw = dataclasses.replace(rows[0].problem, group_sizes=(100, 50, 50, 56))
+  other = [dataclasses.replace(r, problem=draw, status="timeout", time_s=None) for r in rows if r.baseline == "xla"]
   assert export.build_luts(failed + other) == {}
 
 
@@ -129,8 +130,6 @@ def test_show_and_sweep_summary_name_the_winner(tmp_path, shape, text):
 
 
 def test_a_kernel_alone_wins_without_a_ratio_and_nothing_timed_is_a_dash():
-  from ragtune import winners
-
-  assert winners.winner_text({"pallas_gpu": 1e-3}) == "pallas_gpu"
-  assert winners.winner_text({}) == "-"
-  assert winners.winner_text({"xla": 2e-3, "pallas_gpu": 2e-3}) == "pallas_gpu 1.00x", "ties: registry order"
+  assert summary.winner_text({"pallas_gpu": 1e-3}) == "pallas_gpu"
+  assert summary.winner_text({}) == "-"
+  assert summary.winner_text({"xla": 2e-3, "pallas_gpu": 2e-3}) == "pallas_gpu 1.00x", "ties: registry order"
