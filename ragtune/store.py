@@ -6,12 +6,16 @@ so every complete line is kept and nothing finished is measured twice.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from ragtune import measure
 from ragtune.errors import RagtuneError
+from ragtune.shapes import Problem
 
 RECORDS = "records.jsonl"
 
@@ -115,3 +119,22 @@ def write_atomic(path: Path, text: str) -> None:
   finally:
     if tmp.exists():
       tmp.unlink()
+
+
+def make_row(p: Problem, candidate: str, config, status: str, *, interpret: bool, device: dict[str, Any],
+             error: str = "", time_s: float | None = None, timer: str = "", numerics=None) -> dict[str, Any]:
+  ok_time = time_s is not None and math.isfinite(time_s) and time_s > 0
+  return {
+      "id": row_id(p.key, candidate), "problem": p.key, "candidate": candidate,
+      "kind": "baseline" if candidate.startswith("baseline:") else "candidate",
+      **p.fields(), "group_sizes": list(p.group_sizes), "source": p.source,
+      "config": config.to_dict() if config is not None else None,
+      "status": status, "error": error,
+      "time_s": time_s if ok_time else None,
+      "tflops": measure.flops(p) / time_s / 1e12 if ok_time else None,
+      "gbps": measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
+      "timer": timer, "interpret": interpret and p.backend != "xla",
+      "numerics": None if numerics is None else {
+          "max_diff": numerics.max_diff, "rel_error": numerics.rel_error, "pct_bad": numerics.pct_bad},
+      **device, "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+  }

@@ -20,7 +20,6 @@ import dataclasses
 import datetime as dt
 import functools
 import json
-import math
 import os
 import queue
 import signal
@@ -33,10 +32,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import kernels
-from ragtune import lock, measure, prune, search_space, search_strategy
+from ragtune import lock, prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
-from ragtune.store import ResultsStore, candidate_id, row_id
+from ragtune.store import ResultsStore, candidate_id, make_row, row_id
 
 BASELINES = ("baseline:xla", "baseline:dense")
 DEFAULT_BUILDER = "ragtune.measure:build_op"
@@ -94,25 +93,6 @@ class ProblemSummary:
       return ""
     failed = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0])) if s != "ok")
     return f"no correct candidate: {failed}" if failed else "no candidate measured"
-
-
-def make_row(p: Problem, candidate: str, config, status: str, *, interpret: bool, device: dict[str, Any],
-             error: str = "", time_s: float | None = None, timer: str = "", numerics=None) -> dict[str, Any]:
-  ok_time = time_s is not None and math.isfinite(time_s) and time_s > 0
-  return {
-      "id": row_id(p.key, candidate), "problem": p.key, "candidate": candidate,
-      "kind": "baseline" if candidate.startswith("baseline:") else "candidate",
-      **p.fields(), "group_sizes": list(p.group_sizes), "source": p.source,
-      "config": config.to_dict() if config is not None else None,
-      "status": status, "error": error,
-      "time_s": time_s if ok_time else None,
-      "tflops": measure.flops(p) / time_s / 1e12 if ok_time else None,
-      "gbps": measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
-      "timer": timer, "interpret": interpret and p.backend != "xla",
-      "numerics": None if numerics is None else {
-          "max_diff": numerics.max_diff, "rel_error": numerics.rel_error, "pct_bad": numerics.pct_bad},
-      **device, "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-  }
 
 
 # --- planning -------------------------------------------------------------------------

@@ -98,13 +98,14 @@ class _Problem:
 def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: dict[str, Any]) -> dict[str, Any]:
   import jax
 
-  from ragtune import measure, sweep
+  from ragtune import measure
+  from ragtune.store import make_row
 
   p = state.p
   interpret = opts["interpret"]
 
   def row(status, **kw):
-    return sweep.make_row(p, cid, config, status, interpret=interpret, device=device, **kw)
+    return make_row(p, cid, config, status, interpret=interpret, device=device, **kw)
 
   if cid == "baseline:xla":
     fn, args, do_check = measure.build_op(p, "xla", None, False), state.args, False
@@ -160,7 +161,7 @@ def main() -> None:
 
   import jax
 
-  importlib.import_module("ragtune.sweep")  # imported now, while the worker may be a spare
+  importlib.import_module("ragtune.store")  # and ragtune.measure: imported now, while the worker may be a spare
 
   # A spare waits here, imports done, until the parent needs it; only then does it open
   # the device (two processes must not both take a GPU's memory).

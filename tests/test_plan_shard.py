@@ -52,8 +52,8 @@ def test_plan_and_dry_run_count_done_and_estimate(tmp_path):
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
   rows = []
   for cid, cfg, t in [("baseline:xla", None, 2.0), ("baseline:dense", None, 2.0)] + \
-      [(sweep.candidate_id(c), c, 4.0) for c in cands[:3]]:
-    r = sweep.make_row(fwd, cid, cfg, "ok", interpret=True, device=dev, time_s=1e-3)
+      [(store.candidate_id(c), c, 4.0) for c in cands[:3]]:
+    r = store.make_row(fwd, cid, cfg, "ok", interpret=True, device=dev, time_s=1e-3)
     r["elapsed_s"] = t
     rows.append(r)
   out.mkdir()
