@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import kernels
+from kernels.lut import locate_lut
 from ragtune import lock, prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
@@ -192,15 +193,11 @@ def keep_parent_off_device(platform: str) -> None:
       pass
 
 
-def find_lut(device_kind: str):
+def find_lut(device_kind: str) -> kernels.Lut | None:
   """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None."""
-  from kernels.lut import BUNDLED_DIR
-
-  env = os.environ.get(kernels.ENV_VAR)
-  slug = f"{kernels.device_slug(device_kind)}.json"
-  path = (Path(env) / slug if Path(env).is_dir() else Path(env)) if env else BUNDLED_DIR / slug
   try:
-    lut = kernels.Lut.from_file(path) if path.is_file() else None
+    path = locate_lut(None, device_kind)
+    lut = kernels.Lut.from_file(path) if path is not None else None
   except kernels.LutError:
     return None
   return lut if lut is not None and lut.device_kind == device_kind else None

@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 import kernels
+from kernels.lut import locate_lut
 from ragtune.errors import RagtuneError
 from ragtune.numerics import TOLERANCE, NumericsResult, compare
 from ragtune.shapes import GroupDist, Problem
@@ -280,21 +281,26 @@ def entry_report(res: EntryResult, full: bool) -> list[str]:
 def load_lut_for_verify(target: Path, kind: str) -> kernels.Lut:
   """A LUT file, or a folder holding LUTs or records (then the LUT those records export),
   for a device of `kind`."""
+  if not (target.is_file() or target.is_dir()):
+    raise RagtuneError(f"{target}: no such LUT file or results folder")
+  try:
+    lut_path = locate_lut(target, kind)
+  except kernels.LutError:
+    lut_path = None  # a folder with no LUT for this device
+  if lut_path is None:
+    return _lut_from_records(target, kind)
+  try:
+    return kernels.Lut.from_file(lut_path)
+  except kernels.LutError as e:
+    raise RagtuneError(str(e)) from None
+
+
+def _lut_from_records(folder: Path, kind: str) -> kernels.Lut:
   from ragtune import export, store
 
-  if target.is_file():
-    try:
-      return kernels.Lut.from_file(target)
-    except kernels.LutError as e:
-      raise RagtuneError(str(e)) from None
-  if target.is_dir():
-    lut_path = target / f"{kernels.device_slug(kind)}.json"
-    if lut_path.is_file():
-      return load_lut_for_verify(lut_path, kind)
-    if (target / store.RECORDS).exists():
-      luts = export.build_luts(store.load_results([target]))
-      if kind not in luts:
-        raise RagtuneError(f"{target}: no correct results for this device ({kind!r}); found {sorted(luts)}")
-      return luts[kind]
-    raise RagtuneError(f"{target}: neither a LUT ({lut_path.name}) nor {store.RECORDS} here")
-  raise RagtuneError(f"{target}: no such LUT file or results folder")
+  if not (folder / store.RECORDS).exists():
+    raise RagtuneError(f"{folder}: neither a LUT ({kernels.device_slug(kind)}.json) nor {store.RECORDS} here")
+  luts = export.build_luts(store.load_results([folder]))
+  if kind not in luts:
+    raise RagtuneError(f"{folder}: no correct results for this device ({kind!r}); found {sorted(luts)}")
+  return luts[kind]
