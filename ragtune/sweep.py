@@ -19,13 +19,10 @@ import collections
 import dataclasses
 import datetime as dt
 import functools
-import json
 import os
 import queue
-import signal
 import statistics
-import subprocess
-import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,6 +32,7 @@ import kernels
 from kernels.lut import locate_lut
 from ragtune import lock, prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
+from ragtune.run import child
 from ragtune.shapes import Problem
 from ragtune.store import ResultsStore, candidate_id, make_row, row_id
 
@@ -158,28 +156,36 @@ def cpu_timeout_warnings(problems: list[Problem], opts: SweepOptions, limit: int
   return lines
 
 
+PROBE_TIMEOUT_S = 300
+
+
+def report_devices() -> None:
+  """The probe's child process: sends ("devices", fields) of what jax sees here."""
+  channel = child.Channel()
+  import jax
+
+  from ragtune.limits import device_memory_bytes
+
+  d = jax.local_devices()
+  channel.send(("devices", {"platform": d[0].platform, "count": len(d), "device_kind": d[0].device_kind,
+                            "memory_bytes": device_memory_bytes()}))
+
+
 @functools.lru_cache(maxsize=None)
 def probe_devices() -> dict[str, Any]:
   """{platform, count, device_kind, memory_bytes} of this host's accelerators, asked of a
-  child process (memory_bytes: the first device's limit, None where unknown).
-
-  The parent never opens a device itself: a TPU host's chips can be held by one process
-  only, and a GPU context in the parent would cost every device memory. Asked once per
-  process.
-  """
-  code = ("import json, jax; from ragtune.limits import device_memory_bytes; d = jax.local_devices(); "
-          "print(json.dumps({'platform': d[0].platform, 'count': len(d), 'device_kind': d[0].device_kind, "
-          "'memory_bytes': device_memory_bytes()}))")
-  env = dict(os.environ, PYTHONPATH=_pythonpath())  # the child imports this ragtune, as the workers do
-  try:
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-  except subprocess.TimeoutExpired:
-    raise RagtuneError("listing this host's devices (in a child process) took over 300s") from None
-  try:
-    return json.loads(r.stdout.strip().splitlines()[-1])
-  except (ValueError, IndexError):
-    tail = " | ".join(r.stderr.strip().splitlines()[-3:])
-    raise RagtuneError(f"could not list this host's devices in a child process: {tail}") from None
+  child process (memory_bytes: the first device's limit, None where unknown). Asked once
+  per process."""
+  with tempfile.TemporaryDirectory() as tmp, \
+       child.Child(["-c", "from ragtune import sweep; sweep.report_devices()"],
+                   log=Path(tmp) / "stderr.log") as probe:
+    msg = probe.recv(PROBE_TIMEOUT_S)
+    if msg is None:
+      raise RagtuneError(f"listing this host's devices (in a child process) took over {PROBE_TIMEOUT_S}s")
+    if msg[0] != "devices":
+      tail = " | ".join(probe.stderr_lines()[-3:])
+      raise RagtuneError(f"could not list this host's devices in a child process: {tail}")
+    return msg[1]
 
 
 def keep_parent_off_device(platform: str) -> None:
@@ -305,13 +311,8 @@ def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
 
 # --- workers (parent side) ------------------------------------------------------------
 
-def _pythonpath(*extra: str) -> str:
-  """PYTHONPATH for a child process that imports this ragtune (then `extra`, then the caller's)."""
-  root = str(Path(__file__).resolve().parents[1])
-  return os.pathsep.join(x for x in (root, *extra, os.environ.get("PYTHONPATH", "")) if x)
-
-
 def _worker_env(index: int, platform: str) -> dict[str, str]:
+  """The environment of the worker for local device `index`: a GPU is pinned by CUDA_VISIBLE_DEVICES."""
   env = dict(os.environ)
   if platform == "gpu":
     visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
@@ -319,7 +320,7 @@ def _worker_env(index: int, platform: str) -> dict[str, str]:
     env["RAGTUNE_DEVICE_INDEX"] = "0"
   else:
     env["RAGTUNE_DEVICE_INDEX"] = str(index)
-  env["PYTHONPATH"] = _pythonpath(os.getcwd())  # and the user's --builder module from the current folder
+  env["PYTHONPATH"] = child.pythonpath(os.getcwd())  # and the user's --builder module from the current folder
   env["PYTHONUNBUFFERED"] = "1"
   return env
 
@@ -340,83 +341,27 @@ def stop_handler(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-class _Worker:
-  """One worker process and the thread that turns its messages into events."""
+class _Worker(child.Child):
+  """One worker process on one device, and what it is doing."""
 
   def __init__(self, slot: int, index: int, platform: str, events: queue.Queue, log_dir: Path):
-    from ragtune import worker as worker_mod
-
-    self.slot, self.index, self.events = slot, index, events
-    self._send = worker_mod.send
+    self.slot, self.index = slot, index
     log_dir.mkdir(parents=True, exist_ok=True)
-    self.log_path = log_dir / f"worker-{slot}.log"
-    self.log = open(self.log_path, "ab")
-    self.log.write(f"--- worker for device {index} started {dt.datetime.now().isoformat(timespec='seconds')}\n".encode())
-    self.log.flush()
-    self.log_start = self.log.tell()
-    self.proc = subprocess.Popen([sys.executable, "-m", "ragtune.worker"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=self.log, env=_worker_env(index, platform))
+    log = log_dir / f"worker-{slot}.log"
+    started = dt.datetime.now().isoformat(timespec="seconds")
+    with open(log, "ab") as f:
+      f.write(f"--- worker for device {index} started {started}\n".encode())
+    super().__init__(["-m", "ragtune.worker"], env=_worker_env(index, platform), log=log, events=events)
     self.device: dict[str, Any] | None = None
     self.task: _Task | None = None
     self.current: str | None = None      # the item being measured now
     self.deadline: float | None = None
-    self.dead = False
     self.purpose = "work"
-    threading.Thread(target=self._read, args=(worker_mod.recv,), daemon=True).start()
 
-  def _read(self, recv) -> None:
-    while True:
-      try:
-        msg = recv(self.proc.stdout)
-      except Exception:  # noqa: BLE001 - a torn message is the same as a dead worker
-        msg = None
-      self.events.put((self, msg if msg is not None else ("eof",)))
-      if msg is None:
-        return
-
-  def send(self, msg, timeout_s: float) -> None:
+  def ask(self, msg, timeout_s: float) -> None:
+    """Send msg; the worker has timeout_s to answer."""
     self.deadline = time.monotonic() + timeout_s
-    try:
-      self._send(self.proc.stdin, msg)
-    except (BrokenPipeError, OSError):
-      pass  # its end-of-file event follows
-
-  def kill(self) -> None:
-    self.dead = True
-    if self.proc.poll() is None:
-      self.proc.kill()
-    self.proc.wait()
-    self.log.close()
-
-  def close(self) -> None:
-    self.dead = True
-    try:
-      self._send(self.proc.stdin, ("exit",))
-      self.proc.stdin.close()
-      self.proc.wait(timeout=5)
-    except Exception:  # noqa: BLE001
-      pass
-    self.kill()
-
-  def death_note(self) -> str:
-    """Why it died: signal or exit code, and the tail of its stderr."""
-    rc = self.proc.wait()
-    how = f"killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.Signals._value2member_map_ \
-        else f"exited with code {rc}"
-    try:
-      with open(self.log_path, "rb") as f:
-        f.seek(self.log_start)
-        lines = [l for l in f.read().decode(errors="replace").splitlines() if l.strip()]
-    except OSError:
-      lines = []
-    fatal = next((i for i, l in enumerate(lines) if l.startswith("Fatal Python error")), None)
-    if fatal is not None:  # faulthandler: the error, then the crashing thread's innermost frames
-      start = next((i for i in range(fatal, len(lines)) if lines[i].startswith("Current thread")), fatal)
-      frames = [l.strip() for l in lines[start + 1:] if l.strip().startswith("File")][:2]
-      tail = " | ".join([lines[fatal]] + frames)[:400]
-    else:
-      tail = " | ".join(lines[-3:])[-400:]
-    return f"worker {how}" + (f"; stderr: {tail}" if tail else "")
+    self.send(msg)
 
 
 class _Pool:
@@ -439,11 +384,10 @@ class _Pool:
   def _spawn(self, slot: int, task: _Task | None = None) -> None:
     """Put a worker to work on this slot: the spare if it is alive, and start a new spare."""
     w = self.spares.pop(slot, None)
-    if w is None or w.proc.poll() is not None:
+    if w is None or not w.alive():
       w = self._new(slot)
     w.task = task
-    w.deadline = time.monotonic() + max(120.0, self.opts.timeout_s)  # jax import and device start-up
-    w.send(("start",), max(120.0, self.opts.timeout_s))
+    w.ask(("start",), max(120.0, self.opts.timeout_s))  # jax import and device start-up
     replacing = slot in self.workers
     self.workers[slot] = w
     # A spare only once a slot has needed a replacement: a clean sweep starts no extra
@@ -498,7 +442,7 @@ class _Pool:
       missing = ceilings.missing(self.opts.out_dir, device, self.dtypes)
       if missing:
         w.purpose = "ceilings"
-        w.send(("ceilings", sorted(missing)), max(120.0, self.opts.timeout_s))
+        w.ask(("ceilings", sorted(missing)), max(120.0, self.opts.timeout_s))
         return
     self._feed(w)
 
@@ -538,7 +482,7 @@ class _Pool:
         t.pending = t.next_batch()
       if t is not None and t.pending:
         w.current = None
-        w.send(("run", t.p, list(t.pending), self.worker_opts), self.opts.timeout_s)
+        w.ask(("run", t.p, list(t.pending), self.worker_opts), self.opts.timeout_s)
         return
       if t is not None:
         self.progress.problem_done(summarize([t.p], t.rows, self.opts.device_kind)[0])
@@ -567,8 +511,7 @@ class _Pool:
       w.kill()
       note = f"no result within {self.opts.timeout_s:g}s; worker killed"
     else:
-      w.dead = True
-      note = w.death_note()
+      note = f"worker {w.death_note()}"
       w.kill()
     t, slot = w.task, w.slot
     if w.device is None:  # died or hung while starting

@@ -1,6 +1,6 @@
 """Worker processes: each one compiles, checks and times candidates on one device.
 
-The parent (ragtune/sweep.py) is the only writer of records.jsonl. A worker holds one
+The parent (ragtune/run/pool.py) is the only writer of records.jsonl. A worker holds one
 problem at a time: it builds inputs and the reference once, then measures the items it
 is sent (baselines and candidates) one by one and streams a row back for each.
 
@@ -8,9 +8,7 @@ The parent enforces the per-candidate timeout by killing the worker process, so 
 computation is stopped, not abandoned; a worker that dies (signal, CUDA error, OOM) is
 seen as end-of-file on its pipe. Either way the parent starts a fresh worker.
 
-Protocol: length-prefixed pickles on the worker's stdin (parent -> worker) and on a
-duplicate of its original stdout (worker -> parent). The worker's fd 1 is pointed at its
-stderr, so stray prints from jax or a user's builder cannot corrupt the stream.
+Messages (a ragtune.run.child channel):
   parent -> worker: ("start",) first: a spare worker has imported everything but opens its
                     device only then, so a replacement is ready at once after a kill
                     then ("run", problem, [(candidate_id, config), ...], options) | ("ceilings", dtypes) | ("exit",)
@@ -28,34 +26,11 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import os
-import pickle
 import re
-import signal
-import struct
-import sys
-import threading
 import time
-from typing import Any, BinaryIO
+from typing import Any
 
-_HEADER = struct.Struct(">I")
-
-
-def send(f: BinaryIO, msg: Any) -> None:
-  data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-  f.write(_HEADER.pack(len(data)) + data)
-  f.flush()
-
-
-def recv(f: BinaryIO) -> Any:
-  """The next message, or None at end of file (the other side is gone)."""
-  head = f.read(_HEADER.size)
-  if len(head) < _HEADER.size:
-    return None
-  (n,) = _HEADER.unpack(head)
-  data = f.read(n)
-  if len(data) < n:
-    return None
-  return pickle.loads(data)
+from ragtune.run.child import Channel
 
 
 def load_builder(spec: str):
@@ -71,15 +46,6 @@ def load_builder(spec: str):
   if not callable(fn):
     raise ValueError(f"--builder {spec}: {mod_name} has no function {fn_name!r}")
   return fn
-
-
-def _watch_parent() -> None:
-  # An orphaned worker (the parent was SIGKILLed) must not keep a device busy.
-  parent = os.getppid()
-  while True:
-    time.sleep(0.5)
-    if os.getppid() != parent:
-      os._exit(3)
 
 
 class _Problem:
@@ -151,13 +117,8 @@ def _poisoned(row: dict[str, Any], platform: str) -> bool:
 
 
 def main() -> None:
-  out = os.fdopen(os.dup(1), "wb")
-  os.dup2(2, 1)
-  sys.stdout = sys.stderr
-  inp = sys.stdin.buffer
+  channel = Channel()
   faulthandler.enable()  # a fatal signal leaves a Python stack in the stderr tail
-  signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C stops
-  threading.Thread(target=_watch_parent, daemon=True).start()
 
   import jax
 
@@ -165,7 +126,7 @@ def main() -> None:
 
   # A spare waits here, imports done, until the parent needs it; only then does it open
   # the device (two processes must not both take a GPU's memory).
-  msg = recv(inp)
+  msg = channel.recv()
   if msg is None or msg[0] != "start":
     return
   index = int(os.environ.get("RAGTUNE_DEVICE_INDEX", "0"))
@@ -175,32 +136,32 @@ def main() -> None:
   dev = devices[index] if devices[0].platform == "cpu" and index < len(devices) else devices[0]
   device = {"device_kind": dev.device_kind, "platform": dev.platform, "jax_version": jax.__version__,
             "device_index": index, "worker_pid": os.getpid()}
-  send(out, ("hello", device))
+  channel.send(("hello", device))
 
   state: _Problem | None = None
   while True:
-    msg = recv(inp)
+    msg = channel.recv()
     if msg is None or msg[0] == "exit":
       return
     if msg[0] == "ceilings":
       from ragtune import ceilings
 
-      send(out, ("ceilings", ceilings.measure_ceilings(msg[1], device["platform"])))
+      channel.send(("ceilings", ceilings.measure_ceilings(msg[1], device["platform"])))
       continue
     _, p, items, opts = msg
     if state is None or state.p != p:
       state = None  # free the last problem's buffers first
       state = _Problem(p, opts)
     for cid, config in items:
-      send(out, ("begin", cid))
+      channel.send(("begin", cid))
       t0 = time.perf_counter()
       r = _measure(state, cid, config, opts, device)
       r["elapsed_s"] = round(time.perf_counter() - t0, 4)
-      send(out, ("row", r))
+      channel.send(("row", r))
       if _poisoned(r, device["platform"]):
-        send(out, ("retire", r["error"][:200]))
+        channel.send(("retire", r["error"][:200]))
         return
-    send(out, ("done", p.key))
+    channel.send(("done", p.key))
 
 
 if __name__ == "__main__":
