@@ -256,7 +256,19 @@ _active: Lut | None = None
 _active_resolved = False
 
 
-def _resolve_path(path: Path, device_kind: str) -> Path:
+def locate_lut(path: str | os.PathLike | None, device_kind: str) -> Path | None:
+  """The LUT file for a device of `device_kind`.
+
+  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the env var
+  RAGTUNE_LUT (read the same way), then the LUT bundled in ``kernels/luts/``; None if
+  neither names one. Raises LutError for a path that holds no LUT for this device.
+  """
+  if path is None and os.environ.get(ENV_VAR):
+    path = os.environ[ENV_VAR]
+  if path is None:
+    bundled = BUNDLED_DIR / f"{device_slug(device_kind)}.json"
+    return bundled if bundled.is_file() else None
+  path = Path(path)
   if path.is_dir():
     cand = path / f"{device_slug(device_kind)}.json"
     if cand.is_file():
@@ -279,13 +291,8 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
   """
   global _active, _active_resolved
   kind = current_device_kind()
-  if path is None and os.environ.get(ENV_VAR):
-    path = os.environ[ENV_VAR]
-  if path is None:
-    bundled = BUNDLED_DIR / f"{device_slug(kind)}.json"
-    lut = Lut.from_file(bundled) if bundled.is_file() else Lut(kind, source=None)
-  else:
-    lut = Lut.from_file(_resolve_path(Path(path), kind))
+  found = locate_lut(path, kind)
+  lut = Lut(kind, source=None) if found is None else Lut.from_file(found)
   if lut.device_kind != kind and not force:
     raise LutError(f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}; "
                    f"pass force=True to use it anyway")

@@ -137,14 +137,14 @@ def _parse_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
 
 def _load_problems(shapes_file: Path, ops, backend, shard: Optional[str], shape=None, model=None):
   from ragtune import shapes as shapes_mod
-  from ragtune import sweep as sweep_mod
+  from ragtune.run import plan as plan_mod
 
   spec = shapes_mod.load_shape_set(shapes_file)
   problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
   problems = shapes_mod.select(problems, shapes=_split_shapes(shape), models=_split(model))
   sh = _parse_shard(shard)
   if sh:
-    problems = sweep_mod.shard(problems, *sh)
+    problems = plan_mod.shard(problems, *sh)
   return spec, problems
 
 
@@ -175,10 +175,10 @@ def _print_plan(rows) -> None:
 def _device() -> dict:
   """This host's device (asked of a child process); the parent keeps off the accelerator, so
   the workers get all of its memory."""
-  from ragtune import sweep as sweep_mod
+  from ragtune.run import devices
 
-  info = sweep_mod.probe_devices()
-  sweep_mod.keep_parent_off_device(info["platform"])
+  info = devices.probe_devices()
+  devices.keep_parent_off_device(info["platform"])
   return info
 
 
@@ -196,10 +196,10 @@ def _fitting(problems: list, memory: Optional[int]) -> list:
   return fit
 
 
-def _results_dir(out: Optional[Path]) -> Path:
-  from ragtune import sweep as sweep_mod
+def _results_dir(out: Optional[Path] = None) -> Path:
+  from ragtune.run import devices
 
-  return out or Path("results") / kernels.device_slug(sweep_mod.probe_devices()["device_kind"])
+  return out or devices.default_results_dir()
 
 
 @app.command(cls=_Command, epilog=_example(""))
@@ -228,6 +228,9 @@ def sweep(
   from ragtune import progress as progress_mod
   from ragtune import sweep as sweep_mod
   from ragtune import worker as worker_mod
+  from ragtune.run import devices as devices_mod
+  from ragtune.run import plan as plan_mod
+  from ragtune.run import pool
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
   limits.check_fits(problems)  # indexing now; memory once the device is known
@@ -244,18 +247,18 @@ def sweep(
                                 timeout_s=timeout, builder=builder, budget=budget, wait_for_lock=wait,
                                 device_kind=info["device_kind"])
   if dry_run:
-    _print_plan(sweep_mod.plan(problems, opts))
+    _print_plan(plan_mod.plan(problems, opts))
     return
   opts.platform = info["platform"]
   # One process owns a TPU host's chips, and the CPU is one device: one worker there.
-  opts.devices = sweep_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
+  opts.devices = devices_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
   opts.interpret = opts.platform == "cpu" if interpret is None else interpret
   if opts.interpret and opts.platform == "cpu":
     err_console.print("[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. "
                       "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only.")
-  opts.lut = sweep_mod.find_lut(info["device_kind"]) if budget else None
+  opts.lut = plan_mod.find_lut(info["device_kind"]) if budget else None
   if opts.platform == "cpu" and opts.interpret:
-    for warning in sweep_mod.cpu_timeout_warnings(problems, opts):
+    for warning in plan_mod.cpu_timeout_warnings(problems, opts):
       err_console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
   console.print(f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl "
                 f"({len(opts.devices)} worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})",
@@ -265,7 +268,7 @@ def sweep(
   # SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does, at a safe point.
   in_main = threading.current_thread() is threading.main_thread()
   stops = (signal.SIGINT, signal.SIGTERM)
-  previous = {sig: signal.signal(sig, sweep_mod.stop_handler) for sig in stops} if in_main else {}
+  previous = {sig: signal.signal(sig, pool.stop_handler) for sig in stops} if in_main else {}
   waiting = lambda holder: err_console.print(f"waiting for the sweep that holds {out_dir} ({holder})",
                                              markup=False, highlight=False, soft_wrap=True)
   try:
@@ -320,6 +323,7 @@ def plan(
   DIR/compile.jsonl."""
   from ragtune import prune
   from ragtune import sweep as sweep_mod
+  from ragtune.run import plan as plan_mod
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
   limits.check_fits(problems)
@@ -343,7 +347,7 @@ def plan(
                       markup=False, highlight=False, soft_wrap=True)
   opts = sweep_mod.SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates,
                                 budget=budget, device_kind=info["device_kind"])
-  _print_plan(sweep_mod.plan(problems, opts))
+  _print_plan(plan_mod.plan(problems, opts))
 
 
 @app.command(cls=_Command, epilog=_example("ragtune verify --op fwd"))
@@ -362,12 +366,11 @@ def verify(
   sum < m, one group holding all rows). One line per entry; the numerics report of
   failures (of every draw with --full). Exit 1 if any fails."""
   from ragtune import shapes as shapes_mod
-  from ragtune import sweep as sweep_mod
   from ragtune import verify as verify_mod
 
   info = _device()
   here = info["device_kind"]
-  target = target or sweep_mod.default_results_dir()
+  target = _results_dir(target)
   lut = verify_mod.load_lut_for_verify(target, here)
   if lut.device_kind != here and not force:
     raise RagtuneError(f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {here!r} "
@@ -459,9 +462,8 @@ def export_lut(
   """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
   entry where XLA's own op was fastest, and write the LUT atomically."""
   from ragtune import export, store
-  from ragtune import sweep as sweep_mod
 
-  dirs = paths.existing_dirs(dirs or [sweep_mod.default_results_dir()])
+  dirs = paths.existing_dirs(dirs or [_results_dir()])
   output = output or dirs[0]
   if output.suffix == ".json":
     paths.writable_file(output, "the LUT file")
@@ -492,13 +494,12 @@ def show(
   """Print results as a table (best per problem by default)."""
   import pandas as pd
 
-  from ragtune import sweep as sweep_mod
   from ragtune.report import csv_text
   from ragtune.store import write_atomic
 
   if csv:
     paths.writable_file(csv, "the --csv file")
-  df = _show_frames(paths.existing_dirs(dirs or [sweep_mod.default_results_dir()]), all_rows)
+  df = _show_frames(paths.existing_dirs(dirs or [_results_dir()]), all_rows)
   with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 160,
                          "display.max_colwidth", 200, "display.float_format", "{:.4g}".format):
     console.print(df.to_string(index=False), markup=False, highlight=False, soft_wrap=True)
@@ -517,11 +518,10 @@ def report(
   (TF/s per problem, roofline, candidate times; needs the [report] extra) and report.md."""
   from ragtune import ceilings, plots, store
   from ragtune import report as report_mod
-  from ragtune import sweep as sweep_mod
   from ragtune.store import write_atomic
 
   paths.writable_dir(output, "the report folder")
-  dirs = paths.existing_dirs(dirs or [sweep_mod.default_results_dir()])
+  dirs = paths.existing_dirs(dirs or [_results_dir()])
   rows = store.load_results(dirs)
   ceil = ceilings.load(dirs)
   for name, df in (("best.csv", report_mod.best_frame(rows, ceil)), ("rows.csv", report_mod.rows_frame(rows))):

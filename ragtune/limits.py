@@ -72,7 +72,7 @@ def too_big(p: Any, memory: int | None) -> str | None:
 def check_fits(items: list, memory: int | None = None) -> None:
   """Raise for the first problem (or LUT entry) that its backend's indexing or `memory`
   bytes cannot hold (None: indexing only). The memory is the probed device's
-  (sweep.probe_devices): asking this process's jax would open the accelerator here."""
+  (ragtune.run.devices.probe_devices): asking this process's jax would open the accelerator here."""
   for p in items:
     reason = too_big(p, memory)
     if reason:

@@ -5,7 +5,7 @@ Rows go to DIR/compile.jsonl (kind "compile"), one per (device kind, problem sha
 candidate), appended and fsynced like records.jsonl, so a rerun compiles only what is new.
 A later `ragtune sweep` on a device of that kind (the facts file's device_description_str
 must be the device's jax device_kind) never times a candidate whose compile failed,
-overflowed, spilled or serialized its wgmma; see sweep._make_task.
+overflowed, spilled or serialized its wgmma; see ragtune.run.plan.make_task.
 """
 
 from __future__ import annotations

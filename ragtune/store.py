@@ -13,6 +13,7 @@ keys it does not know.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 import json
 import math
@@ -20,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from kernels import registry
+from ragtune import measure
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
 
@@ -247,3 +250,22 @@ def write_atomic(path: Path, text: str) -> None:
   finally:
     if tmp.exists():
       tmp.unlink()
+
+
+def make_row(p: Problem, candidate: str, config, status: str, *, interpret: bool, device: dict[str, Any],
+             error: str = "", time_s: float | None = None, timer: str = "", numerics=None) -> Record:
+  """The record of one outcome. device: Record's device fields (device_kind, and from a
+  worker platform, jax_version, device_index, worker_pid)."""
+  ok_time = time_s is not None and math.isfinite(time_s) and time_s > 0
+  return Record(
+      problem=p, config=dict(sorted(config.to_dict().items())) if config is not None else None,
+      baseline=baseline_name(candidate),
+      status=status, error=error,
+      time_s=time_s if ok_time else None,
+      tflops=measure.flops(p) / time_s / 1e12 if ok_time else None,
+      gbps=measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
+      timer=timer, interpret=interpret and registry.get(p.backend).config_type is not None,
+      numerics=None if numerics is None else {
+          "max_diff": numerics.max_diff, "rel_error": numerics.rel_error, "pct_bad": numerics.pct_bad},
+      **device, timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+  )

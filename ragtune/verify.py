@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
-import multiprocessing as mp
 import time
 from pathlib import Path
 from typing import Callable
@@ -25,8 +24,10 @@ from typing import Callable
 import numpy as np
 
 import kernels
+from kernels.lut import locate_lut
 from ragtune.errors import RagtuneError
 from ragtune.numerics import TOLERANCE, NumericsResult, compare
+from ragtune.run import child
 from ragtune.shapes import GroupDist, Problem
 
 
@@ -146,23 +147,18 @@ def check_draw(e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -
                       time.perf_counter() - t0)
 
 
-def _worker(conn) -> None:
-  import signal
-
-  # Ctrl-C reaches the whole process group; the parent handles it and kills this worker.
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+def serve_draws() -> None:
+  """The verify worker process: runs each draw it is sent and sends back its DrawResult."""
+  channel = child.Channel()
   # Pay the imports' start-up cost before the first draw's clock starts.
   for module in ("jax", "kernels", "ragtune.measure"):
     importlib.import_module(module)
-  conn.send("ready")
+  channel.send(("ready",))
   while True:
-    try:
-      job = conn.recv()
-    except EOFError:
+    job = channel.recv()
+    if job is None or job[0] == "exit":
       return
-    if job is None:
-      return
-    conn.send(check_draw(*job))
+    channel.send(("result", check_draw(*job[1:])))
 
 
 STARTUP_S = 120
@@ -176,58 +172,41 @@ class DrawRunner:
 
   def __init__(self, timeout: float | None):
     self.timeout = timeout
-    self._proc = self._conn = None
+    self._child: child.Child | None = None
 
   def _start(self) -> None:
-    ctx = mp.get_context("spawn")  # never fork a process that has started jax's threads
-    self._conn, child = ctx.Pipe()
-    self._proc = ctx.Process(target=_worker, args=(child,), daemon=True, name="ragtune-verify")
-    self._proc.start()
-    child.close()
+    self._child = child.Child(["-c", "from ragtune.verify import serve_draws; serve_draws()"])
     # Importing jax takes seconds; that is not the first draw's time.
-    try:
-      ready = self._conn.poll(STARTUP_S) and self._conn.recv() == "ready"
-    except EOFError:
-      ready = False
-    if not ready:
+    if self._child.recv(STARTUP_S) != ("ready",):
       self.stop()
       raise RagtuneError(f"the verify worker process did not start within {STARTUP_S}s")
 
   def run(self, e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -> DrawResult:
     if self.timeout is None:
       return check_draw(e, name, sizes, seed, interpret)
-    if self._proc is None or not self._proc.is_alive():
+    if self._child is None or not self._child.alive():
       self._start()
     t0 = time.perf_counter()
-    self._conn.send((e, name, [int(s) for s in sizes], seed, interpret))
-    if self._conn.poll(self.timeout):
-      try:
-        return self._conn.recv()
-      except EOFError:
-        pass
-    alive = self._proc.is_alive()
+    self._child.send(("draw", e, name, [int(s) for s in sizes], seed, interpret))
+    msg = self._child.recv(self.timeout)
+    if msg is not None and msg[0] == "result":
+      return msg[1]
     self.stop()
-    if alive:
+    if msg is None:
       return DrawResult(name, [int(s) for s in sizes], None, f"timeout: did not finish within {self.timeout:g}s",
                         "timeout", time.perf_counter() - t0)
     return DrawResult(name, [int(s) for s in sizes], None, "error: the verify worker died", "error",
                       time.perf_counter() - t0)
 
   def stop(self) -> None:
-    if self._proc is not None:
-      self._proc.kill()
-      self._proc.join()
-      self._conn.close()
-    self._proc = self._conn = None
+    if self._child is not None:
+      self._child.kill()
+    self._child = None
 
   def close(self) -> None:
-    if self._proc is not None and self._proc.is_alive():
-      try:
-        self._conn.send(None)
-        self._proc.join(5)
-      except (BrokenPipeError, OSError):
-        pass
-    self.stop()
+    if self._child is not None:
+      self._child.close()
+    self._child = None
 
   def __enter__(self):
     return self
@@ -280,21 +259,26 @@ def entry_report(res: EntryResult, full: bool) -> list[str]:
 def load_lut_for_verify(target: Path, kind: str) -> kernels.Lut:
   """A LUT file, or a folder holding LUTs or records (then the LUT those records export),
   for a device of `kind`."""
+  if not (target.is_file() or target.is_dir()):
+    raise RagtuneError(f"{target}: no such LUT file or results folder")
+  try:
+    lut_path = locate_lut(target, kind)
+  except kernels.LutError:
+    lut_path = None  # a folder with no LUT for this device
+  if lut_path is None:
+    return _lut_from_records(target, kind)
+  try:
+    return kernels.Lut.from_file(lut_path)
+  except kernels.LutError as e:
+    raise RagtuneError(str(e)) from None
+
+
+def _lut_from_records(folder: Path, kind: str) -> kernels.Lut:
   from ragtune import export, store
 
-  if target.is_file():
-    try:
-      return kernels.Lut.from_file(target)
-    except kernels.LutError as e:
-      raise RagtuneError(str(e)) from None
-  if target.is_dir():
-    lut_path = target / f"{kernels.device_slug(kind)}.json"
-    if lut_path.is_file():
-      return load_lut_for_verify(lut_path, kind)
-    if (target / store.RECORDS).exists():
-      luts = export.build_luts(store.load_results([target]))
-      if kind not in luts:
-        raise RagtuneError(f"{target}: no correct results for this device ({kind!r}); found {sorted(luts)}")
-      return luts[kind]
-    raise RagtuneError(f"{target}: neither a LUT ({lut_path.name}) nor {store.RECORDS} here")
-  raise RagtuneError(f"{target}: no such LUT file or results folder")
+  if not (folder / store.RECORDS).exists():
+    raise RagtuneError(f"{folder}: neither a LUT ({kernels.device_slug(kind)}.json) nor {store.RECORDS} here")
+  luts = export.build_luts(store.load_results([folder]))
+  if kind not in luts:
+    raise RagtuneError(f"{folder}: no correct results for this device ({kind!r}); found {sorted(luts)}")
+  return luts[kind]

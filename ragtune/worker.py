@@ -1,6 +1,6 @@
 """Worker processes: each one compiles, checks and times candidates on one device.
 
-The parent (ragtune/sweep.py) is the only writer of records.jsonl. A worker holds one
+The parent (ragtune/run/pool.py) is the only writer of records.jsonl. A worker holds one
 problem at a time: it builds inputs and the reference once, then measures the items it
 is sent (baselines and candidates) one by one and streams a row back for each.
 
@@ -8,9 +8,7 @@ The parent enforces the per-candidate timeout by killing the worker process, so 
 computation is stopped, not abandoned; a worker that dies (signal, CUDA error, OOM) is
 seen as end-of-file on its pipe. Either way the parent starts a fresh worker.
 
-Protocol: length-prefixed pickles on the worker's stdin (parent -> worker) and on a
-duplicate of its original stdout (worker -> parent). The worker's fd 1 is pointed at its
-stderr, so stray prints from jax or a user's builder cannot corrupt the stream.
+Messages (a ragtune.run.child channel):
   parent -> worker: ("start",) first: a spare worker has imported everything but opens its
                     device only then, so a replacement is ready at once after a kill
                     then ("run", problem, [(candidate_id, config), ...], options) | ("ceilings", dtypes) | ("exit",)
@@ -29,37 +27,14 @@ import dataclasses
 import faulthandler
 import importlib
 import os
-import pickle
 import re
-import signal
-import struct
-import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
   from ragtune.store import Record
 
-_HEADER = struct.Struct(">I")
-
-
-def send(f: BinaryIO, msg: Any) -> None:
-  data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-  f.write(_HEADER.pack(len(data)) + data)
-  f.flush()
-
-
-def recv(f: BinaryIO) -> Any:
-  """The next message, or None at end of file (the other side is gone)."""
-  head = f.read(_HEADER.size)
-  if len(head) < _HEADER.size:
-    return None
-  (n,) = _HEADER.unpack(head)
-  data = f.read(n)
-  if len(data) < n:
-    return None
-  return pickle.loads(data)
+from ragtune.run.child import Channel
 
 
 def load_builder(spec: str):
@@ -75,15 +50,6 @@ def load_builder(spec: str):
   if not callable(fn):
     raise ValueError(f"--builder {spec}: {mod_name} has no function {fn_name!r}")
   return fn
-
-
-def _watch_parent() -> None:
-  # An orphaned worker (the parent was SIGKILLed) must not keep a device busy.
-  parent = os.getppid()
-  while True:
-    time.sleep(0.5)
-    if os.getppid() != parent:
-      os._exit(3)
 
 
 class _Problem:
@@ -102,13 +68,14 @@ class _Problem:
 def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: dict[str, Any]) -> Record:
   import jax
 
-  from ragtune import measure, sweep
+  from ragtune import measure
+  from ragtune.store import make_row
 
   p = state.p
   interpret = opts["interpret"]
 
   def row(status, **kw):
-    return sweep.make_row(p, cid, config, status, interpret=interpret, device=device, **kw)
+    return make_row(p, cid, config, status, interpret=interpret, device=device, **kw)
 
   if cid == "baseline:xla":
     fn, args, do_check = measure.build_op(p, "xla", None, False), state.args, False
@@ -154,21 +121,16 @@ def _poisoned(row: Record, platform: str) -> bool:
 
 
 def main() -> None:
-  out = os.fdopen(os.dup(1), "wb")
-  os.dup2(2, 1)
-  sys.stdout = sys.stderr
-  inp = sys.stdin.buffer
+  channel = Channel()
   faulthandler.enable()  # a fatal signal leaves a Python stack in the stderr tail
-  signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C stops
-  threading.Thread(target=_watch_parent, daemon=True).start()
 
   import jax
 
-  importlib.import_module("ragtune.sweep")  # imported now, while the worker may be a spare
+  importlib.import_module("ragtune.store")  # and ragtune.measure: imported now, while the worker may be a spare
 
   # A spare waits here, imports done, until the parent needs it; only then does it open
   # the device (two processes must not both take a GPU's memory).
-  msg = recv(inp)
+  msg = channel.recv()
   if msg is None or msg[0] != "start":
     return
   index = int(os.environ.get("RAGTUNE_DEVICE_INDEX", "0"))
@@ -178,32 +140,32 @@ def main() -> None:
   dev = devices[index] if devices[0].platform == "cpu" and index < len(devices) else devices[0]
   device = {"device_kind": dev.device_kind, "platform": dev.platform, "jax_version": jax.__version__,
             "device_index": index, "worker_pid": os.getpid()}
-  send(out, ("hello", device))
+  channel.send(("hello", device))
 
   state: _Problem | None = None
   while True:
-    msg = recv(inp)
+    msg = channel.recv()
     if msg is None or msg[0] == "exit":
       return
     if msg[0] == "ceilings":
       from ragtune import ceilings
 
-      send(out, ("ceilings", ceilings.measure_ceilings(msg[1], device["platform"])))
+      channel.send(("ceilings", ceilings.measure_ceilings(msg[1], device["platform"])))
       continue
     _, p, items, opts = msg
     if state is None or state.p != p:
       state = None  # free the last problem's buffers first
       state = _Problem(p, opts)
     for cid, config in items:
-      send(out, ("begin", cid))
+      channel.send(("begin", cid))
       t0 = time.perf_counter()
       r = _measure(state, cid, config, opts, device)
       r = dataclasses.replace(r, elapsed_s=round(time.perf_counter() - t0, 4))
-      send(out, ("row", r))
+      channel.send(("row", r))
       if _poisoned(r, device["platform"]):
-        send(out, ("retire", r.error[:200]))
+        channel.send(("retire", r.error[:200]))
         return
-    send(out, ("done", p.key))
+    channel.send(("done", p.key))
 
 
 if __name__ == "__main__":

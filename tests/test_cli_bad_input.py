@@ -181,10 +181,10 @@ def test_write_atomic_cleans_up(tmp_path, monkeypatch):
 
 
 def _small_device(monkeypatch, memory):
-  from ragtune import sweep
+  from ragtune.run import devices
 
-  real = sweep.probe_devices()
-  monkeypatch.setattr(sweep, "probe_devices", lambda: dict(real, memory_bytes=memory))
+  real = devices.probe_devices()
+  monkeypatch.setattr(devices, "probe_devices", lambda: dict(real, memory_bytes=memory))
 
 
 def test_problem_bigger_than_device_memory(tmp_path, monkeypatch):

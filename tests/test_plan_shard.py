@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from ragtune import search_space, shapes, store, sweep
 from ragtune.cli import app
+from ragtune.run import plan as planning
 
 runner = CliRunner()
 
@@ -16,13 +17,13 @@ def test_shards_partition_the_problems_exactly(tmp_path):
   problems = shapes.expand(shapes.load_shape_set("shapes/moe.yaml"))
   keys = sorted(p.key for p in problems)
   for n in (1, 2, 3, 7):
-    parts = [sweep.shard(problems, i, n) for i in range(n)]
+    parts = [planning.shard(problems, i, n) for i in range(n)]
     got = [p.key for part in parts for p in part]
     assert sorted(got) == keys, "every problem in exactly one shard"
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
     shuffled = problems[:]
     random.Random(n).shuffle(shuffled)
-    assert [{p.key for p in sweep.shard(shuffled, i, n)} for i in range(n)] == [{p.key for p in part} for part in parts], \
+    assert [{p.key for p in planning.shard(shuffled, i, n)} for i in range(n)] == [{p.key for p in part} for part in parts], \
         "a shard does not depend on the order of the shape file"
 
 
@@ -53,19 +54,19 @@ def test_plan_and_dry_run_count_done_and_estimate(tmp_path):
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
   rows = []
   for cid, cfg, t in [("baseline:xla", None, 2.0), ("baseline:dense", None, 2.0)] + \
-      [(sweep.candidate_id(c), c, 4.0) for c in cands[:3]]:
-    r = sweep.make_row(fwd, cid, cfg, "ok", interpret=True, device=dev, time_s=1e-3)
+      [(store.candidate_id(c), c, 4.0) for c in cands[:3]]:
+    r = store.make_row(fwd, cid, cfg, "ok", interpret=True, device=dev, time_s=1e-3)
     rows.append(dataclasses.replace(r, elapsed_s=t))
   out.mkdir()
   (out / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
 
-  plan = {r["problem"].op: r for r in sweep.plan(problems, sweep.SweepOptions(out_dir=out))}
+  plan = {r["problem"].op: r for r in planning.plan(problems, sweep.SweepOptions(out_dir=out))}
   assert plan["fwd"]["candidates"] == len(cands) and plan["fwd"]["done"] == 5
   assert plan["fwd"]["todo"] == len(cands) - 3
   assert plan["fwd"]["est_s"] == 4.0 * (len(cands) - 3), "median seconds per row so far x rows left"
   assert plan["drhs"]["done"] == 0 and plan["drhs"]["est_s"] == 4.0 * plan["drhs"]["todo"]
 
-  budgeted = {r["problem"].op: r for r in sweep.plan(problems, sweep.SweepOptions(out_dir=out, budget=10))}
+  budgeted = {r["problem"].op: r for r in planning.plan(problems, sweep.SweepOptions(out_dir=out, budget=10))}
   assert budgeted["fwd"]["candidates"] == 10 and budgeted["fwd"]["todo"] == 10 - 3
 
   r = runner.invoke(app, ["plan", str(spec), "-o", str(out)])
@@ -77,10 +78,10 @@ def test_plan_and_dry_run_count_done_and_estimate(tmp_path):
 
 def test_cpu_sweep_warns_when_interpret_mode_will_hit_the_timeout():
   big = shapes.expand(shapes.load_shape_set("shapes/moe.yaml"), ops=["drhs"])
-  warn = sweep.cpu_timeout_warnings(big, sweep.SweepOptions(out_dir=None, timeout_s=120))
+  warn = planning.cpu_timeout_warnings(big, sweep.SweepOptions(out_dir=None, timeout_s=120))
   assert warn and "smoke" in warn[-1] and "--timeout" in warn[-1]
   small = shapes.expand(shapes.load_shape_set("shapes/smoke.yaml"))
-  assert sweep.cpu_timeout_warnings(small, sweep.SweepOptions(out_dir=None, timeout_s=120)) == []
+  assert planning.cpu_timeout_warnings(small, sweep.SweepOptions(out_dir=None, timeout_s=120)) == []
 
 
 def test_the_search_space_is_the_probed_devices_not_the_parents(tmp_path, monkeypatch):
@@ -94,7 +95,7 @@ def test_the_search_space_is_the_probed_devices_not_the_parents(tmp_path, monkey
   (p,) = [q for q in shapes.expand(shapes.load_shape_set("shapes/anchors.yaml"))
           if (q.op, q.backend, q.m) == ("fwd", "pallas_gpu", 8192)]
   opts = sweep.SweepOptions(out_dir=tmp_path, device_kind=h100)
-  (row,) = sweep.plan([p], opts)
+  (row,) = planning.plan([p], opts)
   space = search_space.candidates(p, device_kind=h100)
   assert row["candidates"] == len(space) > len(search_space.candidates(p, device_kind="cpu"))
   assert space[0] == kernels.registry.default_config("pallas_gpu", "fwd", "bfloat16", p.m, p.k, p.n, p.g, device_kind=h100)

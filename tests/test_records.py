@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import kernels
 from ragtune import report, search_space, store, sweep
+from ragtune.run import plan as planning
 from ragtune.cli import _summary_table, app
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
@@ -42,7 +43,7 @@ def test_every_format_a_sweep_wrote_loads_and_keeps_its_keys(tmp_path):
 
   # A sweep resumes from them: the two candidates are done, the baselines are not.
   p = new.problem
-  (row,) = sweep.plan([p], sweep.SweepOptions(out_dir=tmp_path, max_candidates=2, device_kind="cpu"))
+  (row,) = planning.plan([p], sweep.SweepOptions(out_dir=tmp_path, max_candidates=2, device_kind="cpu"))
   assert (row["done"], row["todo"], row["est_s"]) == (2, 2, 3.0)
   for args in (["show", str(tmp_path)], ["show", str(tmp_path), "--all"], ["report", str(tmp_path), "-o", str(tmp_path)]):
     r = runner.invoke(app, args)
@@ -55,9 +56,9 @@ def test_a_record_round_trips_through_the_store(tmp_path):
   cfg = search_space.candidates(p, 1, device_kind="NVIDIA H100 80GB HBM3")[0]
   dev = {"device_kind": "NVIDIA H100 80GB HBM3", "platform": "gpu", "jax_version": "0.10.2", "device_index": 3,
          "worker_pid": 99}
-  rows = [sweep.make_row(p, "baseline:dense", None, "ok", interpret=False, device=dev, time_s=1e-4, timer="cupti"),
-          sweep.make_row(p, store.candidate_id(cfg), cfg, "ok", interpret=False, device=dev, time_s=2e-4),
-          sweep.make_row(p, store.candidate_id(cfg), cfg, "timeout", interpret=False, device=dev, error="no result")]
+  rows = [store.make_row(p, "baseline:dense", None, "ok", interpret=False, device=dev, time_s=1e-4, timer="cupti"),
+          store.make_row(p, store.candidate_id(cfg), cfg, "ok", interpret=False, device=dev, time_s=2e-4),
+          store.make_row(p, store.candidate_id(cfg), cfg, "timeout", interpret=False, device=dev, error="no result")]
   s = store.ResultsStore(tmp_path)
   for r in rows:
     s.append(r)
@@ -97,10 +98,10 @@ def test_show_report_sweep_summary_and_lut_agree_on_an_h100(tmp_path):
     default, best, third = search_space.candidates(p, 3, device_kind=kind)
     assert default == kernels.registry.default_config(backend, "fwd", "bfloat16", m, k, n, g, device_kind=kind)
     assert default != kernels.registry.default_config(backend, "fwd", "bfloat16", m, k, n, g)
-    s.append(sweep.make_row(p, "baseline:xla", None, "ok", interpret=False, device=H100, time_s=xla_ms / 1e3))
-    s.append(sweep.make_row(p, "baseline:dense", None, "ok", interpret=False, device=H100, time_s=0.5e-3))
+    s.append(store.make_row(p, "baseline:xla", None, "ok", interpret=False, device=H100, time_s=xla_ms / 1e3))
+    s.append(store.make_row(p, "baseline:dense", None, "ok", interpret=False, device=H100, time_s=0.5e-3))
     for cfg, ms in ((default, default_ms), (best, best_ms), (third, third_ms)):
-      s.append(sweep.make_row(p, store.candidate_id(cfg), cfg, "ok" if ms else "wrong", interpret=False,
+      s.append(store.make_row(p, store.candidate_id(cfg), cfg, "ok" if ms else "wrong", interpret=False,
                               device=H100, time_s=ms / 1e3 if ms else None))
     short = " ".join(f"{report.ABBREV.get(key, key)}={v}" for key, v in sorted(best.to_dict().items()))
     expect[backend] = (default_ms, best_ms, xla_ms, best, short)

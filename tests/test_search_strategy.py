@@ -83,12 +83,12 @@ def test_search_quality_replays_a_recorded_sweep(tmp_path, capsys):
   import json
   from pathlib import Path
 
-  from ragtune import store, sweep
+  from ragtune import store
 
   p, space = _space("drhs")
   cost = _surface(space, 3)
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
-  rows = [sweep.make_row(p, sweep.candidate_id(c), c, "ok", interpret=False, device=dev, time_s=cost(c)) for c in space]
+  rows = [store.make_row(p, store.candidate_id(c), c, "ok", interpret=False, device=dev, time_s=cost(c)) for c in space]
   (tmp_path / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
   path = Path(__file__).resolve().parents[1] / "benchmarks" / "search_quality.py"
   spec = importlib.util.spec_from_file_location("search_quality", path)

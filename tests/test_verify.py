@@ -62,7 +62,7 @@ def test_timed_out_draw_is_killed(tmp_path):
   slow = kernels.Entry("fwd", "pallas_gpu", "float32", 2048, 256, 2048, 4, G(16, 16, 16, 1, 1))
   with verify.DrawRunner(timeout=1.5) as draws:
     draws._start()
-    pid = draws._proc.pid
+    pid = draws._child.pid
     t0 = time.perf_counter()
     res = verify.verify_entry(slow, interpret=True, runner=draws)
     took = time.perf_counter() - t0
@@ -113,9 +113,9 @@ def test_ctrl_c_kills_the_worker_at_once():
   with pytest.raises(KeyboardInterrupt):
     with verify.DrawRunner(timeout=60) as draws:
       draws._start()
-      pid = draws._proc.pid
-      draws._conn.send((_entries()[0], "multinomial", [20, 10, 10], 0, True))  # a draw in flight
+      pid = draws._child.pid
+      draws._child.send(("draw", _entries()[0], "multinomial", [20, 10, 10], 0, True))  # a draw in flight
       raise KeyboardInterrupt
   with pytest.raises(ProcessLookupError):
     os.kill(pid, 0)
-  assert draws._proc is None and time.perf_counter() - t0 < 30
+  assert draws._child is None and time.perf_counter() - t0 < 30

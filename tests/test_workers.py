@@ -57,19 +57,19 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   (p,) = shapes.expand(shapes.load_shape_set(spec))
   cands = search_space.candidates(p, 7)
   by_cand = {r.candidate: r for r in rows}
-  status = [by_cand[sweep.candidate_id(c)].status for c in cands]
+  status = [by_cand[store.candidate_id(c)].status for c in cands]
   assert status == ["ok", "timeout", "crash", "wrong", "nan", "run_error", "ok"], status
-  poisoned = by_cand[sweep.candidate_id(cands[5])]
+  poisoned = by_cand[store.candidate_id(cands[5])]
   assert "ILLEGAL_ADDRESS" in poisoned.error
-  assert by_cand[sweep.candidate_id(cands[6])].worker_pid != poisoned.worker_pid, \
+  assert by_cand[store.candidate_id(cands[6])].worker_pid != poisoned.worker_pid, \
       "after a fault that can poison a device context, a fresh worker takes over"
-  crash = by_cand[sweep.candidate_id(cands[2])]
+  crash = by_cand[store.candidate_id(cands[2])]
   assert "SIGSEGV" in crash.error
-  hung = by_cand[sweep.candidate_id(cands[1])]
+  hung = by_cand[store.candidate_id(cands[1])]
   assert "10s" in hung.error and not _alive(hung.worker_pid), "a timed-out computation is stopped"
   # Rows after a fault come from a fresh worker; baselines and the first candidate share one.
-  assert by_cand["baseline:xla"].worker_pid == by_cand[sweep.candidate_id(cands[0])].worker_pid
-  assert by_cand[sweep.candidate_id(cands[3])].worker_pid != hung.worker_pid
+  assert by_cand["baseline:xla"].worker_pid == by_cand[store.candidate_id(cands[0])].worker_pid
+  assert by_cand[store.candidate_id(cands[3])].worker_pid != hung.worker_pid
 
   assert "ok=2" in proc.stdout and "crash=1" in proc.stdout and "timeout=1" in proc.stdout
   assert "done fwd pallas_gpu" in proc.stdout and "elapsed" in proc.stdout, "plain progress lines off a terminal"
@@ -78,7 +78,7 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   assert len(exported) == 1 and exported[0] in (cands[0], cands[6])
   # An xla entry (config {}) sits beside the kernel's where XLA beat every passing config; on a
   # CPU that depends on jax (0.11's interpreter is faster), so the recorded times decide.
-  kernel_best = min(by_cand[sweep.candidate_id(c)].time_s for c in (cands[0], cands[6]))
+  kernel_best = min(by_cand[store.candidate_id(c)].time_s for c in (cands[0], cands[6]))
   xla_won = by_cand["baseline:xla"].time_s < kernel_best
   assert [(e.backend, e.config) for e in lut.entries() if e.backend != "pallas_gpu"] == ([("xla", None)] if xla_won else [])
 
@@ -94,7 +94,7 @@ def test_no_passing_candidate_says_why(tmp_path):
   p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 48, 32, 40, 3, "x", (16, 16, 16))
   cands = search_space.candidates(p, 3)
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
-  rows = [sweep.make_row(p, sweep.candidate_id(c), c, s, interpret=True, device=dev)
+  rows = [store.make_row(p, store.candidate_id(c), c, s, interpret=True, device=dev)
           for c, s in zip(cands, ["timeout", "timeout", "crash"])]
   (s,) = sweep.summarize([p], rows)
   assert s.best is None and s.why == "no correct candidate: 2 timeout, 1 crash"
@@ -152,7 +152,7 @@ def test_duplicate_ids_in_older_files_are_read_once(tmp_path):
   p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 48, 32, 40, 3, "x", (16, 16, 16))
   (c,) = search_space.candidates(p, 1)
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
-  first = sweep.make_row(p, sweep.candidate_id(c), c, "ok", interpret=True, device=dev, time_s=1e-3)
+  first = store.make_row(p, store.candidate_id(c), c, "ok", interpret=True, device=dev, time_s=1e-3)
   second = dataclasses.replace(first, time_s=5e-4)
   (tmp_path / store.RECORDS).write_text(json.dumps(first.to_dict()) + "\n" + json.dumps(second.to_dict()) + "\n")
   rows = store.load_results([tmp_path])
@@ -187,7 +187,7 @@ def test_plain_progress_prints_every_30s_and_per_problem():
   pp.problem(p)
   now[0] = 5.0
   (c,) = search_space.candidates(p, 1)
-  best = sweep.make_row(p, sweep.candidate_id(c), c, "ok", interpret=True, device={"device_kind": "cpu"}, time_s=2e-3)
+  best = store.make_row(p, store.candidate_id(c), c, "ok", interpret=True, device={"device_kind": "cpu"}, time_s=2e-3)
   pp.row(best, best)
   pp.tick()
   assert lines == [], "nothing new within 30 s"

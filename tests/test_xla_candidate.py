@@ -35,13 +35,13 @@ def _rows(backend, shape, best_s, xla_s, stamp="2026-01-01T00:00:00+00:00"):
   (best_s) and a slower one; a third config is fast but wrong."""
   p = _problem(backend, shape)
   mk = lambda cand, cfg, status, t=None: dataclasses.replace(
-      sweep.make_row(p, cand, cfg, status, interpret=False, device=DEV, time_s=t), timestamp=stamp)
+      store.make_row(p, cand, cfg, status, interpret=False, device=DEV, time_s=t), timestamp=stamp)
   default, slower, wrong = search_space.candidates(p, 3, device_kind=DEV["device_kind"])
   assert default == _cfg(backend, shape)
   return [mk("baseline:xla", None, "ok", xla_s), mk("baseline:dense", None, "ok", xla_s / 2),
-          mk(sweep.candidate_id(default), default, "ok", best_s),
-          mk(sweep.candidate_id(slower), slower, "ok", best_s * 1.7),
-          mk(sweep.candidate_id(wrong), wrong, "wrong", None)]
+          mk(store.candidate_id(default), default, "ok", best_s),
+          mk(store.candidate_id(slower), slower, "ok", best_s * 1.7),
+          mk(store.candidate_id(wrong), wrong, "wrong", None)]
 
 
 def _folders(tmp_path):

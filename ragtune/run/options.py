@@ -1,0 +1,26 @@
+"""What a sweep is asked to do: its options, read by the planning and the pool."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BUILDER = "ragtune.measure:build_op"
+
+
+@dataclasses.dataclass
+class SweepOptions:
+  out_dir: Path
+  max_candidates: int | None = None
+  timeout_s: float = 120.0
+  interpret: bool = False
+  builder: str = DEFAULT_BUILDER          # module:function, imported by the workers
+  devices: tuple[int, ...] = (0,)         # one worker per local device index
+  platform: str = "cpu"                   # of those devices: "gpu" pins by CUDA_VISIBLE_DEVICES
+  budget: int | None = None               # candidates timed per problem (staged search)
+  wait_for_lock: bool = False
+  ceilings: bool = True                   # measure the device's matmul/copy ceilings once
+  lut: Any = None                         # kernels.Lut whose nearest entry seeds a budgeted search
+  device_kind: str | None = None          # the tuned device (probe_devices): search space and defaults
+  spare_workers: bool = True              # after a first replacement, keep a started spare per device
