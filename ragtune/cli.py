@@ -290,7 +290,7 @@ def sweep(
       signal.signal(sig, handler)
   console.print(_summary_table(summaries, ceilings_mod.load([out_dir])))
   console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {out_dir / 'records.jsonl'}")
-  missing = [s for s in summaries if s.best is None and s.problem.backend != "xla"]
+  missing = [s for s in summaries if s.best is None and s.problem.backend in kernels.registry.tunable()]
   if missing:
     err_console.print(f"warning: {len(missing)} problem(s) have no correct candidate; they will be missing from the LUT",
                       markup=False, highlight=False)

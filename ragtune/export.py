@@ -25,6 +25,7 @@ from typing import Any, Iterable
 import jax
 
 import kernels
+from kernels import registry
 from ragtune import summary
 from ragtune.errors import RagtuneError
 from ragtune.store import Record, write_atomic
@@ -53,7 +54,7 @@ def _entries(found: Iterable[summary.ProblemSummary]) -> list[kernels.Entry]:
   entries = []
   for (op, dtype, m, k, n, g), group in by_shape.items():
     kernel_best: list[tuple[float, str]] = []  # (time, backend) of each backend's entry here
-    for backend in sorted({s.problem.backend for s in group} - {"xla"}):
+    for backend in sorted({s.problem.backend for s in group} - {registry.REFERENCE}):
       mine = [s for s in group if s.problem.backend == backend]
       # A config that failed on any problem of the shape (another draw, another folder) is distrusted.
       distrusted = frozenset().union(*(s.failed for s in mine))
@@ -78,7 +79,7 @@ def _entries(found: Iterable[summary.ProblemSummary]) -> list[kernels.Entry]:
     r, s = xla
     runner_up = None if rival is None else {"backend": rival[1], "time_s": rival[0],
                                             "speedup": round(rival[0] / r.time_s, 4)}
-    entries.append(kernels.Entry(op, "xla", dtype, m, k, n, g, None,
+    entries.append(kernels.Entry(op, registry.REFERENCE, dtype, m, k, n, g, None,
                                  _extra(r, r.time_s, None, s.baselines["dense"], False, {"runner_up": runner_up})))
   return entries
 

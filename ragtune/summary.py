@@ -99,7 +99,7 @@ def _backend_times(summaries: Iterable[ProblemSummary]) -> dict[str, dict[str, f
   out: dict[str, dict[str, float]] = {}
   for s in summaries:
     times = out.setdefault(shape_key(s.problem), {})
-    for name, r in ((s.problem.backend, s.best), ("xla", s.xla)):
+    for name, r in ((s.problem.backend, s.best), (registry.REFERENCE, s.xla)):
       if r is not None and (name not in times or r.time_s < times[name]):
         times[name] = r.time_s
   return out

@@ -29,7 +29,7 @@ import importlib
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
   from ragtune.store import Record
@@ -68,6 +68,7 @@ class _Problem:
 def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: dict[str, Any]) -> Record:
   import jax
 
+  from kernels import registry
   from ragtune import measure
   from ragtune.store import make_row
 
@@ -78,7 +79,7 @@ def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: di
     return make_row(p, cid, config, status, interpret=interpret, device=device, **kw)
 
   if cid == "baseline:xla":
-    fn, args, do_check = measure.build_op(p, "xla", None, False), state.args, False
+    fn, args, do_check = measure.build_op(p, registry.REFERENCE, None, False), state.args, False
   elif cid == "baseline:dense":
     fn, args, do_check = measure.dense_matmul, measure.dense_args(p, state.x), False
   else:

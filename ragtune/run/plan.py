@@ -8,6 +8,7 @@ import statistics
 from typing import Any
 
 import kernels
+from kernels import registry
 from kernels.lut import locate_lut
 from ragtune import prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
@@ -44,7 +45,7 @@ def interpret_cost_s(p: Problem) -> float:
 
 
 def cpu_timeout_warnings(problems: list[Problem], opts: SweepOptions, limit: int = 5) -> list[str]:
-  slow = [(interpret_cost_s(p), p) for p in problems if p.backend != "xla"]
+  slow = [(interpret_cost_s(p), p) for p in problems if p.backend in registry.tunable()]
   slow = [(c, p) for c, p in slow if c > opts.timeout_s]
   if not slow:
     return []
@@ -118,7 +119,7 @@ def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record],
   # than filling the folder with rows for configs it would not have reached.
   rejected = prune.rejected(opts.out_dir, kind, p) if p.backend in prune.GPU_BACKENDS else {}
   space = search_space.candidates(p, device_kind=kind)  # the whole pruned space, default first
-  hint = _lut_hint(p, opts.lut, kind) if opts.budget and p.backend != "xla" else None
+  hint = _lut_hint(p, opts.lut, kind) if opts.budget and p.backend in registry.tunable() else None
   if hint is not None and hint not in space:
     space.insert(1, hint)
   limit = None if opts.budget else opts.max_candidates  # the budget limits a full space itself
