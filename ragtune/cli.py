@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import functools
 import re
 import signal
@@ -15,14 +17,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 import typer.core
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 import kernels
 from ragtune import limits, paths
@@ -103,27 +103,38 @@ def _resolve_interpret(interpret: Optional[bool], platform: str) -> bool:
   return interpret
 
 
-def _summary_table(summaries, ceil=None) -> Table:
-  from ragtune import ceilings as ceilings_mod
-  from ragtune.report import short_config
+# --- options several commands share -------------------------------------------------------
 
-  t = Table(title="sweep summary (best correct config per problem)")
-  for col in ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "best ms", "TF/s", "% peak", "xla ms",
-              "default ms", "vs xla", "vs default", "winner", "statuses", "best config"):
-    t.add_column(col, overflow="fold")
-  for s in summaries:
-    p, b = s.problem, s.best
-    fmt = lambda v: f"{v * 1e3:.4g}" if v else "-"
-    pct, bound = ceilings_mod.pct_of_peak(b, ceil or {}) if b else (None, "")
-    statuses = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
-    base = s.baselines
-    t.add_row(p.op, p.backend, p.dtype, p.shape_label, fmt(b.time_s) if b else "-",
-              f"{b.tflops:.4g}" if b else "-", f"{pct:.3g}% {bound}" if pct is not None else "-",
-              fmt(base["xla"]), fmt(base["default"]),
-              f"{base['xla'] / b.time_s:.2f}x" if b and base["xla"] else "-",
-              f"{base['default'] / b.time_s:.2f}x" if b and base["default"] else "-",
-              s.winner, statuses or "-", short_config(b.config) if b else s.why)
-  return t
+ShapesFile = Annotated[Path, typer.Argument(metavar="SHAPES_FILE", help="Shape set YAML (see README: 'Shape sets').")]
+OutDir = Annotated[Optional[Path], typer.Option(
+    "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/].")]
+ResultsDirs = Annotated[Optional[list[Path]], typer.Argument(
+    metavar="DIR", help="Results folders [default: results/<device-slug>/].")]
+Backends = Annotated[Optional[list[str]], typer.Option(
+    "--backend", metavar="BACKEND",
+    help=f"Backends (repeat or comma-separate): {', '.join(kernels.registry.NAMES)}. Default: the file's.")]
+Ops = Annotated[Optional[list[str]], typer.Option(
+    "--ops", "--op", metavar="OP", help="Ops to tune: fwd, dlhs, drhs. Default: the file's.")]
+Shapes = Annotated[Optional[list[str]], typer.Option(
+    "--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable).")]
+Models = Annotated[Optional[list[str]], typer.Option(
+    "--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b.")]
+MaxCandidates = Annotated[Optional[int], typer.Option(
+    "--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first).")]
+Budget = Annotated[Optional[int], typer.Option(
+    "--budget", min=1, metavar="N",
+    help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best).")]
+Shard = Annotated[Optional[str], typer.Option(
+    "--shard", metavar="I/N", help="Take shard i of N of the problems (i/N, 0-based), e.g. a SLURM array task.")]
+Jobs = Annotated[Optional[int], typer.Option(
+    "--jobs", "-j", min=1, metavar="N", help="Compile processes [default: all cores].")]
+Interpret = Annotated[Optional[bool], typer.Option(
+    "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator].")]
+
+
+class LutFormat(str, enum.Enum):
+  json = "json"
+  python = "python"
 
 
 def _parse_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
@@ -148,28 +159,16 @@ def _load_problems(shapes_file: Path, ops, backend, shard: Optional[str], shape=
   return spec, problems
 
 
-def _plan_table(rows) -> Table:
-  t = Table(title="plan")
-  pruned = any(r.get("rejected") for r in rows)  # by a deviceless compile (plan --target)
-  cols = ("op", "backend", "dtype", escape("shape [m,k]x[g,k,n]"), "candidates") + \
-      (("compile-rejected",) if pruned else ()) + ("rows done", "rows to do", "est. time")
-  for col in cols:
-    t.add_column(col, overflow="fold")
-  for r in rows:
-    p = r["problem"]
-    est = f"{r['est_s']:.0f}s" if r["est_s"] is not None else "-"
-    t.add_row(p.op, p.backend, p.dtype, p.shape_label, str(r["candidates"]),
-              *((str(r.get("rejected", 0)),) if pruned else ()), str(r["done"]), str(r["todo"]), est)
-  return t
+def _print(text: str, *, err: bool = False) -> None:
+  """A plain line (no markup, no highlighting), wrapped only by the terminal."""
+  (err_console if err else console).print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_plan(rows) -> None:
-  console.print(_plan_table(rows))
-  todo = sum(r["todo"] for r in rows)
-  known = [r["est_s"] for r in rows if r["est_s"] is not None]
-  est = (f", about {sum(known):.0f}s" + (" (partial estimate)" if len(known) < len(rows) else "") if known
-         else " (no time estimate until some rows are recorded)")
-  console.print(f"{len(rows)} problems, {todo} measurements to do (candidates and the 2 baselines per problem){est}")
+  from ragtune import views
+
+  console.print(views.plan_table(rows))
+  console.print(views.plan_footer(rows))
 
 
 def _device() -> dict:
@@ -189,10 +188,10 @@ def _fitting(problems: list, memory: Optional[int]) -> list:
     raise RagtuneError(reasons[0] + (f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""))
   shown = 5
   for reason in reasons[:shown]:
-    err_console.print(f"warning: skipped: {reason}", markup=False, highlight=False, soft_wrap=True)
+    _print(f"warning: skipped: {reason}", err=True)
   if len(reasons) > shown:
-    err_console.print(f"warning: skipped {len(reasons) - shown} more problems too big for this device "
-                      f"({len(reasons)} in all; {len(fit)} remain)", markup=False, highlight=False, soft_wrap=True)
+    _print(f"warning: skipped {len(reasons) - shown} more problems too big for this device "
+           f"({len(reasons)} in all; {len(fit)} remain)", err=True)
   return fit
 
 
@@ -202,119 +201,152 @@ def _results_dir(out: Optional[Path] = None) -> Path:
   return out or devices.default_results_dir()
 
 
-@app.command(cls=_Command, epilog=_example(""))
-@user_errors
-def sweep(
-    shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML (see README: 'Shape sets')."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/]."),
-    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help=f"Backends (repeat or comma-separate): {', '.join(kernels.registry.NAMES)}. Default: the file's."),
-    ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
-    model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
-    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first)."),
-    budget: Optional[int] = typer.Option(None, "--budget", min=1, metavar="N", help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best)."),
-    timeout: float = typer.Option(120.0, "--timeout", min=1, metavar="SECONDS", help="Seconds for one candidate (compile + check + time); past it the worker is killed."),
-    interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
-    devices: Optional[str] = typer.Option(None, "--devices", metavar="all|N|I,J,...", help="Local devices, one worker each: all, a count N, or indices like 0,2,5 [default: all GPUs; 1 otherwise]."),
-    shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N", help="Take shard i of N of the problems (i/N, 0-based), e.g. a SLURM array task."),
-    builder: str = typer.Option("ragtune.measure:build_op", "--builder", metavar="MODULE:FUNCTION", help="module:function building the op, (problem, backend, config, interpret) -> callable; importable by the workers."),
-    wait: bool = typer.Option(False, "--wait", help="If another sweep holds the results folder, wait for it instead of stopping."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (as `ragtune plan`) and exit."),
-):
-  """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
-  compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish;
-  rerunning resumes."""
-  from ragtune import ceilings as ceilings_mod
-  from ragtune import progress as progress_mod
-  from ragtune import sweep as sweep_mod
-  from ragtune import worker as worker_mod
-  from ragtune.run import devices as devices_mod
-  from ragtune.run import plan as plan_mod
-  from ragtune.run import pool
+def _sweep_dir(out: Optional[Path], builder: str) -> Path:
+  """The results folder, writable; the builder is imported here once rather than in every worker."""
+  from ragtune import worker
 
-  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  limits.check_fits(problems)  # indexing now; memory once the device is known
   try:
-    worker_mod.load_builder(builder)  # fail here, once, rather than in every worker
+    worker.load_builder(builder)
   except ValueError as e:
     raise RagtuneError(str(e)) from None
   out_dir = paths.writable_dir(_results_dir(out), "the results folder")
   if (out_dir / "records.jsonl").is_dir():
     raise RagtuneError(f"{out_dir / 'records.jsonl'}: is a folder, but the results file must be a file")
-  info = _device()
-  problems = _fitting(problems, info.get("memory_bytes"))
-  opts = sweep_mod.SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates,
-                                timeout_s=timeout, builder=builder, budget=budget, wait_for_lock=wait,
-                                device_kind=info["device_kind"])
-  if dry_run:
-    _print_plan(plan_mod.plan(problems, opts))
-    return
+  return out_dir
+
+
+def _place_workers(opts, info: dict, problems: list, devices: Optional[str], interpret: Optional[bool]) -> None:
+  """Where the workers run (devices, interpret mode) and the LUT a budgeted search starts
+  from; says what that means on a CPU host."""
+  from ragtune.run import devices as devices_mod
+  from ragtune.run import plan as plan_mod
+
   opts.platform = info["platform"]
   # One process owns a TPU host's chips, and the CPU is one device: one worker there.
   opts.devices = devices_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
-  opts.interpret = opts.platform == "cpu" if interpret is None else interpret
-  if opts.interpret and opts.platform == "cpu":
-    err_console.print("[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. "
-                      "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only.")
-  opts.lut = plan_mod.find_lut(info["device_kind"]) if budget else None
+  opts.interpret = _resolve_interpret(interpret, opts.platform)
+  opts.lut = plan_mod.find_lut(info["device_kind"]) if opts.budget else None
   if opts.platform == "cpu" and opts.interpret:
     for warning in plan_mod.cpu_timeout_warnings(problems, opts):
-      err_console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
-  console.print(f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl "
-                f"({len(opts.devices)} worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})",
-                markup=False, highlight=False)
-  t0 = time.perf_counter()
+      _print(f"warning: {warning}", err=True)
 
-  # SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does, at a safe point.
+
+@contextlib.contextmanager
+def _stoppable(shapes_file: Path, out_dir: Path):
+  """SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does, at a safe
+  point; either leaves a line saying how to resume and exit status 130."""
+  from ragtune.run import pool
+
   in_main = threading.current_thread() is threading.main_thread()
-  stops = (signal.SIGINT, signal.SIGTERM)
-  previous = {sig: signal.signal(sig, pool.stop_handler) for sig in stops} if in_main else {}
-  waiting = lambda holder: err_console.print(f"waiting for the sweep that holds {out_dir} ({holder})",
-                                             markup=False, highlight=False, soft_wrap=True)
+  previous = {sig: signal.signal(sig, pool.stop_handler) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
   try:
-    if console.is_terminal:
-      columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                 TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
-      with Progress(*columns, console=console, transient=False) as bar:
-        summaries = sweep_mod.run_sweep(problems, opts, progress_mod.RichProgress(bar, console), waiting)
-    else:
-      plain = progress_mod.PlainProgress(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
-      summaries = sweep_mod.run_sweep(problems, opts, plain, waiting)
+    yield
   except KeyboardInterrupt:
-    err_console.print(f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with the "
-                      f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}", markup=False, highlight=False,
-                      soft_wrap=True)
+    _print(f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with the "
+           f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}", err=True)
     raise typer.Exit(130)
   finally:
     for sig, handler in previous.items():
       signal.signal(sig, handler)
-  console.print(_summary_table(summaries, ceilings_mod.load([out_dir])))
-  console.print(f"sweep done in {time.perf_counter() - t0:.1f}s; records: {out_dir / 'records.jsonl'}")
+
+
+def _run_sweep(problems: list, opts):
+  """run_sweep with a live bar in a terminal, or plain progress lines in a log."""
+  from ragtune import progress, sweep
+
+  waiting = lambda holder: _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
+  if not console.is_terminal:
+    return sweep.run_sweep(problems, opts, progress.PlainProgress(_print), waiting)
+  columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
+  with Progress(*columns, console=console, transient=False) as bar:
+    return sweep.run_sweep(problems, opts, progress.RichProgress(bar, console), waiting)
+
+
+def _print_sweep_end(summaries, out_dir: Path, seconds: float) -> None:
+  from ragtune import ceilings, views
+
+  console.print(views.summary_table(summaries, ceilings.load([out_dir])))
+  console.print(f"sweep done in {seconds:.1f}s; records: {out_dir / 'records.jsonl'}")
   missing = [s for s in summaries if s.best is None and s.problem.backend in kernels.registry.tunable()]
   if missing:
-    err_console.print(f"warning: {len(missing)} problem(s) have no correct candidate; they will be missing from the LUT",
-                      markup=False, highlight=False)
+    _print(f"warning: {len(missing)} problem(s) have no correct candidate; they will be missing from the LUT", err=True)
+
+
+@app.command(cls=_Command, epilog=_example(""))
+@user_errors
+def sweep(
+    shapes_file: ShapesFile, out: OutDir = None, backend: Backends = None, ops: Ops = None, shape: Shapes = None,
+    model: Models = None, max_candidates: MaxCandidates = None, budget: Budget = None,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", min=1, metavar="SECONDS",
+        help="Seconds for one candidate (compile + check + time); past it the worker is killed.")] = 120.0,
+    interpret: Interpret = None,
+    devices: Annotated[Optional[str], typer.Option(
+        "--devices", metavar="all|N|I,J,...",
+        help="Local devices, one worker each: all, a count N, or indices like 0,2,5 [default: all GPUs; 1 otherwise].")] = None,
+    shard: Shard = None,
+    builder: Annotated[str, typer.Option(
+        "--builder", metavar="MODULE:FUNCTION",
+        help="module:function building the op, (problem, backend, config, interpret) -> callable; "
+             "importable by the workers.")] = "ragtune.measure:build_op",
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="If another sweep holds the results folder, wait for it instead of stopping.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (as `ragtune plan`) and exit.")] = False,
+):
+  """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
+  compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish;
+  rerunning resumes."""
+  from ragtune.run import plan as plan_mod
+  from ragtune.run.options import SweepOptions
+
+  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
+  limits.check_fits(problems)  # indexing now; memory once the device is known
+  out_dir = _sweep_dir(out, builder)
+  info = _device()
+  problems = _fitting(problems, info.get("memory_bytes"))
+  opts = SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates, timeout_s=timeout,
+                      builder=builder, budget=budget, wait_for_lock=wait, device_kind=info["device_kind"])
+  if dry_run:
+    return _print_plan(plan_mod.plan(problems, opts))
+  _place_workers(opts, info, problems, devices, interpret)
+  _print(f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl ({len(opts.devices)} "
+         f"worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})")
+  t0 = time.perf_counter()
+  with _stoppable(shapes_file, out_dir):
+    summaries = _run_sweep(problems, opts)
+  _print_sweep_end(summaries, out_dir, time.perf_counter() - t0)
+
+
+def _compile_for(target: str, problems: list, out_dir: Path, jobs: Optional[int], kind: str) -> None:
+  """plan --target: every candidate compiled deviceless into DIR/compile.jsonl, with a line of counts."""
+  from ragtune import prune
+
+  start = time.monotonic()
+  try:
+    counts = prune.run(problems, target, out_dir, jobs)
+  except KeyboardInterrupt:
+    _print(f"interrupted: every finished compile is kept in {out_dir / prune.COMPILE_RECORDS}; "
+           f"the same command goes on from there", err=True)
+    raise typer.Exit(130)
+  total = sum(counts.values())
+  bad = total - counts.get("ok", 0)
+  _print(f"compiled {total} new candidates for {kind} in {time.monotonic() - start:.0f}s: "
+         + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")
+         + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS})", err=True)
 
 
 @app.command(cls=_Command, epilog="\b\nExample: ragtune plan shapes/smoke.yaml --budget 12")
 @user_errors
 def plan(
-    shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/]."),
-    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help="Backends, as for sweep."),
-    ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="Ops, as for sweep."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="As for sweep."),
-    model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="As for sweep."),
-    max_candidates: Optional[int] = typer.Option(None, "--max-candidates", min=1, metavar="N", help="As for sweep."),
-    budget: Optional[int] = typer.Option(None, "--budget", min=1, metavar="N", help="As for sweep."),
-    shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N", help="As for sweep: i/N."),
-    target: Optional[str] = typer.Option(
-        None, "--target", metavar="GPU",
+    shapes_file: ShapesFile, out: OutDir = None, backend: Backends = None, ops: Ops = None, shape: Shapes = None,
+    model: Models = None, max_candidates: MaxCandidates = None, budget: Budget = None, shard: Shard = None,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", metavar="GPU",
         help="Compile every candidate deviceless for this GPU first (h100, h200, b200, or a "
              "GpuTargetConfigProto file), in parallel; a sweep on that device then skips what fails, "
-             "spills or overflows. Needs the gpu-compile extra."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N",
-                                       help="Compile processes with --target [default: all cores]."),
+             "spills or overflows. Needs the gpu-compile extra.")] = None,
+    jobs: Jobs = None,
 ):
   """List each problem with its candidate count after pruning, how many are done in the
   results folder, and an estimated time once some timings exist. Measures nothing (a child
@@ -322,8 +354,8 @@ def plan(
   for that GPU with XLA's real compiler on this host and records the outcome in
   DIR/compile.jsonl."""
   from ragtune import prune
-  from ragtune import sweep as sweep_mod
   from ragtune.run import plan as plan_mod
+  from ragtune.run.options import SweepOptions
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
   limits.check_fits(problems)
@@ -332,56 +364,18 @@ def plan(
   out_dir = out or Path("results") / kernels.device_slug(info["device_kind"])
   if target:
     out_dir = paths.writable_dir(out_dir, "the results folder")
-    start = time.monotonic()
-    try:
-      counts = prune.run(problems, target, out_dir, jobs)
-    except KeyboardInterrupt:
-      err_console.print(f"interrupted: every finished compile is kept in {out_dir / prune.COMPILE_RECORDS}; "
-                        f"the same command goes on from there", markup=False, highlight=False, soft_wrap=True)
-      raise typer.Exit(130)
-    total = sum(counts.values())
-    bad = total - counts.get("ok", 0)
-    err_console.print(f"compiled {total} new candidates for {info['device_kind']} in {time.monotonic() - start:.0f}s: "
-                      + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")
-                      + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS})",
-                      markup=False, highlight=False, soft_wrap=True)
-  opts = sweep_mod.SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates,
-                                budget=budget, device_kind=info["device_kind"])
+    _compile_for(target, problems, out_dir, jobs, info["device_kind"])
+  opts = SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates, budget=budget,
+                      device_kind=info["device_kind"])
   _print_plan(plan_mod.plan(problems, opts))
 
 
-@app.command(cls=_Command, epilog=_example("ragtune verify --op fwd"))
-@user_errors
-def verify(
-    target: Optional[Path] = typer.Argument(None, metavar="LUT_OR_DIR", help="LUT file, or results folder [default: results/<device-slug>/]."),
-    seed: int = typer.Option(1234, "--seed", metavar="SEED", help="Seed for the fresh inputs and group-size draws."),
-    force: bool = typer.Option(False, "--force", help="Verify a LUT made for another device kind."),
-    interpret: Optional[bool] = typer.Option(None, "--interpret/--no-interpret", help="[default: on when there is no accelerator]."),
-    full: bool = typer.Option(False, "--full", help="Print the numerics report of every draw, not only of failures."),
-    op: Optional[list[str]] = typer.Option(None, "--op", metavar="OP", help="Only entries of these ops: fwd, dlhs, drhs (repeat or comma-separate)."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="Only entries of this forward shape M,K,N (repeatable)."),
-    timeout: float = typer.Option(300.0, "--timeout", min=1, metavar="SECONDS", help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as 'timeout'."),
-):
-  """Re-run every LUT entry on fresh inputs and adversarial group sizes (empty groups,
-  sum < m, one group holding all rows). One line per entry; the numerics report of
-  failures (of every draw with --full). Exit 1 if any fails."""
-  from ragtune import shapes as shapes_mod
+def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float, full: bool) -> int:
+  """Each entry's draws in a killable child; one line per entry (and its numerics report
+  where it failed, or always with full). Returns the number of failed entries."""
   from ragtune import verify as verify_mod
 
-  info = _device()
-  here = info["device_kind"]
-  target = _results_dir(target)
-  lut = verify_mod.load_lut_for_verify(target, here)
-  if lut.device_kind != here and not force:
-    raise RagtuneError(f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {here!r} "
-                       "(use --force to check its numerics here anyway)")
-  entries = lut.entries()
-  if not entries:
-    raise RagtuneError(f"{target}: LUT has no entries")
-  entries = shapes_mod.select(entries, ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
-  limits.check_fits(entries, memory=info.get("memory_bytes"))
-  interp = _resolve_interpret(interpret, info["platform"])
-  failures, t0 = 0, time.perf_counter()
+  failures = 0
   columns = [TextColumn("verify {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
              TextColumn("eta"), TimeRemainingColumn()]
   # A live bar in a terminal; in a log, the per-entry lines are the progress.
@@ -390,12 +384,49 @@ def verify(
     task = progress.add_task("", total=len(entries))
     for i, e in enumerate(entries, 1):
       progress.update(task, description=f"{e.op} {e.backend} m={e.m} k={e.k} n={e.n} g={e.g}")
-      res = verify_mod.verify_entry(e, seed=seed, interpret=interp, runner=runner)
+      res = verify_mod.verify_entry(e, seed=seed, interpret=interpret, runner=runner)
       failures += not res.passed
-      console.print(verify_mod.entry_line(i, len(entries), res), markup=False, highlight=False)
-      for line in verify_mod.entry_report(res, full):
+      for line in [verify_mod.entry_line(i, len(entries), res), *verify_mod.entry_report(res, full)]:
         console.print(line, markup=False, highlight=False)
       progress.advance(task)
+  return failures
+
+
+@app.command(cls=_Command, epilog=_example("ragtune verify --op fwd"))
+@user_errors
+def verify(
+    target: Annotated[Optional[Path], typer.Argument(
+        metavar="LUT_OR_DIR", help="LUT file, or results folder [default: results/<device-slug>/].")] = None,
+    seed: Annotated[int, typer.Option(
+        "--seed", metavar="SEED", help="Seed for the fresh inputs and group-size draws.")] = 1234,
+    force: Annotated[bool, typer.Option("--force", help="Verify a LUT made for another device kind.")] = False,
+    interpret: Annotated[Optional[bool], typer.Option(
+        "--interpret/--no-interpret", help="[default: on when there is no accelerator].")] = None,
+    full: Annotated[bool, typer.Option(
+        "--full", help="Print the numerics report of every draw, not only of failures.")] = False,
+    op: Annotated[Optional[list[str]], typer.Option(
+        "--op", metavar="OP", help="Only entries of these ops: fwd, dlhs, drhs (repeat or comma-separate).")] = None,
+    shape: Annotated[Optional[list[str]], typer.Option(
+        "--shape", metavar="M,K,N", help="Only entries of this forward shape M,K,N (repeatable).")] = None,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", min=1, metavar="SECONDS",
+        help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as "
+             "'timeout'.")] = 300.0,
+):
+  """Re-run every LUT entry on fresh inputs and adversarial group sizes (empty groups,
+  sum < m, one group holding all rows). One line per entry; the numerics report of
+  failures (of every draw with --full). Exit 1 if any fails."""
+  from ragtune import shapes as shapes_mod
+  from ragtune import verify as verify_mod
+
+  info = _device()
+  target = target or _results_dir()
+  lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force)
+  entries = shapes_mod.select(lut.entries(), ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
+  limits.check_fits(entries, memory=info.get("memory_bytes"))
+  t0 = time.perf_counter()
+  failures = _verify_entries(entries, seed=seed, interpret=_resolve_interpret(interpret, info["platform"]),
+                             timeout=timeout, full=full)
   console.print(f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
                 f"{len(entries) - failures} passed, {failures} failed")
   if failures:
@@ -406,21 +437,16 @@ def verify(
              epilog="\b\nExample: ragtune compile shapes/anchors.yaml --target h100 --shape 8192,4096,14336 --op fwd")
 @user_errors
 def compile_cmd(
-    shapes_file: Path = typer.Argument(..., metavar="SHAPES_FILE", help="Shape set YAML."),
-    target: str = typer.Option("h100", "--target", metavar="GPU",
-                               help="h100, h200, b200, or a GpuTargetConfigProto file."),
-    backend: Optional[list[str]] = typer.Option(None, "--backend", metavar="BACKEND", help="As for sweep."),
-    ops: Optional[list[str]] = typer.Option(None, "--ops", "--op", metavar="OP", help="As for sweep."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", metavar="M,K,N", help="As for sweep."),
-    model: Optional[list[str]] = typer.Option(None, "--model", metavar="NAME", help="As for sweep."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N", help="Compile processes [default: all cores]."),
+    shapes_file: ShapesFile,
+    target: Annotated[str, typer.Option(
+        "--target", metavar="GPU", help="h100, h200, b200, or a GpuTargetConfigProto file.")] = "h100",
+    backend: Backends = None, ops: Ops = None, shape: Shapes = None, model: Models = None, jobs: Jobs = None,
 ):
   """Compile each problem's default config for a GPU with XLA's real compiler, on this host
   (no GPU needed), and print what each kernel is built from: outcome, registers, spilled
   bytes, shared memory, MMA and copy instructions, compile time. Needs the gpu-compile
   extra. Says nothing of speed."""
-  from ragtune import aot, prune
-  from ragtune.report import short_config
+  from ragtune import aot, prune, views
 
   _, problems = _load_problems(shapes_file, ops, backend, None, shape, model)
   kind = prune.target_facts(target)["device_kind"]
@@ -429,35 +455,25 @@ def compile_cmd(
   if not items:
     raise RagtuneError(f"{shapes_file}: no problem of a GPU backend ({', '.join(prune.GPU_BACKENDS)}) selected")
   reports = dict(prune.compile_many(target, items, jobs))
-  t = Table(title=f"deviceless compile for {kind} (default configs)")
-  for col in ("op", "backend", escape("shape [m,k]x[g,k,n]"), "config", "outcome", "regs", "spill B", "smem KiB",
-              "mma", "copy", "s"):
-    t.add_column(col, overflow="fold")
-  for i, (p, cfg) in enumerate(items):
-    rep = reports[i]
-    ks = rep["kernels"] or [{}]
-    for kr in ks:
-      smem = kr.get("smem_bytes")
-      t.add_row(p.op, p.backend, p.shape_label, short_config(cfg.to_dict()),
-                rep["outcome"] if rep["outcome"] == aot.OK else f"{rep['outcome']}: {rep['error'][:120]}",
-                str(kr.get("registers", "-")), str(kr.get("spill_bytes", "-")),
-                "-" if smem is None else f"{smem / 1024:.0f}" + ("*" if kr.get("smem_source") == "config" else ""),
-                kr.get("mma", "-"), kr.get("copy", "-"), f"{rep['compile_s']:.1f}")
-  console.print(t)
-  console.print("smem: XLA's launch figure; * the config's allocation (Mosaic GPU sets its own at launch).",
-                markup=False, highlight=False)
+  console.print(views.compile_table(kind, items, reports, aot.OK))
+  _print("smem: XLA's launch figure; * the config's allocation (Mosaic GPU sets its own at launch).")
   bad = sum(rep["outcome"] != aot.OK for rep in reports.values())
   if bad:
-    err_console.print(f"{bad} of {len(items)} did not compile clean", markup=False, highlight=False)
+    _print(f"{bad} of {len(items)} did not compile clean", err=True)
     raise typer.Exit(1)
 
 
 @app.command("export-lut", cls=_Command, epilog=_example("ragtune export-lut -o luts/"))
 @user_errors
 def export_lut(
-    dirs: Optional[list[Path]] = typer.Argument(None, metavar="DIR", help="Results folders to merge [default: results/<device-slug>/]."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE_OR_DIR", help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results folder]."),
-    fmt: str = typer.Option("json", "--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py)."),
+    dirs: Annotated[Optional[list[Path]], typer.Argument(
+        metavar="DIR", help="Results folders to merge [default: results/<device-slug>/].")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", metavar="FILE_OR_DIR",
+        help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results "
+             "folder].")] = None,
+    fmt: Annotated[LutFormat, typer.Option(
+        "--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py).")] = LutFormat.json,
 ):
   """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
   entry where XLA's own op was fastest, and write the LUT atomically."""
@@ -470,64 +486,58 @@ def export_lut(
   else:
     paths.writable_dir(output, "the LUT folder (-o FILE.json for one file)")
   luts = export.build_luts(store.load_results(dirs))
-  written = export.write_luts(luts, output, fmt)
+  written = export.write_luts(luts, output, fmt.value)
   for kind, lut in sorted(luts.items()):
     console.print(f"{kind}: {len(lut)} entries")
   for p in written:
     console.print(f"wrote {p}")
 
 
-def _show_frames(dirs: list[Path], all_rows: bool):
-  from ragtune import ceilings, report, store
-
-  rows = store.load_results(dirs)
-  return report.compact_rows(rows) if all_rows else report.show_best(rows, ceilings.load(dirs))
-
-
 @app.command(cls=_Command, epilog=_example("ragtune show --all"))
 @user_errors
 def show(
-    dirs: Optional[list[Path]] = typer.Argument(None, metavar="DIR", help="Results folders [default: results/<device-slug>/]."),
-    all_rows: bool = typer.Option(False, "--all", help="Every measured row, not only the best per problem."),
-    csv: Optional[Path] = typer.Option(None, "--csv", metavar="FILE", help="Also write the table as CSV."),
+    dirs: ResultsDirs = None,
+    all_rows: Annotated[bool, typer.Option("--all", help="Every measured row, not only the best per problem.")] = False,
+    csv: Annotated[Optional[Path], typer.Option("--csv", metavar="FILE", help="Also write the table as CSV.")] = None,
 ):
   """Print results as a table (best per problem by default)."""
   import pandas as pd
 
-  from ragtune.report import csv_text
-  from ragtune.store import write_atomic
+  from ragtune import ceilings, report, store
 
   if csv:
     paths.writable_file(csv, "the --csv file")
-  df = _show_frames(paths.existing_dirs(dirs or [_results_dir()]), all_rows)
+  dirs = paths.existing_dirs(dirs or [_results_dir()])
+  records = store.load_results(dirs)
+  df = report.compact_rows(records) if all_rows else report.show_best(records, ceilings.load(dirs))
   with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 160,
                          "display.max_colwidth", 200, "display.float_format", "{:.4g}".format):
-    console.print(df.to_string(index=False), markup=False, highlight=False, soft_wrap=True)
+    _print(df.to_string(index=False))
   if csv:
-    write_atomic(csv, csv_text(df))
+    store.write_atomic(csv, report.csv_text(df))
     console.print(f"wrote {csv}")
 
 
 @app.command(cls=_Command, epilog=_example("ragtune report -o report/"))
 @user_errors
 def report(
-    dirs: Optional[list[Path]] = typer.Argument(None, metavar="DIR", help="Results folders [default: results/<device-slug>/]."),
-    output: Path = typer.Option(Path("."), "--output", "-o", metavar="DIR", help="Folder for best.csv, rows.csv, the PNG plots and report.md."),
+    dirs: ResultsDirs = None,
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", metavar="DIR", help="Folder for best.csv, rows.csv, the PNG plots and report.md.")] = Path("."),
 ):
   """Write best.csv (best per problem with baselines), rows.csv (every row), PNG plots
   (TF/s per problem, roofline, candidate times; needs the [report] extra) and report.md."""
   from ragtune import ceilings, plots, store
   from ragtune import report as report_mod
-  from ragtune.store import write_atomic
 
   paths.writable_dir(output, "the report folder")
   dirs = paths.existing_dirs(dirs or [_results_dir()])
-  rows = store.load_results(dirs)
+  records = store.load_results(dirs)
   ceil = ceilings.load(dirs)
-  for name, df in (("best.csv", report_mod.best_frame(rows, ceil)), ("rows.csv", report_mod.rows_frame(rows))):
-    write_atomic(output / name, report_mod.csv_text(df))
+  for name, df in (("best.csv", report_mod.best_frame(records, ceil)), ("rows.csv", report_mod.rows_frame(records))):
+    store.write_atomic(output / name, report_mod.csv_text(df))
     console.print(f"wrote {output / name} ({len(df)} rows)")
-  for path in plots.write_report(rows, ceil, output):
+  for path in plots.write_report(records, ceil, output):
     console.print(f"wrote {path}")
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from kernels import registry
+
 from ragtune import ceilings as ceilings_mod
 from ragtune import summary
 from ragtune.store import Record
@@ -93,8 +95,8 @@ def show_best(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
   return df[SHOW_COLUMNS]
 
 
-ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "num_warps": "w", "num_stages": "s",
-          "group_m": "gm", "group_k": "gk", "max_concurrent_steps": "cs", "grid_block_n": "gn"}
+# Each backend names its knobs' short forms (kernels/<backend>/__init__.py).
+ABBREV = {k: v for b in registry.REGISTRY.values() for k, v in b.abbrev.items()}
 DTYPE_ABBREV = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 

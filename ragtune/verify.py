@@ -256,9 +256,10 @@ def entry_report(res: EntryResult, full: bool) -> list[str]:
   return lines
 
 
-def load_lut_for_verify(target: Path, kind: str) -> kernels.Lut:
+def load_lut_for_verify(target: Path, kind: str, *, force: bool = False) -> kernels.Lut:
   """A LUT file, or a folder holding LUTs or records (then the LUT those records export),
-  for a device of `kind`."""
+  for a device of `kind`, with entries. A LUT made for another device kind is refused
+  unless `force`."""
   if not (target.is_file() or target.is_dir()):
     raise RagtuneError(f"{target}: no such LUT file or results folder")
   try:
@@ -266,11 +267,18 @@ def load_lut_for_verify(target: Path, kind: str) -> kernels.Lut:
   except kernels.LutError:
     lut_path = None  # a folder with no LUT for this device
   if lut_path is None:
-    return _lut_from_records(target, kind)
-  try:
-    return kernels.Lut.from_file(lut_path)
-  except kernels.LutError as e:
-    raise RagtuneError(str(e)) from None
+    lut = _lut_from_records(target, kind)
+  else:
+    try:
+      lut = kernels.Lut.from_file(lut_path)
+    except kernels.LutError as e:
+      raise RagtuneError(str(e)) from None
+  if lut.device_kind != kind and not force:
+    raise RagtuneError(f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r} "
+                       "(use --force to check its numerics here anyway)")
+  if not len(lut):
+    raise RagtuneError(f"{target}: LUT has no entries")
+  return lut
 
 
 def _lut_from_records(folder: Path, kind: str) -> kernels.Lut:

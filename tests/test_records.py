@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 import kernels
 from ragtune import report, search_space, store, sweep
 from ragtune.run import plan as planning
-from ragtune.cli import _summary_table, app
+from ragtune.cli import app
+from ragtune.views import summary_table
 from ragtune.errors import RagtuneError
 from ragtune.shapes import Problem
 
@@ -112,7 +113,7 @@ def test_show_report_sweep_summary_and_lut_agree_on_an_h100(tmp_path):
   assert [x.baselines["default"] * 1e3 for x in summaries] == [expect[b][0] for b in TIMES]
   assert [x.winner for x in summaries] == [winner, winner]
   console = Console(width=300, record=True)
-  console.print(_summary_table(summaries))
+  console.print(summary_table(summaries))
   table = console.export_text()
   for default_ms, best_ms, xla_ms, _, short in expect.values():
     assert f"{default_ms / best_ms:.2f}x" in table and short in table
