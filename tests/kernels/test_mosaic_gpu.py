@@ -4,7 +4,7 @@ Mosaic GPU interpreter on CPU.
 jax's Mosaic GPU package imports absl (absl-py, in the test extra); without it these
 tests skip. The interpreter runs the kernels as they are, except for two things it does
 not model, handled here and in the kernels:
-- its wgmma cannot read a transposed tile (transpose_rhs, drhs): tests/mgpu_interpret.py
+- its wgmma cannot read a transposed tile (transpose_rhs, drhs): tests/kernels/mgpu_interpret.py
   adds that, as Hopper's wgmma does for 16-bit inputs;
 - it drops a store that runs past an array's end, where a GPU's TMA clips it: interpreted
   kernels write to an output padded to whole tiles (mgpu_gmm.out_cols).
