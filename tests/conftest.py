@@ -41,6 +41,22 @@ def np_ragged_dot(lhs, rhs, group_sizes, *, transpose_rhs=False, group_offset=0)
   return out
 
 
+def np_ragged_dot_grads(lhs, rhs, group_sizes, dout, *, transpose_rhs=False, group_offset=0):
+  """float64 (dlhs, drhs) of np_ragged_dot for the cotangent `dout`; drhs in rhs's layout."""
+  lhs, rhs, dout = (np.asarray(a, np.float64) for a in (lhs, rhs, dout))
+  rhs_kn = rhs.transpose(0, 2, 1) if transpose_rhs else rhs
+  dlhs, drhs = np.zeros_like(lhs), np.zeros_like(rhs_kn)
+  start = 0
+  for gi, size in enumerate(np.asarray(group_sizes)):
+    end = min(start + int(size), lhs.shape[0])
+    local = gi - group_offset
+    if 0 <= local < rhs.shape[0]:
+      dlhs[start:end] = dout[start:end] @ rhs_kn[local].T
+      drhs[local] = lhs[start:end].T @ dout[start:end]
+    start = end
+  return dlhs, drhs.transpose(0, 2, 1) if transpose_rhs else drhs
+
+
 def rand(key, shape, dtype):
   return (jax.random.normal(jax.random.key(key), shape) / np.sqrt(shape[-1])).astype(dtype) + 0.01
 
