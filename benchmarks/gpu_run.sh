@@ -77,7 +77,7 @@ PY
     date -u +%FT%TZ; } 2>&1 | tee "$RES/device.txt"
   log "kernel tests, compiled on the GPU (full output: $RES/tests.txt)"
   timeout 330 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfE \
-    tests/test_gpu_compiled.py tests/test_timing.py tests/test_kernels_forward.py tests/test_kernels_grad.py \
+    tests/kernels/test_gpu_compiled.py tests/ragtune/test_timing.py tests/kernels/test_conformance.py \
     -k "not pallas_tpu" > "$RES/tests.txt" 2>&1
   ok "kernel tests"; tail -40 "$RES/tests.txt"
   log "ceilings"

@@ -51,7 +51,7 @@ class _Command(typer.core.TyperCommand):
     return re.sub(r"<([^<>\s][^<>]*)>", lambda m: _TYPE_WORDS.get(m.group(1), m.group(0)), super().get_help(ctx))
 
 
-# Every example runs as pasted on a fresh clone (tests/test_help_examples.py runs them). The
+# Every example runs as pasted on a fresh clone (tests/ragtune/test_help_examples.py runs them). The
 # sweep makes results/<device-slug>/, the default folder of the other commands; rerun, it
 # resumes and measures nothing again.
 _SWEEP_EXAMPLE = "ragtune sweep shapes/smoke.yaml --op fwd --shape 96,64,80 --max-candidates 2"

@@ -1,15 +1,20 @@
 import importlib.util
 import os
+from pathlib import Path
 
 # Two host devices so shard_map tests have a real 2-way mesh on CPU. Must precede jax import.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 # The CUDA plugin (the gpu-compile extra) on a host with no accelerator at all: keep jax on
-# the CPU, so the plugin serves deviceless compiles (tests/test_aot_compile.py) instead of
-# failing to start. NVIDIA (and WSL's /dev/dxg), ROCm and TPU hosts are left alone.
+# the CPU, so the plugin serves deviceless compiles (tests/ragtune/test_aot_compile.py)
+# instead of failing to start. NVIDIA (and WSL's /dev/dxg), ROCm and TPU hosts are left alone.
 _ACCELERATORS = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd", "/dev/accel0", "/dev/vfio/0")
 if importlib.util.find_spec("jax_plugins") and not any(os.path.exists(p) for p in _ACCELERATORS):
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.pop("RAGTUNE_LUT", None)
+# Processes the tests start (the CLI, sweep workers) import this checkout too, from any
+# folder: from tests/, tests/kernels and tests/ragtune would be namespace packages.
+ROOT = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -34,6 +39,22 @@ def np_ragged_dot(lhs, rhs, group_sizes, *, transpose_rhs=False, group_offset=0)
       out[start:end] = lhs[start:end] @ rhs[local]
     start = end
   return out
+
+
+def np_ragged_dot_grads(lhs, rhs, group_sizes, dout, *, transpose_rhs=False, group_offset=0):
+  """float64 (dlhs, drhs) of np_ragged_dot for the cotangent `dout`; drhs in rhs's layout."""
+  lhs, rhs, dout = (np.asarray(a, np.float64) for a in (lhs, rhs, dout))
+  rhs_kn = rhs.transpose(0, 2, 1) if transpose_rhs else rhs
+  dlhs, drhs = np.zeros_like(lhs), np.zeros_like(rhs_kn)
+  start = 0
+  for gi, size in enumerate(np.asarray(group_sizes)):
+    end = min(start + int(size), lhs.shape[0])
+    local = gi - group_offset
+    if 0 <= local < rhs.shape[0]:
+      dlhs[start:end] = dout[start:end] @ rhs_kn[local].T
+      drhs[local] = lhs[start:end].T @ dout[start:end]
+    start = end
+  return dlhs, drhs.transpose(0, 2, 1) if transpose_rhs else drhs
 
 
 def rand(key, shape, dtype):

@@ -6,7 +6,7 @@ from pathlib import Path
 import jax
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU host's behaviour")

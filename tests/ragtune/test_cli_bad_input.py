@@ -224,7 +224,7 @@ def test_full_expert_weights_past_int32_are_not_refused_on_wide_indexing_backend
   4 GiB), Mosaic GPU (TMA) and XLA address it; megablox is still held to int32."""
   from ragtune import shapes
 
-  problems = shapes.expand(shapes.load_shape_set(Path(__file__).resolve().parents[1] / "shapes" / "moe.yaml"))
+  problems = shapes.expand(shapes.load_shape_set(Path(__file__).resolve().parents[2] / "shapes" / "moe.yaml"))
   big = [p for p in problems if p.g * p.k * p.n > limits.INT32_MAX]
   assert any(p.source.startswith("deepseek-v3:") for p in big) and any(p.source.startswith("llama-4-maverick:") for p in big)
   limits.check_fits(problems, memory=1 << 50)  # every backend moe.yaml sweeps: no refusal

@@ -90,7 +90,7 @@ def test_search_quality_replays_a_recorded_sweep(tmp_path, capsys):
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
   rows = [store.make_row(p, store.candidate_id(c), c, "ok", interpret=False, device=dev, time_s=cost(c)) for c in space]
   (tmp_path / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
-  path = Path(__file__).resolve().parents[1] / "benchmarks" / "search_quality.py"
+  path = Path(__file__).resolve().parents[2] / "benchmarks" / "search_quality.py"
   spec = importlib.util.spec_from_file_location("search_quality", path)
   sq = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(sq)

@@ -1,6 +1,6 @@
 """Fault-injecting op builders for sweep tests (`--builder fault_builders:build`).
 
-Workers import this module by name, so tests put tests/ on PYTHONPATH. Which candidate
+Workers import this module by name, so tests put tests/ragtune/ on PYTHONPATH. Which candidate
 misbehaves is fixed by its position in the problem's candidate list: [1] hangs, [2] kills
 its own process with SIGSEGV, [3] returns wrong values, [4] puts a NaN in its output,
 [5] fails like a CUDA illegal address (which can poison a GPU context); the rest are the real op.

@@ -1,10 +1,11 @@
-"""backend="mosaic_gpu": export for CUDA (Mosaic GPU custom call) and numerics in jax's
-Mosaic GPU interpreter on CPU.
+"""backend="mosaic_gpu" beyond test_conformance.py (which checks its numbers through
+kernels.ragged_dot): export for CUDA (Mosaic GPU custom call), tgmm's larger tiles in jax's
+Mosaic GPU interpreter on CPU, the pure helpers, and "auto" following a LUT that mixes backends.
 
 jax's Mosaic GPU package imports absl (absl-py, in the test extra); without it these
 tests skip. The interpreter runs the kernels as they are, except for two things it does
 not model, handled here and in the kernels:
-- its wgmma cannot read a transposed tile (transpose_rhs, drhs): tests/mgpu_interpret.py
+- its wgmma cannot read a transposed tile (transpose_rhs, drhs): tests/kernels/mgpu_interpret.py
   adds that, as Hopper's wgmma does for 16-bit inputs;
 - it drops a store that runs past an array's end, where a GPU's TMA clips it: interpreted
   kernels write to an output padded to whole tiles (mgpu_gmm.out_cols).
@@ -23,7 +24,7 @@ from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 pytest.importorskip("absl", reason="jax's Mosaic GPU package needs absl-py")
 
 import kernels  # noqa: E402
-from conftest import np_ragged_dot, plan_of, rand  # noqa: E402
+from conftest import plan_of, rand  # noqa: E402
 from kernels.mosaic_gpu import gmm as mgpu_gmm, tgmm as mgpu_tgmm  # noqa: E402
 from mgpu_interpret import transposed_wgmma  # noqa: E402
 
@@ -93,10 +94,9 @@ def test_f32_output_and_sm_count_fallback_export():
 
 
 def test_f32_inputs_are_refused_explicitly():
+  """The op functions, called directly (test_conformance.py covers kernels.ragged_dot)."""
   x, w, gs = rand(0, (8, 16), jnp.float32), rand(1, (1, 16, 8), jnp.float32), jnp.array([8], jnp.int32)
-  with pytest.raises(TypeError, match="mosaic_gpu.*supports lhs/rhs dtypes.*float32"):
-    kernels.ragged_dot(x, w, gs, backend="mosaic_gpu")
-  with pytest.raises(TypeError, match="one dtype among"):  # the op functions, called directly
+  with pytest.raises(TypeError, match="one dtype among"):
     rd.forward(x, w, gs, backend="mosaic_gpu", config=SMALL, out_dtype=jnp.float32)
   with pytest.raises(TypeError, match="one dtype among"):
     rd.grad_rhs(x.astype(jnp.bfloat16), rand(2, (8, 8), jnp.float16), gs, num_groups=1, backend="mosaic_gpu",
@@ -111,73 +111,6 @@ TOL = {jnp.bfloat16: 2e-2, jnp.float16: 5e-3}
 def _check(out, ref64, dtype):
   scale = max(1.0, np.abs(ref64).max())
   np.testing.assert_allclose(np.asarray(out, np.float64), ref64, atol=TOL[dtype] * scale, rtol=TOL[dtype])
-
-
-CASES = {
-    # name: (m, k, n, group_sizes, transpose_rhs, group_offset, g_local)
-    "empty_groups_sum_lt_m_ragged_mkn": (37, 40, 24, [9, 0, 13, 0, 6], False, None, 5),
-    "offset_shard_last_transposed": (50, 40, 80, [12, 9, 0, 20], True, 2, 2),
-    "nothing_routed": (16, 64, 64, [0, 0], False, None, 2),
-}
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_forward_matches_lax_and_numpy_in_interpreter(case):
-  m, k, n, sizes, tr, off, g_local = CASES[case]
-  dtype = jnp.bfloat16
-  lhs = rand(1, (m, k), dtype)
-  rhs = rand(2, (g_local, n, k) if tr else (g_local, k, n), dtype)
-  gs = jnp.array(sizes, jnp.int32)
-  kw = dict(transpose_rhs=tr, group_offset=None if off is None else jnp.int32(off))
-  with transposed_wgmma():
-    out = kernels.ragged_dot(lhs, rhs, gs, backend="mosaic_gpu", config=SMALL, interpret=True, **kw)
-  assert out.shape == (m, n) and out.dtype == dtype
-  _check(out, np_ragged_dot(lhs, rhs, gs, transpose_rhs=tr, group_offset=off or 0), dtype)
-  assert not np.any(np.asarray(out, np.float32)[sum(sizes):]), "rows past sum(group_sizes) must be 0"
-  if off is None:
-    rhs_kn = rhs.swapaxes(1, 2) if tr else rhs
-    _check(out, np.asarray(jax.lax.ragged_dot(lhs, rhs_kn, gs, preferred_element_type=jnp.float32), np.float64), dtype)
-
-
-def test_vjp_matches_numpy_in_interpreter(transpose_rhs=True, group_offset=1):
-  """fwd, dlhs and drhs through the custom_vjp, each on its own kernel, against the float64
-  gradients, with transposed weights of a shard. (The plain layout's kernels are the
-  forward above (fwd; dlhs is a transposed read) and tgmm below: each interpreted case
-  costs seconds, so the vjp runs once.)"""
-  m, k, n, sizes = 53, 72, 40, [11, 0, 20, 9]
-  g_local = 2 if group_offset is not None else 4
-  dtype = jnp.float16
-  lhs, dout = rand(3, (m, k), dtype), rand(5, (m, n), dtype)
-  rhs = rand(4, (g_local, n, k) if transpose_rhs else (g_local, k, n), dtype)
-  gs = jnp.array(sizes, jnp.int32)
-  kw = dict(transpose_rhs=transpose_rhs, group_offset=None if group_offset is None else jnp.int32(group_offset))
-  f = lambda a, b: kernels.ragged_dot(a, b, gs, backend="mosaic_gpu", config=SMALL, interpret=True, **kw)
-  with transposed_wgmma():
-    _, vjp = jax.vjp(f, lhs, rhs)
-    dlhs, drhs = vjp(dout)
-  off = group_offset or 0
-  l64, d64 = np.asarray(lhs, np.float64), np.asarray(dout, np.float64)
-  r64 = np.asarray(rhs, np.float64)
-  r_kn = r64.transpose(0, 2, 1) if transpose_rhs else r64
-  ref_dlhs, ref_drhs, start = np.zeros_like(l64), np.zeros_like(r_kn), 0
-  for i, size in enumerate(sizes):
-    rows = slice(start, start + size)
-    if 0 <= i - off < g_local:
-      ref_dlhs[rows] = d64[rows] @ r_kn[i - off].T
-      ref_drhs[i - off] = l64[rows].T @ d64[rows]
-    start += size
-  _check(dlhs, ref_dlhs, dtype)
-  _check(drhs, ref_drhs.transpose(0, 2, 1) if transpose_rhs else ref_drhs, dtype)
-
-
-def test_mixed_input_dtypes_are_promoted():
-  lhs, rhs, gs = rand(6, (24, 64), jnp.bfloat16), rand(7, (2, 64, 64), jnp.float16), jnp.array([10, 9], jnp.int32)
-  with pytest.raises(TypeError, match="mosaic_gpu"):  # bf16 x f16 promotes to f32
-    kernels.ragged_dot(lhs, rhs, gs, backend="mosaic_gpu")
-  out = kernels.ragged_dot(lhs, rhs.astype(jnp.bfloat16), gs, backend="mosaic_gpu", config=SMALL,
-                           preferred_element_type=jnp.float32, interpret=True)
-  assert out.dtype == jnp.float32
-  _check(out, np_ragged_dot(lhs, rhs.astype(jnp.bfloat16), gs), jnp.bfloat16)
 
 
 def test_tgmm_larger_tiles_in_interpreter():

@@ -17,7 +17,7 @@ from ragtune import ceilings, export, lock, search_space, shapes, store, summary
 from ragtune.cli import app
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
 FAULTS = """
 ops: [fwd]

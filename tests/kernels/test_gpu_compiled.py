@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 import kernels
-from conftest import np_ragged_dot
+from conftest import np_ragged_dot, np_ragged_dot_grads
 from ragtune import search_space
 from ragtune.shapes import Problem
-from test_kernels_grad import _np_grads
 
 ON_GPU = jax.default_backend() == "gpu"
 INTERPRET = not ON_GPU and os.environ.get("RAGTUNE_GPU_TESTS_INTERPRET") == "1"
@@ -73,7 +72,7 @@ def test_compiled_fwd_and_vjp_match_numpy(case, backend, dtype):
   g = len(sizes)
   lhs, rhs, dout, gs = _inputs(m, k, n, sizes, dtype)
   ref = np_ragged_dot(lhs, rhs, gs)
-  ref_dl, ref_dr = _np_grads(lhs, rhs, gs, dout)
+  ref_dl, ref_dr = np_ragged_dot_grads(lhs, rhs, gs, dout)
   dt = kernels.lut.canonical_dtype(dtype)
   per_op = _configs(backend, m, k, n, g, dt, draws=0 if INTERPRET or dtype == jnp.float16 else 3)
   for i in range(max(len(c) for c in per_op.values())):

@@ -12,7 +12,7 @@ import kernels
 from ragtune.cli import app
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("sweep", "verify", "export-lut", "show", "report")
 
 

@@ -18,7 +18,7 @@ from ragtune import export, shapes, store, sweep
 from ragtune.cli import app
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = """
 ops: [fwd, drhs]
 backends: [pallas_gpu]

@@ -1,4 +1,4 @@
-"""Test-only support for running kernels/mgpu_*.py in jax 0.10's Mosaic GPU interpreter.
+"""Test-only support for running kernels/mosaic_gpu/*.py in jax 0.10's Mosaic GPU interpreter.
 
 jax 0.11 reads transposed shared-memory tiles in the interpreter itself (its
 `interpret_utils.to_access` carries a permutation), so there `transposed_wgmma` does nothing.

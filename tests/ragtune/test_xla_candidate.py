@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 import kernels
 from conftest import entry_config, entry_pick
 from ragtune import export, report, search_space, store, summary, sweep
-from ragtune.cli import _summary_table, app
+from ragtune.cli import app
+from ragtune.views import summary_table
 from ragtune.shapes import Problem
 
 runner = CliRunner()
@@ -124,7 +125,7 @@ def test_show_and_sweep_summary_name_the_winner(tmp_path, shape, text):
   summaries = sweep.summarize([_problem("pallas_gpu", shape), _problem("mosaic_gpu", shape)], rows)
   assert [s.winner for s in summaries] == [text, text]
   console = Console(width=250, record=True)
-  console.print(_summary_table(summaries))
+  console.print(summary_table(summaries))
   out = console.export_text()
   assert "winner" in out and out.count(text) == 2
 
