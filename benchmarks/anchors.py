@@ -41,14 +41,27 @@ from ragtune import ceilings, measure  # noqa: E402
 from ragtune.shapes import GroupDist, Problem  # noqa: E402
 
 ANCHORS = {  # name: (m, k, n, g, prefill)
-    "mixtral-8x7b": (8192, 4096, 14336, 8, True),
-    "dsv3-up": (131072, 7168, 2048, 256, True),
-    "dsv3-down": (131072, 2048, 7168, 256, True),
-    "dsv3-decode": (512, 7168, 2048, 256, False),
+  "mixtral-8x7b": (8192, 4096, 14336, 8, True),
+  "dsv3-up": (131072, 7168, 2048, 256, True),
+  "dsv3-down": (131072, 2048, 7168, 256, True),
+  "dsv3-decode": (512, 7168, 2048, 256, False),
 }
 TARGETS = {"geomean_vs_xla_prefill": 5.0, "min_vs_xla": 1.0, "mixtral_fwd_tflops": 700.0, "decode_pct_copy": 85.0}
-COLUMNS = ["anchor", "shape", "op", "variant", "config", "status", "ms", "tflops", "pct_matmul_peak", "gbps",
-           "pct_copy_bw", "vs_xla", "timer"]
+COLUMNS = [
+  "anchor",
+  "shape",
+  "op",
+  "variant",
+  "config",
+  "status",
+  "ms",
+  "tflops",
+  "pct_matmul_peak",
+  "gbps",
+  "pct_copy_bw",
+  "vs_xla",
+  "timer",
+]
 
 
 @dataclass
@@ -96,8 +109,9 @@ def kernel_variants(p: Problem, backends: list[str], lut: kernels.Lut | None, de
   return out
 
 
-def bench_problem(name: str, p: Problem, backends, lut, device_kind, on_device, peak_tf, copy_gbps,
-                  samples: int) -> list[Row]:
+def bench_problem(
+  name: str, p: Problem, backends, lut, device_kind, on_device, peak_tf, copy_gbps, samples: int
+) -> list[Row]:
   x = measure.make_inputs(p)
   args = measure.op_args(p.op, x)
   ref = measure.reference(p.op, x)
@@ -120,8 +134,10 @@ def bench_problem(name: str, p: Problem, backends, lut, device_kind, on_device, 
       row.status = f"{res.status}: {res.summary()}"  # never timed: a wrong kernel has no speed
       continue
     fns[label] = (fn, args, compiled)
-  for label, (fn, a) in {"xla ragged_dot": (measure.build_op(p, kernels.registry.REFERENCE, None, False), args),
-                         "dense matmul, same FLOPs": (measure.dense_matmul, measure.dense_args(p, x))}.items():
+  for label, (fn, a) in {
+    "xla ragged_dot": (measure.build_op(p, kernels.registry.REFERENCE, None, False), args),
+    "dense matmul, same FLOPs": (measure.dense_matmul, measure.dense_args(p, x)),
+  }.items():
     rows[label] = Row(name, shape, p.op, label, "")
     fns[label] = (fn, a, measure.compile_fn(fn, a))
   times, timer = measure.time_variants(fns, on_device=on_device, warmup=2, iters=5, samples=samples)
@@ -150,13 +166,17 @@ def _fmt(v, spec: str) -> str:
 
 
 def print_table(rows: list[Row]) -> None:
-  head = f"{'anchor':<13}{'op':<5}{'variant':<44}{'ms':>9}{'TF/s':>8}{'%mm':>6}{'GB/s':>8}{'%copy':>7}{'vs xla':>8}  status"
+  head = (
+    f"{'anchor':<13}{'op':<5}{'variant':<44}{'ms':>9}{'TF/s':>8}{'%mm':>6}{'GB/s':>8}{'%copy':>7}{'vs xla':>8}  status"
+  )
   print(head)
   print("-" * len(head))
   for r in rows:
-    print(f"{r.anchor:<13}{r.op:<5}{r.variant[:43]:<44}{_fmt(r.ms, '.3f'):>9}{_fmt(r.tflops, '.1f'):>8}"
-          f"{_fmt(r.pct_matmul_peak, '.0f'):>6}{_fmt(r.gbps, '.0f'):>8}{_fmt(r.pct_copy_bw, '.0f'):>7}"
-          f"{_fmt(r.vs_xla, '.2f'):>8}  {r.status}")
+    print(
+      f"{r.anchor:<13}{r.op:<5}{r.variant[:43]:<44}{_fmt(r.ms, '.3f'):>9}{_fmt(r.tflops, '.1f'):>8}"
+      f"{_fmt(r.pct_matmul_peak, '.0f'):>6}{_fmt(r.gbps, '.0f'):>8}{_fmt(r.pct_copy_bw, '.0f'):>7}"
+      f"{_fmt(r.vs_xla, '.2f'):>8}  {r.status}"
+    )
 
 
 def is_kernel(r: Row) -> bool:
@@ -173,19 +193,27 @@ def target_summary(rows: list[Row]) -> list[str]:
   prefill = [r.vs_xla for (a, _), r in best.items() if ANCHORS[a][4] and r.vs_xla]
   if prefill:
     gm = statistics.geometric_mean(prefill)
-    lines.append(f"geomean speedup vs XLA over prefill problems: {gm:.2f}x (target >= {TARGETS['geomean_vs_xla_prefill']}x)")
+    lines.append(
+      f"geomean speedup vs XLA over prefill problems: {gm:.2f}x (target >= {TARGETS['geomean_vs_xla_prefill']}x)"
+    )
   if best:
     worst = min((r for r in best.values() if r.vs_xla), key=lambda r: r.vs_xla, default=None)
     if worst is not None:
-      lines.append(f"lowest speedup vs XLA: {worst.vs_xla:.2f}x on {worst.anchor} {worst.op} "
-                   f"(target >= {TARGETS['min_vs_xla']}x everywhere)")
+      lines.append(
+        f"lowest speedup vs XLA: {worst.vs_xla:.2f}x on {worst.anchor} {worst.op} "
+        f"(target >= {TARGETS['min_vs_xla']}x everywhere)"
+      )
   mx = best.get(("mixtral-8x7b", "fwd"))
   if mx:
-    lines.append(f"mixtral-8x7b fwd: {mx.tflops:.1f} TF/s with {mx.variant} (target >= {TARGETS['mixtral_fwd_tflops']})")
+    lines.append(
+      f"mixtral-8x7b fwd: {mx.tflops:.1f} TF/s with {mx.variant} (target >= {TARGETS['mixtral_fwd_tflops']})"
+    )
   for (a, op), r in sorted(best.items()):
     if not ANCHORS[a][4] and r.pct_copy_bw is not None:
-      lines.append(f"{a} {op}: {r.gbps:.0f} GB/s = {r.pct_copy_bw:.0f}% of copy bandwidth "
-                   f"(target >= {TARGETS['decode_pct_copy']}%)")
+      lines.append(
+        f"{a} {op}: {r.gbps:.0f} GB/s = {r.pct_copy_bw:.0f}% of copy bandwidth "
+        f"(target >= {TARGETS['decode_pct_copy']}%)"
+      )
   missing = sorted({(r.anchor, r.op) for r in rows} - set(best))
   for a, op in missing:
     lines.append(f"{a} {op}: no kernel variant passed the check")
@@ -199,7 +227,9 @@ def write_csv(path: str, rows: list[Row]) -> None:
     w = csv.DictWriter(f, fieldnames=COLUMNS)
     w.writeheader()
     for r in rows:
-      w.writerow({c: (float(f"{v:.4g}") if isinstance(v, float) and math.isfinite(v) else v) for c, v in vars(r).items()})
+      w.writerow(
+        {c: (float(f"{v:.4g}") if isinstance(v, float) and math.isfinite(v) else v) for c, v in vars(r).items()}
+      )
   os.replace(tmp, path)
 
 
@@ -213,7 +243,9 @@ def main(argv=None) -> int:
   ap.add_argument("--ops", default="fwd,dlhs,drhs")
   ap.add_argument("--dtype", default="bfloat16")
   ap.add_argument("--lut", default=None, help="LUT file or results folder: also time each backend's tuned config")
-  ap.add_argument("--m-scale", type=float, default=1.0, help="scale every anchor's m (e.g. 0.5 if memory or time is short)")
+  ap.add_argument(
+    "--m-scale", type=float, default=1.0, help="scale every anchor's m (e.g. 0.5 if memory or time is short)"
+  )
   ap.add_argument("--samples", type=int, default=10, help="profiler samples per variant (tune-jax)")
   ap.add_argument("--csv", default=None, help="write the rows here too")
   args = ap.parse_args(argv)
@@ -222,7 +254,9 @@ def main(argv=None) -> int:
   ops = [o.strip() for o in args.ops.split(",") if o.strip()]
   bad = [a for a in names if a not in ANCHORS] + [o for o in ops if o not in kernels.common.OPS]
   if bad:
-    print(f"error: unknown anchor or op {bad}; anchors: {list(ANCHORS)}, ops: {list(kernels.common.OPS)}", file=sys.stderr)
+    print(
+      f"error: unknown anchor or op {bad}; anchors: {list(ANCHORS)}, ops: {list(kernels.common.OPS)}", file=sys.stderr
+    )
     return 2
   on_device = jax.default_backend() != "cpu"
   dev = jax.devices()[0]
@@ -236,8 +270,10 @@ def main(argv=None) -> int:
   ceil = ceilings.measure_ceilings([args.dtype], dev.platform)
   peak_tf, copy_gbps = ceil["matmul_tflops"][args.dtype], ceil["copy_gbps"]
   print(f"device: {dev.device_kind} ({dev.platform}), jax {jax.__version__}")
-  print(f"ceilings, measured now: {args.dtype} matmul {ceil['sizes']['matmul_n']}^3 {peak_tf:.1f} TF/s; "
-        f"copy {ceil['sizes']['copy_bytes'] / 2**30:.1f} GiB {copy_gbps:.0f} GB/s (read + write); timer: {ceil['timer']}")
+  print(
+    f"ceilings, measured now: {args.dtype} matmul {ceil['sizes']['matmul_n']}^3 {peak_tf:.1f} TF/s; "
+    f"copy {ceil['sizes']['copy_bytes'] / 2**30:.1f} GiB {copy_gbps:.0f} GB/s (read + write); timer: {ceil['timer']}"
+  )
   if not on_device:
     print("NOTE: CPU host: shapes shrunk and the Pallas kernel interpreted. These are not GPU speeds.")
   backends = gpu_backends(on_device)

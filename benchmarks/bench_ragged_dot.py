@@ -32,9 +32,12 @@ def main(argv=None):
   ap.add_argument("--dtype", default="bfloat16")
   ap.add_argument("--op", default="fwd", choices=kernels.common.OPS)
   ap.add_argument("--backend", default="auto", help="auto: the device's Pallas backend; pallas_gpu on a CPU host")
-  ap.add_argument("--bands", default="",
-                  help="pallas_gpu: also time the config with these launch bands (group_m; group_k for drhs), "
-                       "e.g. 1,16,1024 to compare launch orders side by side")
+  ap.add_argument(
+    "--bands",
+    default="",
+    help="pallas_gpu: also time the config with these launch bands (group_m; group_k for drhs), "
+    "e.g. 1,16,1024 to compare launch orders side by side",
+  )
   ap.add_argument("--warmup", type=int, default=3)
   ap.add_argument("--iters", type=int, default=20)
   args = ap.parse_args(argv)
@@ -61,10 +64,12 @@ def main(argv=None):
       cfg = dataclasses.replace(choice.config, **{knob: band})
       if cfg != choice.config:
         variants[f"{name} {knob}={band}"] = (measure.build_op(p, backend, cfg, interpret), a)
-  variants.update({
+  variants.update(
+    {
       "xla ragged_dot": (measure.build_op(p, kernels.registry.REFERENCE, None, False), a),
       "dense matmul, same FLOPs": (measure.dense_matmul, measure.dense_args(p, x)),
-  })
+    }
+  )
   fns = {v: (fn, args_, measure.compile_fn(fn, args_)) for v, (fn, args_) in variants.items()}
   out = jax.block_until_ready(fns[name][2](*a))
   res = measure.check(p, out, measure.reference(p.op, x))
@@ -72,8 +77,10 @@ def main(argv=None):
   dev = jax.devices()[0]
   print(f"device: {dev.device_kind} ({dev.platform}), jax {jax.__version__}, timer: {timer}")
   if interpret:
-    print(f"NOTE: no {backend} hardware here, so {backend} runs in Pallas interpret mode; its time is the "
-          "interpreter's; the XLA and dense rows are real CPU timings.")
+    print(
+      f"NOTE: no {backend} hardware here, so {backend} runs in Pallas interpret mode; its time is the "
+      "interpreter's; the XLA and dense rows are real CPU timings."
+    )
   print(f"problem: {p.op} {p.shape_label} {p.dtype}, group sizes {list(p.group_sizes)[:8]}...")
   print(f"config: {choice}")
   print(f"check vs lax: {res.summary()}")

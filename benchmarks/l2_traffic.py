@@ -39,8 +39,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from kernels import common  # noqa: E402
 from kernels.pallas_gpu import config as triton  # noqa: E402
-
-from kernels.pallas_gpu import gmm as gpu_gmm, tgmm as gpu_tgmm  # noqa: E402
+from kernels.pallas_gpu import gmm as gpu_gmm  # noqa: E402
+from kernels.pallas_gpu import tgmm as gpu_tgmm
 
 SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
 MAX_PHASES = 16  # phases per program: k steps are merged into at most this many
@@ -62,13 +62,13 @@ class Problem:
 
 
 PROBLEMS = [
-    Problem("Mixtral 8x7B fwd", "fwd", 8192, 4096, 14336, 8),
-    Problem("Mixtral 8x7B dlhs", "dlhs", 8192, 4096, 14336, 8),
-    Problem("Mixtral 8x7B drhs", "drhs", 8192, 4096, 14336, 8),
-    Problem("DeepSeek-V3 up fwd", "fwd", 131072, 7168, 2048, 256),
-    Problem("DeepSeek-V3 up dlhs", "dlhs", 131072, 7168, 2048, 256),
-    Problem("DeepSeek-V3 up drhs", "drhs", 131072, 7168, 2048, 256),
-    Problem("DeepSeek-V3 decode fwd", "fwd", 512, 7168, 2048, 256),
+  Problem("Mixtral 8x7B fwd", "fwd", 8192, 4096, 14336, 8),
+  Problem("Mixtral 8x7B dlhs", "dlhs", 8192, 4096, 14336, 8),
+  Problem("Mixtral 8x7B drhs", "drhs", 8192, 4096, 14336, 8),
+  Problem("DeepSeek-V3 up fwd", "fwd", 131072, 7168, 2048, 256),
+  Problem("DeepSeek-V3 up dlhs", "dlhs", 131072, 7168, 2048, 256),
+  Problem("DeepSeek-V3 up drhs", "drhs", 131072, 7168, 2048, 256),
+  Problem("DeepSeek-V3 decode fwd", "fwd", 512, 7168, 2048, 256),
 ]
 
 
@@ -87,13 +87,15 @@ def gmm_programs(p: Problem, cfg: triton.TritonConfig, sizes: np.ndarray, order:
   c = cfg.clamped(rows, contraction, cols)
   num_tiles = common.num_tiles_bound(rows, c.block_m, p.g)
   seg_starts, seg_ends = common.segment_bounds(jnp.asarray(sizes), rows, jnp.int32(0), p.g)
-  sched = common.TileSchedule(*(np.asarray(a) for a in common.tile_schedule(
-      seg_starts, seg_ends, c.block_m, num_tiles)))
+  sched = common.TileSchedule(
+    *(np.asarray(a) for a in common.tile_schedule(seg_starts, seg_ends, c.block_m, num_tiles))
+  )
   ncol = -(-cols // c.block_n)
   pid = np.arange(int(sched.active[0]) * ncol)
   if order == "banded":
-    tile, col = gpu_gmm.launch_cell(pid, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles,
-                                    ncol, c.group_m)
+    tile, col = gpu_gmm.launch_cell(
+      pid, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles, ncol, c.group_m
+    )
   else:
     band = int(sched.active[0]) if order == "m_fastest" else 1
     tile, col = gpu_gmm.program_tile(pid, int(sched.active[0]), ncol, band)
@@ -103,8 +105,7 @@ def gmm_programs(p: Problem, cfg: triton.TritonConfig, sizes: np.ndarray, order:
   return c, np.where(is_group, tile_block[tile], -1), seg - 1, col
 
 
-def simulate(p: Problem, cfg: triton.TritonConfig, *, sms: int, l2_bytes: int, dtype="bfloat16",
-             order: str = "banded"):
+def simulate(p: Problem, cfg: triton.TritonConfig, *, sms: int, l2_bytes: int, dtype="bfloat16", order: str = "banded"):
   """(HBM bytes fetched incl. output writes, unique bytes) for one op and config."""
   b = common.itemsize(dtype)
   sizes = p.group_sizes()
@@ -126,9 +127,11 @@ def simulate(p: Problem, cfg: triton.TritonConfig, *, sms: int, l2_bytes: int, d
     def program_phases(i):
       g_, k_, n_ = int(grp[i]), int(kb[i]), int(nb[i])
       blocks = range(int(first[g_]), int(last[g_]))
-      return [[(("a", r, k_), a_bytes) for r in blocks[s:s + per_phase]] +
-              [(("b", r, n_), b_bytes) for r in blocks[s:s + per_phase]]
-              for s in range(0, len(blocks), per_phase)] or [[]]
+      return [
+        [(("a", r, k_), a_bytes) for r in blocks[s : s + per_phase]]
+        + [(("b", r, n_), b_bytes) for r in blocks[s : s + per_phase]]
+        for s in range(0, len(blocks), per_phase)
+      ] or [[]]
 
     n_programs = len(pid)
     out_bytes = p.g * p.k * p.n * b
@@ -198,15 +201,20 @@ def main(argv=None):
   ap.add_argument("--family", default="hopper", choices=["hopper", "ampere", "other"])
   ap.add_argument("--quick", action="store_true", help="m / 8 on every problem")
   ap.add_argument("--only", default="", help="substring of the problem names to run")
-  ap.add_argument("--legacy", action="store_true",
-                  help="also model the old global m_fastest / n_fastest orders (fwd and dlhs)")
+  ap.add_argument(
+    "--legacy", action="store_true", help="also model the old global m_fastest / n_fastest orders (fwd and dlhs)"
+  )
   args = ap.parse_args(argv)
 
-  print(f"L2 traffic model: {args.sms} SMs, LRU L2, HBM {args.bw} TB/s, MMA {args.tflops} TF/s, bf16, "
-        f"multinomial group sizes, {args.family} default configs; bands tried: {args.bands}")
+  print(
+    f"L2 traffic model: {args.sms} SMs, LRU L2, HBM {args.bw} TB/s, MMA {args.tflops} TF/s, bf16, "
+    f"multinomial group sizes, {args.family} default configs; bands tried: {args.bands}"
+  )
   print("ratio = HBM bytes fetched (reads + output writes) / unique bytes; band = group_m (drhs: group_k)")
-  header = (f"| {'problem':<22} | {'default config':<24} | L2 MB | unique GB | default: band, GB, ratio | "
-            f"best band, ratio | worst band, ratio | HBM ms | MMA ms |")
+  header = (
+    f"| {'problem':<22} | {'default config':<24} | L2 MB | unique GB | default: band, GB, ratio | "
+    f"best band, ratio | worst band, ratio | HBM ms | MMA ms |"
+  )
   print(header)
   print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
   t0 = time.perf_counter()
@@ -220,23 +228,29 @@ def main(argv=None):
     mma_ms = 2.0 * p.m * p.k * p.n / (args.tflops * 1e12) * 1e3
     blocks = f"{cfg.block_m}x{cfg.block_k}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
     for l2 in args.l2:
-      results = {band: simulate(p, dataclasses.replace(cfg, **{knob: band}), sms=args.sms, l2_bytes=int(l2 * 1e6))
-                 for band in sorted(set(args.bands) | {getattr(cfg, knob)})}
+      results = {
+        band: simulate(p, dataclasses.replace(cfg, **{knob: band}), sms=args.sms, l2_bytes=int(l2 * 1e6))
+        for band in sorted(set(args.bands) | {getattr(cfg, knob)})
+      }
       unique = results[getattr(cfg, knob)][1]
       ratio = {band: fetched / unique for band, (fetched, _) in results.items()}
       default = getattr(cfg, knob)
       best = min(ratio, key=lambda band: (ratio[band], band))
       worst = max(ratio, key=lambda band: (ratio[band], -band))
       fetched = results[default][0]
-      print(f"| {p.name:<22} | {blocks:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
-            f"{f'{default}, {fetched / 1e9:.2f}, {ratio[default]:.2f}x':<24} | {f'{best}, {ratio[best]:.2f}x':<16} | "
-            f"{f'{worst}, {ratio[worst]:.2f}x':<17} | {fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |")
+      print(
+        f"| {p.name:<22} | {blocks:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
+        f"{f'{default}, {fetched / 1e9:.2f}, {ratio[default]:.2f}x':<24} | {f'{best}, {ratio[best]:.2f}x':<16} | "
+        f"{f'{worst}, {ratio[worst]:.2f}x':<17} | {fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |"
+      )
       if args.legacy and p.op != "drhs":
         for order in ("m_fastest", "n_fastest"):
           fetched, _ = simulate(p, cfg, sms=args.sms, l2_bytes=int(l2 * 1e6), order=order)
-          print(f"| {'  old ' + order:<22} | {blocks:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
-                f"{f'-, {fetched / 1e9:.2f}, {fetched / unique:.2f}x':<24} | {'':<16} | {'':<17} | "
-                f"{fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |")
+          print(
+            f"| {'  old ' + order:<22} | {blocks:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
+            f"{f'-, {fetched / 1e9:.2f}, {fetched / unique:.2f}x':<24} | {'':<16} | {'':<17} | "
+            f"{fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |"
+          )
   print(f"({time.perf_counter() - t0:.0f} s)")
 
 

@@ -37,13 +37,23 @@ def replay(records, budget=None, budget_frac=None):
     space = list(cost)
     b = budget or max(1, round(len(space) * budget_frac))
     p = rs[0].problem
-    default = kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=rs[0].device_kind)
+    default = kernels.registry.default_config(
+      p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=rs[0].device_kind
+    )
     seeds = [default] if default in cost else []
     hist = search_strategy.run_offline(search_strategy.Staged(space, b, seeds), lambda c: cost[c])
     found = [t for t in hist.values() if t is not None]
     best_found = min(found) if found else float("inf")
-    out.append({"problem": key, "space": len(space), "timed": len(hist), "exhaustive_s": min(ok),
-                "found_s": best_found, "ratio": best_found / min(ok)})
+    out.append(
+      {
+        "problem": key,
+        "space": len(space),
+        "timed": len(hist),
+        "exhaustive_s": min(ok),
+        "found_s": best_found,
+        "ratio": best_found / min(ok),
+      }
+    )
   return out
 
 
@@ -60,12 +70,16 @@ def main(argv=None):
     return 1
   print(f"{'problem':<58} {'space':>5} {'timed':>5} {'exhaustive ms':>13} {'found ms':>9} {'found/best':>10}")
   for r in res:
-    print(f"{r['problem'][:58]:<58} {r['space']:>5} {r['timed']:>5} {r['exhaustive_s'] * 1e3:>13.4g} "
-          f"{r['found_s'] * 1e3:>9.4g} {r['ratio']:>10.3f}")
+    print(
+      f"{r['problem'][:58]:<58} {r['space']:>5} {r['timed']:>5} {r['exhaustive_s'] * 1e3:>13.4g} "
+      f"{r['found_s'] * 1e3:>9.4g} {r['ratio']:>10.3f}"
+    )
   ratios = [r["ratio"] for r in res]
   within = sum(x <= 1.03 for x in ratios)
-  print(f"{len(res)} problems: median found/best {statistics.median(ratios):.3f}, worst {max(ratios):.3f}, "
-        f"{within} within 3%; timed {sum(r['timed'] for r in res)} of {sum(r['space'] for r in res)} candidates")
+  print(
+    f"{len(res)} problems: median found/best {statistics.median(ratios):.3f}, worst {max(ratios):.3f}, "
+    f"{within} within 3%; timed {sum(r['timed'] for r in res)} of {sum(r['space'] for r in res)} candidates"
+  )
   return 0
 
 

@@ -19,6 +19,17 @@ from kernels.pallas_tpu.config import TpuConfig
 from kernels.ragged_dot import Choice, explain, ragged_dot
 
 __all__ = [
-    "ragged_dot", "explain", "Choice", "TritonConfig", "MosaicConfig", "TpuConfig",
-    "Lut", "Entry", "LutError", "LutFn", "load_lut", "use_lut", "device_slug",
+  "ragged_dot",
+  "explain",
+  "Choice",
+  "TritonConfig",
+  "MosaicConfig",
+  "TpuConfig",
+  "Lut",
+  "Entry",
+  "LutError",
+  "LutFn",
+  "load_lut",
+  "use_lut",
+  "device_slug",
 ]

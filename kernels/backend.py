@@ -8,7 +8,8 @@ package and in ragtune, reads a backend through this record and never by its nam
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Hashable, Protocol
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
 
 from kernels.common import gpu_family, op_dims
 
@@ -72,8 +73,7 @@ class Backend:
   auto_priority: int = 0
   megablox_lut_fn: bool = False
 
-  def default_config(self, op: str, dtype: str, m: int, k: int, n: int, g: int,
-                     device_kind: str | None = None):
+  def default_config(self, op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None):
     op_dims(op, m, k, n)  # validates op
     return self.default(op, dtype, m, k, n, g, device_kind)
 
@@ -94,8 +94,9 @@ class Backend:
     """Raise ValueError when this backend's kernels cannot compile for the device."""
     if self.families and platform in self.platforms and gpu_family(device_kind) not in self.families:
       raise ValueError(
-          f"backend {self.name!r} compiles for {'/'.join(self.families)} GPUs only, not "
-          f"{device_kind!r} ({gpu_family(device_kind)}); use another backend")
+        f"backend {self.name!r} compiles for {'/'.join(self.families)} GPUs only, not "
+        f"{device_kind!r} ({gpu_family(device_kind)}); use another backend"
+      )
 
   def runs_on(self, platform: str, device_kind: str) -> bool:
     """Whether it runs compiled on this device."""
@@ -109,8 +110,9 @@ class Backend:
     """TypeError unless it computes in `compute_dtype`; the message names `alternatives`."""
     if compute_dtype not in self.dtypes:
       hint = f"; use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else ""
-      raise TypeError(f"backend {self.name!r} supports lhs/rhs dtypes {self.dtypes}, got "
-                      f"{lhs_dtype} x {rhs_dtype}{hint}")
+      raise TypeError(
+        f"backend {self.name!r} supports lhs/rhs dtypes {self.dtypes}, got {lhs_dtype} x {rhs_dtype}{hint}"
+      )
 
   def check_config(self, op: str, cfg: Any) -> None:
     if self.config_type is None:

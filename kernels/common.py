@@ -35,9 +35,11 @@ GPU_SMEM_BYTES = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 *
 # Any other GPU (L4, L40S, A10, RTX 30xx/40xx/50xx, and the CPU host that tests the
 # pipeline in interpret mode): the smallest bound of the sm_80+ parts Triton targets.
 GPU_SMEM_BYTES_SAFE = 99 * 1024
-_FAMILIES = (("hopper", ("h100", "h200", "h800", "h20", "gh200")),
-             ("blackwell", ("b100", "b200", "gb200", "b300", "gb300")),
-             ("ampere", ("a100", "a800", "a30")))
+_FAMILIES = (
+  ("hopper", ("h100", "h200", "h800", "h20", "gh200")),
+  ("blackwell", ("b100", "b200", "gb200", "b300", "gb300")),
+  ("ampere", ("a100", "a800", "a30")),
+)
 
 
 def gpu_family(device_kind: str | None) -> str:
@@ -90,6 +92,7 @@ def check_int_range(owner: str, name: str, v, lo: int, hi: int) -> None:
 
 # --- group metadata -----------------------------------------------------------------------
 
+
 def num_tiles_bound(m: int, block_m: int, g_local: int) -> int:
   """Static launch size: row blocks plus one extra tile per internal segment boundary."""
   return -(-m // block_m) + g_local + 1
@@ -130,11 +133,11 @@ def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
 class TileSchedule(NamedTuple):
   """Which rows each scheduled row tile covers; see tile_schedule."""
 
-  tile_segment: jax.Array      # int32 [num_tiles]: the segment of tile t
-  tile_row_block: jax.Array    # int32 [num_tiles]: the block_m row block of tile t
-  active: jax.Array            # int32 [1]: tiles t >= active are spare launch slots
+  tile_segment: jax.Array  # int32 [num_tiles]: the segment of tile t
+  tile_row_block: jax.Array  # int32 [num_tiles]: the block_m row block of tile t
+  active: jax.Array  # int32 [1]: tiles t >= active are spare launch slots
   segment_first_tile: jax.Array  # int32 [g_local + 2]: index of each segment's first tile
-  segment_num_tiles: jax.Array   # int32 [g_local + 2]: tiles of each segment (0 if empty)
+  segment_num_tiles: jax.Array  # int32 [g_local + 2]: tiles of each segment (0 if empty)
 
 
 def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int) -> TileSchedule:
@@ -155,6 +158,7 @@ def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int) -> TileSch
 
 # --- vmap -----------------------------------------------------------------------------
 
+
 def broadcast_vmap(impl, *args):
   """impl(*args), batchable whichever of `args` vmap batches.
 
@@ -162,6 +166,7 @@ def broadcast_vmap(impl, *args):
   rule only ever sees all of them batched. custom_vmap has no reverse-mode rule, so
   differentiate through `kernels.ragged_dot` (its custom_vjp), not through `impl`.
   """
+
   @jax.custom_batching.custom_vmap
   def call(*a):
     return impl(*a)

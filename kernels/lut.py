@@ -31,8 +31,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from kernels import registry
 from kernels.backend import KernelConfig
@@ -62,12 +63,14 @@ def current_device_kind() -> str:
   """The device kind calls are built for (kernels.target.current: jax's first device, or
   the device of the mesh set by jax.set_mesh for an ahead-of-time compile)."""
   from kernels import target
+
   return target.current().device_kind
 
 
 def canonical_dtype(dtype: Any) -> str:
   """'bfloat16' for jnp.bfloat16, np.dtype('bfloat16') or the string."""
   import jax.numpy as jnp
+
   return jnp.dtype(dtype).name
 
 
@@ -88,8 +91,16 @@ class Entry:
     return (self.op, self.backend, self.dtype, self.m, self.k, self.n, self.g)
 
   def to_dict(self) -> dict[str, Any]:
-    d = {"op": self.op, "backend": self.backend, "dtype": self.dtype, "m": self.m, "k": self.k,
-         "n": self.n, "g": self.g, "config": self.config.to_dict() if self.config else {}}
+    d = {
+      "op": self.op,
+      "backend": self.backend,
+      "dtype": self.dtype,
+      "m": self.m,
+      "k": self.k,
+      "n": self.n,
+      "g": self.g,
+      "config": self.config.to_dict() if self.config else {},
+    }
     d.update(self.extra)
     return d
 
@@ -134,8 +145,9 @@ def shape_distance(e: Entry, m: int, k: int, n: int, g: int | None) -> float:
 class Lut:
   """A loaded LUT for one device kind."""
 
-  def __init__(self, device_kind: str, entries: Iterable[Entry] = (), *, meta: dict | None = None,
-               source: str | None = None):
+  def __init__(
+    self, device_kind: str, entries: Iterable[Entry] = (), *, meta: dict | None = None, source: str | None = None
+  ):
     self.device_kind = device_kind
     self.meta = dict(meta or {})
     self.source = source
@@ -145,15 +157,17 @@ class Lut:
 
   # --- construction / serialisation ---------------------------------------------------
   @classmethod
-  def from_dict(cls, data: Any, source: str = "<dict>") -> "Lut":
+  def from_dict(cls, data: Any, source: str = "<dict>") -> Lut:
     if not isinstance(data, dict):
       raise LutError(f"{source}: not a ragtune LUT (top level is {type(data).__name__}, expected an object)")
     if data.get("schema") != SCHEMA:
       raise LutError(f"{source}: not a ragtune LUT (schema is {data.get('schema')!r}, expected {SCHEMA!r})")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-      raise LutError(f"{source}: schema_version {version!r} is not supported (this kernels package reads "
-                     f"version {SCHEMA_VERSION}); upgrade ragtune/kernels or re-export the LUT")
+      raise LutError(
+        f"{source}: schema_version {version!r} is not supported (this kernels package reads "
+        f"version {SCHEMA_VERSION}); upgrade ragtune/kernels or re-export the LUT"
+      )
     kind = data.get("device_kind")
     if not isinstance(kind, str) or not kind:
       raise LutError(f"{source}: device_kind must be a non-empty string")
@@ -165,7 +179,7 @@ class Lut:
     return cls(kind, parsed, meta=meta, source=source)
 
   @classmethod
-  def from_file(cls, path: str | os.PathLike) -> "Lut":
+  def from_file(cls, path: str | os.PathLike) -> Lut:
     p = Path(path)
     try:
       text = p.read_text()
@@ -179,8 +193,13 @@ class Lut:
 
   def to_dict(self) -> dict[str, Any]:
     meta = {k: v for k, v in self.meta.items() if k not in ("schema", "schema_version", "device_kind")}
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "device_kind": self.device_kind,
-            **meta, "entries": [e.to_dict() for e in sorted(self._entries.values(), key=lambda e: e.key)]}
+    return {
+      "schema": SCHEMA,
+      "schema_version": SCHEMA_VERSION,
+      "device_kind": self.device_kind,
+      **meta,
+      "entries": [e.to_dict() for e in sorted(self._entries.values(), key=lambda e: e.key)],
+    }
 
   # --- queries ------------------------------------------------------------------------
   def __len__(self) -> int:
@@ -192,8 +211,9 @@ class Lut:
   def shapes(self) -> list[tuple[int, int, int]]:
     return sorted({(e.m, e.k, e.n) for e in self._entries.values()})
 
-  def query(self, op: str, m: int, k: int, n: int, g: int | None, dtype: Any = None,
-            backend: str | None = None) -> Entry | None:
+  def query(
+    self, op: str, m: int, k: int, n: int, g: int | None, dtype: Any = None, backend: str | None = None
+  ) -> Entry | None:
     """The entry to run the forward problem (m, k, n, g) as `op` with, or None.
 
     Nearest shape: among entries of this op (and dtype, and backend when given) whose
@@ -210,9 +230,14 @@ class Lut:
     ties go to the registry's backend order.
     """
     dt = canonical_dtype(dtype) if dtype is not None else None
-    fitting = [e for e in self._entries.values()
-               if e.op == op and (not dt or e.dtype == dt) and (not backend or e.backend == backend)
-               and (e.config is None or e.config.fits(op, e.dtype, m, k, n, self.device_kind))]
+    fitting = [
+      e
+      for e in self._entries.values()
+      if e.op == op
+      and (not dt or e.dtype == dt)
+      and (not backend or e.backend == backend)
+      and (e.config is None or e.config.fits(op, e.dtype, m, k, n, self.device_kind))
+    ]
     best, best_d = None, math.inf
     for e in fitting:
       d = shape_distance(e, m, k, n, g)
@@ -274,8 +299,9 @@ def locate_lut(path: str | os.PathLike | None, device_kind: str) -> Path | None:
     if cand.is_file():
       return cand
     found = sorted(p.name for p in path.glob("*.json"))
-    raise LutError(f"{path}: no LUT for device {device_kind!r} (looked for {cand.name}; "
-                   f"found {found or 'no .json files'})")
+    raise LutError(
+      f"{path}: no LUT for device {device_kind!r} (looked for {cand.name}; found {found or 'no .json files'})"
+    )
   if not path.exists():
     raise LutError(f"{path}: no such LUT file or folder")
   return path
@@ -294,8 +320,10 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
   found = locate_lut(path, kind)
   lut = Lut(kind, source=None) if found is None else Lut.from_file(found)
   if lut.device_kind != kind and not force:
-    raise LutError(f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}; "
-                   f"pass force=True to use it anyway")
+    raise LutError(
+      f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}; "
+      f"pass force=True to use it anyway"
+    )
   _active, _active_resolved = lut, True
   return lut
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,7 @@ from kernels.common import OPS
 logger = logging.getLogger("kernels")
 
 # --- argument handling ----------------------------------------------------------------
+
 
 def _check_backend(backend: str) -> str:
   if backend != "auto" and backend not in registry.REGISTRY:
@@ -64,14 +66,17 @@ def _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset):
   k_rhs = rhs.shape[2] if transpose_rhs else rhs.shape[1]
   if lhs.shape[1] != k_rhs:
     axis = "rhs.shape[2]" if transpose_rhs else "rhs.shape[1]"
-    raise ValueError(f"contraction mismatch: lhs.shape[1]={lhs.shape[1]} but {axis}={k_rhs}"
-                     f" (transpose_rhs={transpose_rhs})")
+    raise ValueError(
+      f"contraction mismatch: lhs.shape[1]={lhs.shape[1]} but {axis}={k_rhs} (transpose_rhs={transpose_rhs})"
+    )
   g_total, g_local = group_sizes.shape[0], rhs.shape[0]
   if g_local < 1:
     raise ValueError(f"rhs must hold at least one group (g >= 1), got shape {rhs.shape}")
   if group_offset is None and g_total != g_local:
-    raise ValueError(f"group count mismatch: group_sizes has {g_total} groups but rhs has {g_local}"
-                     " (pass group_offset when rhs holds a shard of the groups)")
+    raise ValueError(
+      f"group count mismatch: group_sizes has {g_total} groups but rhs has {g_local}"
+      " (pass group_offset when rhs holds a shard of the groups)"
+    )
   if group_offset is not None:
     if g_total < g_local:
       raise ValueError(f"group_sizes has {g_total} groups, fewer than rhs's {g_local}")
@@ -109,8 +114,9 @@ class Choice:
 
 def _from_entry(op: str, table, e, m: int, k: int, n: int, g: int) -> Choice:
   source = "lut-exact" if (e.m, e.k, e.n, e.g) == (m, k, n, g) else "lut-nearest"
-  return Choice(op, e.backend, e.config, source, (e.m, e.k, e.n, e.g), lut_mod.shape_distance(e, m, k, n, g),
-                table.source)
+  return Choice(
+    op, e.backend, e.config, source, (e.m, e.k, e.n, e.g), lut_mod.shape_distance(e, m, k, n, g), table.source
+  )
 
 
 def _lut_or_default(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: Any) -> Choice:
@@ -142,8 +148,9 @@ def _as_config(backend: str, op: str, cfg: Any) -> Any:
 
 def _per_op(config: Mapping) -> bool:
   """{op: config} rather than one config as a dict: keys are ops, or values are configs."""
-  return set(config) <= set(OPS) or any(v is None or isinstance(v, (Mapping, *registry.config_types()))
-                                        for v in config.values())
+  return set(config) <= set(OPS) or any(
+    v is None or isinstance(v, (Mapping, *registry.config_types())) for v in config.values()
+  )
 
 
 def _given_configs(config) -> dict[str, Any]:
@@ -205,7 +212,9 @@ def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend
     raise ValueError(f"rhs must hold at least one group (g >= 1), got shape {rhs_shape}")
   k_rhs = rhs_shape[2] if transpose_rhs else rhs_shape[1]
   if k != k_rhs:
-    raise ValueError(f"contraction mismatch: lhs_shape {lhs_shape} vs rhs_shape {rhs_shape} (transpose_rhs={transpose_rhs})")
+    raise ValueError(
+      f"contraction mismatch: lhs_shape {lhs_shape} vs rhs_shape {rhs_shape} (transpose_rhs={transpose_rhs})"
+    )
   name = jnp.dtype(dtype).name
   if _check_backend(backend) != "auto":
     registry.check_dtype(backend, name, name, name)
@@ -226,18 +235,46 @@ def _log_choices(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dty
   if key in _logged:
     return
   _logged.add(key)
-  logger.debug("ragged_dot [%d,%d]x[%d,%d,%d] %s: %s", m, k, g, k, n, jnp.dtype(dtype).name,
-               "; ".join(str(c) for c in choices.values()))
+  logger.debug(
+    "ragged_dot [%d,%d]x[%d,%d,%d] %s: %s",
+    m,
+    k,
+    g,
+    k,
+    n,
+    jnp.dtype(dtype).name,
+    "; ".join(str(c) for c in choices.values()),
+  )
 
 
 # --- the three ops, each from its backend's folder (kernels/registry.py) ------------------
 
-def forward(lhs, rhs, group_sizes, *, backend: str, config: KernelConfig | None, out_dtype,
-            transpose_rhs: bool = False, group_offset=None, precision=None, interpret: bool = False):
+
+def forward(
+  lhs,
+  rhs,
+  group_sizes,
+  *,
+  backend: str,
+  config: KernelConfig | None,
+  out_dtype,
+  transpose_rhs: bool = False,
+  group_offset=None,
+  precision=None,
+  interpret: bool = False,
+):
   """out[m,n]: grouped matmul of lhs [m,k] with rhs [g,k,n] ([g,n,k] if transpose_rhs)."""
   return registry.get(backend).forward(
-      lhs, rhs, group_sizes, config=config, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
-      group_offset=group_offset, precision=precision, interpret=interpret)
+    lhs,
+    rhs,
+    group_sizes,
+    config=config,
+    out_dtype=out_dtype,
+    transpose_rhs=transpose_rhs,
+    group_offset=group_offset,
+    precision=precision,
+    interpret=interpret,
+  )
 
 
 def grad_lhs(dout, rhs, group_sizes, *, backend: str, transpose_rhs: bool = False, **kw):
@@ -248,18 +285,38 @@ def grad_lhs(dout, rhs, group_sizes, *, backend: str, transpose_rhs: bool = Fals
   return forward(dout, rhs, group_sizes, backend=backend, transpose_rhs=not transpose_rhs, **kw)
 
 
-def grad_rhs(lhs, dout, group_sizes, *, num_groups: int, backend: str, config: KernelConfig | None,
-             out_dtype, transpose_rhs: bool = False, group_offset=None, precision=None,
-             interpret: bool = False):
+def grad_rhs(
+  lhs,
+  dout,
+  group_sizes,
+  *,
+  num_groups: int,
+  backend: str,
+  config: KernelConfig | None,
+  out_dtype,
+  transpose_rhs: bool = False,
+  group_offset=None,
+  precision=None,
+  interpret: bool = False,
+):
   """drhs[g,k,n] = lhs[group]^T @ dout[group] (or [g,n,k] with transpose_rhs); the config
   is in the [g,k,n] frame."""
   return registry.get(backend).grad_rhs(
-      lhs, dout, group_sizes, num_groups=num_groups, config=config, out_dtype=out_dtype,
-      transpose_rhs=transpose_rhs, group_offset=group_offset, precision=precision,
-      interpret=interpret)
+    lhs,
+    dout,
+    group_sizes,
+    num_groups=num_groups,
+    config=config,
+    out_dtype=out_dtype,
+    transpose_rhs=transpose_rhs,
+    group_offset=group_offset,
+    precision=precision,
+    interpret=interpret,
+  )
 
 
 # --- differentiation ------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class _Plan:
@@ -276,9 +333,14 @@ class _Plan:
 
   def common(self, op: str, group_offset) -> dict[str, Any]:
     i = OPS.index(op)
-    return dict(backend=self.backends[i], config=getattr(self, op), transpose_rhs=self.transpose_rhs,
-                precision=self.precision, interpret=self.interpret[i],
-                group_offset=group_offset if self.has_offset else None)
+    return dict(
+      backend=self.backends[i],
+      config=getattr(self, op),
+      transpose_rhs=self.transpose_rhs,
+      precision=self.precision,
+      interpret=self.interpret[i],
+      group_offset=group_offset if self.has_offset else None,
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -293,19 +355,29 @@ def _ragged_dot_fwd(lhs, rhs, group_sizes, group_offset, plan):
 def _ragged_dot_bwd(plan, residuals, dout):
   lhs, rhs, group_sizes, group_offset = residuals
   dout = dout.astype(plan.compute_dtype)
-  dlhs = grad_lhs(dout, rhs, group_sizes, out_dtype=plan.compute_dtype,
-                  **plan.common("dlhs", group_offset))
-  drhs = grad_rhs(lhs, dout, group_sizes, num_groups=rhs.shape[0], out_dtype=plan.compute_dtype,
-                  **plan.common("drhs", group_offset))
+  dlhs = grad_lhs(dout, rhs, group_sizes, out_dtype=plan.compute_dtype, **plan.common("dlhs", group_offset))
+  drhs = grad_rhs(
+    lhs, dout, group_sizes, num_groups=rhs.shape[0], out_dtype=plan.compute_dtype, **plan.common("drhs", group_offset)
+  )
   return dlhs.astype(lhs.dtype), drhs.astype(rhs.dtype), None, None
 
 
 _ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
 
 
-def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, *,
-               transpose_rhs: bool = False, group_offset=None, backend: str = "auto",
-               config: KernelConfig | Mapping[str, Any] | None = None, interpret: bool | None = None):
+def ragged_dot(
+  lhs,
+  rhs,
+  group_sizes,
+  precision=None,
+  preferred_element_type=None,
+  *,
+  transpose_rhs: bool = False,
+  group_offset=None,
+  backend: str = "auto",
+  config: KernelConfig | Mapping[str, Any] | None = None,
+  interpret: bool | None = None,
+):
   """Grouped matmul with the semantics of `jax.lax.ragged_dot`, differentiable in lhs and rhs.
 
   lhs [m,k]; rhs [g,k,n] (or [g,n,k] with transpose_rhs); group_sizes int32 [g]. Rows of
@@ -327,10 +399,11 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
   _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset)
   _check_backend(backend)
   out_dtype = jax.eval_shape(
-      functools.partial(jax.lax.ragged_dot, preferred_element_type=preferred_element_type),
-      jax.ShapeDtypeStruct(lhs.shape, lhs.dtype),
-      jax.ShapeDtypeStruct((rhs.shape[0], lhs.shape[1], rhs.shape[1] if transpose_rhs else rhs.shape[2]), rhs.dtype),
-      jax.ShapeDtypeStruct((rhs.shape[0],), jnp.int32)).dtype
+    functools.partial(jax.lax.ragged_dot, preferred_element_type=preferred_element_type),
+    jax.ShapeDtypeStruct(lhs.shape, lhs.dtype),
+    jax.ShapeDtypeStruct((rhs.shape[0], lhs.shape[1], rhs.shape[1] if transpose_rhs else rhs.shape[2]), rhs.dtype),
+    jax.ShapeDtypeStruct((rhs.shape[0],), jnp.int32),
+  ).dtype
   compute_dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
   if backend != "auto":
     registry.get(backend).check_dtype(lhs.dtype, rhs.dtype, compute_dtype.name)
@@ -347,9 +420,17 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     dev = target.current()
     for name in compiled:
       registry.get(name).check_device(dev.platform, dev.device_kind)
-  plan = _Plan(names, choices["fwd"].config, choices["dlhs"].config, choices["drhs"].config, bool(transpose_rhs),
-               _canonical_precision(precision), jnp.dtype(out_dtype).name, compute_dtype.name,
-               modes, group_offset is not None)
+  plan = _Plan(
+    names,
+    choices["fwd"].config,
+    choices["dlhs"].config,
+    choices["drhs"].config,
+    bool(transpose_rhs),
+    _canonical_precision(precision),
+    jnp.dtype(out_dtype).name,
+    compute_dtype.name,
+    modes,
+    group_offset is not None,
+  )
   offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
-  return _ragged_dot(lhs.astype(compute_dtype), rhs.astype(compute_dtype),
-                     group_sizes.astype(jnp.int32), offset, plan)
+  return _ragged_dot(lhs.astype(compute_dtype), rhs.astype(compute_dtype), group_sizes.astype(jnp.int32), offset, plan)

@@ -13,12 +13,12 @@ from typing import Any
 
 from kernels.backend import Backend, KernelConfig
 
-# One line per backend. Order matters only for display and for ties (Lut.choose).
+# One line per backend. Order matters only for display and for ties (Lut.query).
 _MODULES = (
-    "kernels.pallas_gpu",
-    "kernels.mosaic_gpu",
-    "kernels.pallas_tpu",
-    "kernels.xla",
+  "kernels.pallas_gpu",
+  "kernels.mosaic_gpu",
+  "kernels.pallas_tpu",
+  "kernels.xla",
 )
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (importlib.import_module(m).BACKEND for m in _MODULES)}
@@ -56,8 +56,9 @@ def config_from_dict(backend: str, d: dict[str, Any]) -> KernelConfig | None:
   return get(backend).config_from_dict(d)
 
 
-def default_config(backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int,
-                   device_kind: str | None = None) -> KernelConfig | None:
+def default_config(
+  backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None
+) -> KernelConfig | None:
   """The backend's heuristic for `op` on the forward problem (m, k, n, g), for a device of
   `device_kind` (None: the safe GPU family)."""
   return get(backend).default_config(op, dtype, m, k, n, g, device_kind)
@@ -75,8 +76,11 @@ def auto_backend(platform: str, device_kind: str) -> str:
 def check_dtype(name: str, lhs_dtype, rhs_dtype, compute_dtype: str) -> None:
   """TypeError unless backend `name` computes in `compute_dtype`, naming those that do."""
   b = get(name)
-  others = tuple(o.name for o in REGISTRY.values()
-                 if o.name != name and compute_dtype in o.dtypes and set(o.platforms) & set(b.platforms))
+  others = tuple(
+    o.name
+    for o in REGISTRY.values()
+    if o.name != name and compute_dtype in o.dtypes and set(o.platforms) & set(b.platforms)
+  )
   b.check_dtype(lhs_dtype, rhs_dtype, compute_dtype, others)
 
 

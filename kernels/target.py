@@ -18,8 +18,8 @@ GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-  platform: str          # jax's platform name: "gpu", "tpu", "cpu" ("cuda"/"rocm" read as "gpu")
-  device_kind: str       # e.g. "NVIDIA H100 80GB HBM3"
+  platform: str  # jax's platform name: "gpu", "tpu", "cpu" ("cuda"/"rocm" read as "gpu")
+  device_kind: str  # e.g. "NVIDIA H100 80GB HBM3"
   num_cores: int | None  # SMs of a GPU; None when unknown
 
   @property

@@ -19,8 +19,9 @@ import functools
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,13 @@ TARGETS = {"h100": "h100_sxm.txtpb", "h200": "h200.txtpb", "b200": "b200.txtpb"}
 KERNEL_PREFIX = "ragtune_"
 # Outcomes, in the order a report names them.
 OK, NO_FIT, SPILL, SERIALIZED, UNSUPPORTED, ERROR = (
-    "ok", "no_fit", "spill", "serialized_wgmma", "unsupported", "compile_error")
+  "ok",
+  "no_fit",
+  "spill",
+  "serialized_wgmma",
+  "unsupported",
+  "compile_error",
+)
 
 
 class AotUnavailable(RagtuneError):
@@ -55,12 +62,12 @@ class KernelReport:
 
   name: str
   registers: int
-  spill_bytes: int          # per-thread register spills (stack frame or local memory)
+  spill_bytes: int  # per-thread register spills (stack frame or local memory)
   stack_bytes: int
   smem_bytes: int | None
-  smem_source: str          # "xla" | "config" | ""
-  mma: str                  # "wgmma" | "mma.sync" | "none"
-  copy: str                 # "tma" | "cp.async" | "ld/st"
+  smem_source: str  # "xla" | "config" | ""
+  mma: str  # "wgmma" | "mma.sync" | "none"
+  copy: str  # "tma" | "cp.async" | "ld/st"
   counts: dict[str, int]
   serialized_wgmma: bool
   loops_wait_one: bool
@@ -75,8 +82,8 @@ class CompileReport:
 
   target: str
   device_kind: str
-  outcome: str              # OK, NO_FIT, SPILL, SERIALIZED, UNSUPPORTED or ERROR
-  error: str                # the compiler's own message (first lines), "" when ok
+  outcome: str  # OK, NO_FIT, SPILL, SERIALIZED, UNSUPPORTED or ERROR
+  error: str  # the compiler's own message (first lines), "" when ok
   seconds: float
   kernels: tuple[KernelReport, ...] = ()
 
@@ -85,12 +92,18 @@ class CompileReport:
     return self.outcome == OK
 
   def to_dict(self) -> dict[str, Any]:
-    return {"target": self.target, "device_kind": self.device_kind, "outcome": self.outcome,
-            "error": self.error, "compile_s": round(self.seconds, 3),
-            "kernels": [k.to_dict() for k in self.kernels]}
+    return {
+      "target": self.target,
+      "device_kind": self.device_kind,
+      "outcome": self.outcome,
+      "error": self.error,
+      "compile_s": round(self.seconds, 3),
+      "kernels": [k.to_dict() for k in self.kernels],
+    }
 
 
 # --- the target ---------------------------------------------------------------------------
+
 
 def target_text(target: str) -> tuple[str, str]:
   """(name, GpuTargetConfigProto text) of a target name (h100, h200, b200) or file path."""
@@ -102,15 +115,17 @@ def target_text(target: str) -> tuple[str, str]:
   return path.stem, path.read_text()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mesh(text: str):
   from jax.experimental import topologies
+
   try:
     topo = topologies.get_topology_desc(platform="cuda", target_config=text, topology="1x1x1")
   except NotImplementedError:
     raise AotUnavailable(
-        "deviceless GPU compile needs the CUDA plugin (pip install 'ragtune[gpu-compile]') and a "
-        "process started with JAX_PLATFORMS=cpu (ragtune's compile workers set it)") from None
+      "deviceless GPU compile needs the CUDA plugin (pip install 'ragtune[gpu-compile]') and a "
+      "process started with JAX_PLATFORMS=cpu (ragtune's compile workers set it)"
+    ) from None
   except Exception as e:  # a bad proto text: one line from the parser
     raise AotUnavailable(f"GPU target config rejected: {str(e).splitlines()[0][:300]}") from None
   return topologies.make_mesh(topo, (1,), ("x",)), topo.devices[0]
@@ -123,10 +138,14 @@ def device_kind(target: str) -> str:
 
 # --- compiling ------------------------------------------------------------------------------
 
+
 def _classify(e: Exception) -> str:
   msg = str(e)
-  if "exceeds available shared memory" in msg or "Shared memory size limit exceeded" in msg \
-     or "out of resource: shared memory" in msg.lower():
+  if (
+    "exceeds available shared memory" in msg
+    or "Shared memory size limit exceeded" in msg
+    or "out of resource: shared memory" in msg.lower()
+  ):
     return NO_FIT
   if "register spilling" in msg or "spill" in msg.lower():
     return SPILL
@@ -142,17 +161,23 @@ def _first_lines(e: Exception, limit: int = 600) -> str:
 
 
 # XLA's words when ptxas (the nvidia-cuda-nvcc wheel) is missing: no verdict on a config.
-_MISSING_TOOL = re.compile(r"ptxas.*(not found|no such file)|(couldn't|could not|can't|cannot|unable to) (find|locate)\S* .*ptxas",
-                           re.I | re.S)
+_MISSING_TOOL = re.compile(
+  r"ptxas.*(not found|no such file)|(couldn't|could not|can't|cannot|unable to) (find|locate)\S* .*ptxas", re.I | re.S
+)
 _THUNK = re.compile(r"kCustomKernel\s+\[[^\]]*\]\s+(\S+) grid: .*?shared_memory: (\d+) bytes")
 
 
-def compile_fn(target: str, fn: Callable, *arg_shapes: tuple[tuple[int, ...], Any],
-               smem_hint: Callable[[str], int | None] | None = None) -> CompileReport:
+def compile_fn(
+  target: str,
+  fn: Callable,
+  *arg_shapes: tuple[tuple[int, ...], Any],
+  smem_hint: Callable[[str], int | None] | None = None,
+) -> CompileReport:
   """Compile `fn(*args)` for `target`, args given as (shape, dtype) pairs; read its kernels."""
   name, text = target_text(target)
   mesh, dev = _mesh(text)
   from jax.sharding import NamedSharding, PartitionSpec
+
   args = [jax.ShapeDtypeStruct(s, d, sharding=NamedSharding(mesh, PartitionSpec())) for s, d in arg_shapes]
   start = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix="ragtune-aot-") as dump:
@@ -171,6 +196,7 @@ def compile_fn(target: str, fn: Callable, *arg_shapes: tuple[tuple[int, ...], An
   # jax's public serializer: a pickle around XLA's executable proto, whose Riegeli record
   # the machine-code reader finds by its magic bytes.
   from jax.experimental import serialize_executable
+
   blob = serialize_executable.serialize(compiled)[0]
   reports = []
   for kc in machine_code.read_executable(blob, only=KERNEL_PREFIX.encode()):
@@ -181,16 +207,35 @@ def compile_fn(target: str, fn: Callable, *arg_shapes: tuple[tuple[int, ...], An
     else:
       smem = smem_hint(kc.name) if smem_hint else None
       source = "config" if smem is not None else ""
-    reports.append(KernelReport(kc.name, kc.registers, kc.spill_bytes, kc.stack_bytes, smem, source,
-                                kc.mma, kc.copy, kc.counts, kc.serialized_wgmma, kc.loops_wait_one))
+    reports.append(
+      KernelReport(
+        kc.name,
+        kc.registers,
+        kc.spill_bytes,
+        kc.stack_bytes,
+        smem,
+        source,
+        kc.mma,
+        kc.copy,
+        kc.counts,
+        kc.serialized_wgmma,
+        kc.loops_wait_one,
+      )
+    )
   outcome = OK
   if any(r.spill_bytes for r in reports):
     outcome = SPILL
   elif any(r.serialized_wgmma for r in reports):
     outcome = SERIALIZED
-  error = "" if outcome == OK else "; ".join(
+  error = (
+    ""
+    if outcome == OK
+    else "; ".join(
       f"{r.name}: {r.spill_bytes} B/thread spilled" if r.spill_bytes else f"{r.name}: wgmma serialized (ptxas C7511)"
-      for r in reports if r.spill_bytes or r.serialized_wgmma)
+      for r in reports
+      if r.spill_bytes or r.serialized_wgmma
+    )
+  )
   return CompileReport(name, dev.device_kind, outcome, error, seconds, tuple(reports))
 
 
@@ -205,12 +250,12 @@ def op_arg_shapes(op: str, m: int, k: int, n: int, g: int, dtype: str) -> list[t
   return [((m, k), dt), ((m, n), dt), gs]
 
 
-def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int,
-               config) -> CompileReport:
+def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int, config) -> CompileReport:
   """Compile one op of `backend` with `config` (in the op's frame) for `target`: the same
   callable a sweep times (measure.build_op), with interpret off."""
   from ragtune import measure
   from ragtune.shapes import Problem
+
   p = Problem(op, backend, dtype, m, k, n, g, "compile", ())
   fn = measure.build_op(p, backend, config, interpret=False)
   name, text = target_text(target)
@@ -223,8 +268,18 @@ def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n
   return compile_fn(target, fn, *op_arg_shapes(op, m, k, n, g, dtype), smem_hint=hint)
 
 
-def compile_ragged_dot(target: str, m: int, k: int, n: int, g: int, dtype: str = "bfloat16", *,
-                       backend: str = "auto", config=None, vjp: bool = True) -> CompileReport:
+def compile_ragged_dot(
+  target: str,
+  m: int,
+  k: int,
+  n: int,
+  g: int,
+  dtype: str = "bfloat16",
+  *,
+  backend: str = "auto",
+  config=None,
+  vjp: bool = True,
+) -> CompileReport:
   """Compile `kernels.ragged_dot` as a model calls it (forward, and with vjp its two
   gradients) for `target`; config=None takes the LUT or the target's defaults."""
   dt = jnp.dtype(dtype)
@@ -249,5 +304,5 @@ def compile_ragged_dot(target: str, m: int, k: int, n: int, g: int, dtype: str =
     ops = ("drhs",) if kname.startswith("ragtune_mgpu_tgmm") else ("fwd", "dlhs")
     sizes = [mosaic[op].smem_bytes(op, dtype, m, k, n) for op in ops if op in mosaic]
     return max(sizes) if sizes else None
-  return compile_fn(target, fn, ((m, k), dt), ((g, k, n), dt), ((g,), jnp.int32), ((m, n), dt), smem_hint=hint)
 
+  return compile_fn(target, fn, ((m, k), dt), ((g, k, n), dt), ((g,), jnp.int32), ((m, n), dt), smem_hint=hint)

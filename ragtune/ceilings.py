@@ -10,8 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ragtune.store import Record, write_atomic
 
@@ -60,7 +61,8 @@ def save(out_dir: Path, device: dict[str, Any], data: dict[str, Any]) -> None:
 def peaks(ceil: dict[str, dict[str, Any]], device_kind: str, jax_version: str | None, dtype: str):
   """(matmul TF/s, copy GB/s) for a row, preferring the same jax version; None where unknown."""
   entry = ceil.get(_key(device_kind, jax_version or "")) or next(
-      (v for v in ceil.values() if v.get("device_kind") == device_kind), None)
+    (v for v in ceil.values() if v.get("device_kind") == device_kind), None
+  )
   if not entry:
     return None, None
   return entry.get("matmul_tflops", {}).get(dtype), entry.get("copy_gbps")
@@ -72,7 +74,7 @@ def pct_of_peak(row: Record, ceil: dict[str, dict[str, Any]]) -> tuple[float | N
   tflops, gbps = row.tflops, row.gbps
   if not tf or not bw or not tflops or not gbps:
     return None, ""
-  intensity = tflops * 1e12 / (gbps * 1e9)     # FLOP per byte moved
+  intensity = tflops * 1e12 / (gbps * 1e9)  # FLOP per byte moved
   ridge = tf * 1e12 / (bw * 1e9)
   if intensity >= ridge:
     return 100.0 * tflops / tf, "compute"
@@ -103,13 +105,16 @@ def measure_ceilings(dtypes: Iterable[str], platform: str) -> dict[str, Any]:
 
   n, copy_elems, reps = (512, 8 << 20, 3) if platform == "cpu" else (8192, 256 << 20, 10)
   mm = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
-  copy = lambda v: v * 1.0001          # reads and writes every byte once
+  copy = lambda v: v * 1.0001  # reads and writes every byte once
   fns, work = {}, {}
   for dtype in dtypes:
     k1, k2 = jax.random.split(jax.random.key(0))
-    args = (jax.random.normal(k1, (n, n), jnp.float32).astype(dtype), jax.random.normal(k2, (n, n), jnp.float32).astype(dtype))
+    args = (
+      jax.random.normal(k1, (n, n), jnp.float32).astype(dtype),
+      jax.random.normal(k2, (n, n), jnp.float32).astype(dtype),
+    )
     fns[dtype] = (mm, args, measure.compile_fn(mm, args))
-    work[dtype] = 2 * n ** 3
+    work[dtype] = 2 * n**3
   x = jax.random.normal(jax.random.key(1), (copy_elems,), jnp.float32)
   fns["copy"] = (copy, (x,), measure.compile_fn(copy, (x,)))
   if platform == "cpu":
@@ -117,9 +122,9 @@ def measure_ceilings(dtypes: Iterable[str], platform: str) -> dict[str, Any]:
   else:
     times, timer = measure.time_variants(fns, on_device=True, warmup=2, iters=reps)
   return {
-      "matmul_tflops": {d: work[d] / times[d] / 1e12 for d in dtypes},
-      "copy_gbps": 2 * x.nbytes / times["copy"] / 1e9,
-      "sizes": {"matmul_n": n, "copy_bytes": int(x.nbytes)},
-      "timer": timer,
-      "measured": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    "matmul_tflops": {d: work[d] / times[d] / 1e12 for d in dtypes},
+    "copy_gbps": 2 * x.nbytes / times["copy"] / 1e9,
+    "sizes": {"matmul_n": n, "copy_bytes": int(x.nbytes)},
+    "timer": timer,
+    "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
   }

@@ -1,9 +1,9 @@
 """`ragtune` command line: thin wrappers over the importable steps.
 
-  ragtune sweep shapes/smoke.yaml     shapes -> checked, timed candidates (results/<device>/records.jsonl)
-  ragtune verify results/<device>     re-check the best configs on fresh, adversarial inputs
-  ragtune export-lut results/<device> write the kernels LUT (<device>.json)
-  ragtune show results/<device>       tables of the results
+ragtune sweep shapes/smoke.yaml     shapes -> checked, timed candidates (results/<device>/records.jsonl)
+ragtune verify results/<device>     re-check the best configs on fresh, adversarial inputs
+ragtune export-lut results/<device> write the kernels LUT (<device>.json)
+ragtune show results/<device>       tables of the results
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 import typer.core
@@ -28,8 +28,12 @@ import kernels
 from ragtune import limits, paths
 from ragtune.errors import RagtuneError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.")
+app = typer.Typer(
+  add_completion=False,
+  no_args_is_help=True,
+  rich_markup_mode=None,
+  help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.",
+)
 # Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
 # No emoji codes: problem labels such as "deepseek-v3:up:tokens=64" must print as written.
 console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
@@ -37,8 +41,16 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200, e
 
 
 # Typer writes a required argument as {NAME} in usage lines and types as <list[Path]>.
-_TYPE_WORDS = {"path": "(a path)", "list[Path]": "(paths)", "list[str]": "(text, repeatable)", "int": "(an integer)",
-               "int range": "(an integer)", "float": "(a number)", "float range": "(a number)", "text": "(text)"}
+_TYPE_WORDS = {
+  "path": "(a path)",
+  "list[Path]": "(paths)",
+  "list[str]": "(text, repeatable)",
+  "int": "(an integer)",
+  "int range": "(an integer)",
+  "float": "(a number)",
+  "float range": "(a number)",
+  "text": "(text)",
+}
 
 
 class _Command(typer.core.TyperCommand):
@@ -69,6 +81,7 @@ def _fail(msg: str, code: int = 2):
 
 def user_errors(fn):
   """Turn expected failures into one line on stderr and a non-zero exit, no traceback."""
+
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):
     try:
@@ -77,67 +90,98 @@ def user_errors(fn):
       _fail(str(e))
     except OSError as e:  # a path problem no check caught: still one line
       _fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
+
   return wrapper
 
 
-def _split(values: Optional[list[str]]) -> Optional[list[str]]:
+def _split(values: list[str] | None) -> list[str] | None:
   if not values:
     return None
   return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
-def _split_shapes(values: Optional[list[str]]) -> Optional[list[str]]:
+def _split_shapes(values: list[str] | None) -> list[str] | None:
   """--shape M,K,N values; several may also be given in one, separated by spaces or ';'."""
   if not values:
     return None
   return [v.strip() for item in values for v in item.replace(";", " ").split() if v.strip()]
 
 
-def _resolve_interpret(interpret: Optional[bool], platform: str) -> bool:
+def _resolve_interpret(interpret: bool | None, platform: str) -> bool:
   on_cpu = platform == "cpu"
   if interpret is None:
     interpret = on_cpu
   if interpret and on_cpu:
-    err_console.print("[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. "
-                      "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only.")
+    err_console.print(
+      "[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. "
+      "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only."
+    )
   return interpret
 
 
 # --- options several commands share -------------------------------------------------------
 
 ShapesFile = Annotated[Path, typer.Argument(metavar="SHAPES_FILE", help="Shape set YAML (see README: 'Shape sets').")]
-OutDir = Annotated[Optional[Path], typer.Option(
-    "--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/].")]
-ResultsDirs = Annotated[Optional[list[Path]], typer.Argument(
-    metavar="DIR", help="Results folders [default: results/<device-slug>/].")]
-Backends = Annotated[Optional[list[str]], typer.Option(
-    "--backend", metavar="BACKEND",
-    help=f"Backends (repeat or comma-separate): {', '.join(kernels.registry.NAMES)}. Default: the file's.")]
-Ops = Annotated[Optional[list[str]], typer.Option(
-    "--ops", "--op", metavar="OP", help="Ops to tune: fwd, dlhs, drhs. Default: the file's.")]
-Shapes = Annotated[Optional[list[str]], typer.Option(
-    "--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable).")]
-Models = Annotated[Optional[list[str]], typer.Option(
-    "--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b.")]
-MaxCandidates = Annotated[Optional[int], typer.Option(
-    "--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first).")]
-Budget = Annotated[Optional[int], typer.Option(
-    "--budget", min=1, metavar="N",
-    help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best).")]
-Shard = Annotated[Optional[str], typer.Option(
-    "--shard", metavar="I/N", help="Take shard i of N of the problems (i/N, 0-based), e.g. a SLURM array task.")]
-Jobs = Annotated[Optional[int], typer.Option(
-    "--jobs", "-j", min=1, metavar="N", help="Compile processes [default: all cores].")]
-Interpret = Annotated[Optional[bool], typer.Option(
-    "--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator].")]
+OutDir = Annotated[
+  Path | None, typer.Option("--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/].")
+]
+ResultsDirs = Annotated[
+  list[Path] | None, typer.Argument(metavar="DIR", help="Results folders [default: results/<device-slug>/].")
+]
+Backends = Annotated[
+  list[str] | None,
+  typer.Option(
+    "--backend",
+    metavar="BACKEND",
+    help=f"Backends (repeat or comma-separate): {', '.join(kernels.registry.NAMES)}. Default: the file's.",
+  ),
+]
+Ops = Annotated[
+  list[str] | None,
+  typer.Option("--ops", "--op", metavar="OP", help="Ops to tune: fwd, dlhs, drhs. Default: the file's."),
+]
+Shapes = Annotated[
+  list[str] | None,
+  typer.Option("--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
+]
+Models = Annotated[
+  list[str] | None,
+  typer.Option("--model", metavar="NAME", help="Only problems of this model preset (repeatable), e.g. mixtral-8x7b."),
+]
+MaxCandidates = Annotated[
+  int | None,
+  typer.Option("--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first)."),
+]
+Budget = Annotated[
+  int | None,
+  typer.Option(
+    "--budget",
+    min=1,
+    metavar="N",
+    help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best).",
+  ),
+]
+Shard = Annotated[
+  str | None,
+  typer.Option(
+    "--shard", metavar="I/N", help="Take shard i of N of the problems (i/N, 0-based), e.g. a SLURM array task."
+  ),
+]
+Jobs = Annotated[
+  int | None, typer.Option("--jobs", "-j", min=1, metavar="N", help="Compile processes [default: all cores].")
+]
+Interpret = Annotated[
+  bool | None,
+  typer.Option("--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
+]
 
 
-class LutFormat(str, enum.Enum):
+class LutFormat(enum.StrEnum):
   json = "json"
   python = "python"
 
 
-def _parse_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
+def _parse_shard(text: str | None) -> tuple[int, int] | None:
   if text is None:
     return None
   i, sep, n = text.partition("/")
@@ -146,7 +190,7 @@ def _parse_shard(text: Optional[str]) -> Optional[tuple[int, int]]:
   return int(i), int(n)
 
 
-def _load_problems(shapes_file: Path, ops, backend, shard: Optional[str], shape=None, model=None):
+def _load_problems(shapes_file: Path, ops, backend, shard: str | None, shape=None, model=None):
   from ragtune import shapes as shapes_mod
   from ragtune.run import plan as plan_mod
 
@@ -181,7 +225,7 @@ def _device() -> dict:
   return info
 
 
-def _fitting(problems: list, memory: Optional[int]) -> list:
+def _fitting(problems: list, memory: int | None) -> list:
   """The problems that fit the device's memory; a warning for each that does not (an error if none does)."""
   fit, reasons = limits.split_by_memory(problems, memory)
   if not fit and reasons:
@@ -190,18 +234,21 @@ def _fitting(problems: list, memory: Optional[int]) -> list:
   for reason in reasons[:shown]:
     _print(f"warning: skipped: {reason}", err=True)
   if len(reasons) > shown:
-    _print(f"warning: skipped {len(reasons) - shown} more problems too big for this device "
-           f"({len(reasons)} in all; {len(fit)} remain)", err=True)
+    _print(
+      f"warning: skipped {len(reasons) - shown} more problems too big for this device "
+      f"({len(reasons)} in all; {len(fit)} remain)",
+      err=True,
+    )
   return fit
 
 
-def _results_dir(out: Optional[Path] = None) -> Path:
+def _results_dir(out: Path | None = None) -> Path:
   from ragtune.run import devices
 
   return out or devices.default_results_dir()
 
 
-def _sweep_dir(out: Optional[Path], builder: str) -> Path:
+def _sweep_dir(out: Path | None, builder: str) -> Path:
   """The results folder, writable; the builder is imported here once rather than in every worker."""
   from ragtune import worker
 
@@ -215,7 +262,7 @@ def _sweep_dir(out: Optional[Path], builder: str) -> Path:
   return out_dir
 
 
-def _place_workers(opts, info: dict, problems: list, devices: Optional[str], interpret: Optional[bool]) -> None:
+def _place_workers(opts, info: dict, problems: list, devices: str | None, interpret: bool | None) -> None:
   """Where the workers run (devices, interpret mode) and the LUT a budgeted search starts
   from; says what that means on a CPU host."""
   from ragtune.run import devices as devices_mod
@@ -242,9 +289,12 @@ def _stoppable(shapes_file: Path, out_dir: Path):
   try:
     yield
   except KeyboardInterrupt:
-    _print(f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with the "
-           f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}", err=True)
-    raise typer.Exit(130)
+    _print(
+      f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with the "
+      f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}",
+      err=True,
+    )
+    raise typer.Exit(130) from None
   finally:
     for sig, handler in previous.items():
       signal.signal(sig, handler)
@@ -257,8 +307,15 @@ def _run_sweep(problems: list, opts):
   waiting = lambda holder: _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
   if not console.is_terminal:
     return sweep.run_sweep(problems, opts, progress.PlainProgress(_print), waiting)
-  columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[best]}")]
+  columns = [
+    TextColumn("{task.description}"),
+    BarColumn(),
+    MofNCompleteColumn(),
+    TimeElapsedColumn(),
+    TextColumn("eta"),
+    TimeRemainingColumn(),
+    TextColumn("{task.fields[best]}"),
+  ]
   with Progress(*columns, console=console, transient=False) as bar:
     return sweep.run_sweep(problems, opts, progress.RichProgress(bar, console), waiting)
 
@@ -276,23 +333,46 @@ def _print_sweep_end(summaries, out_dir: Path, seconds: float) -> None:
 @app.command(cls=_Command, epilog=_example(""))
 @user_errors
 def sweep(
-    shapes_file: ShapesFile, out: OutDir = None, backend: Backends = None, ops: Ops = None, shape: Shapes = None,
-    model: Models = None, max_candidates: MaxCandidates = None, budget: Budget = None,
-    timeout: Annotated[float, typer.Option(
-        "--timeout", min=1, metavar="SECONDS",
-        help="Seconds for one candidate (compile + check + time); past it the worker is killed.")] = 120.0,
-    interpret: Interpret = None,
-    devices: Annotated[Optional[str], typer.Option(
-        "--devices", metavar="all|N|I,J,...",
-        help="Local devices, one worker each: all, a count N, or indices like 0,2,5 [default: all GPUs; 1 otherwise].")] = None,
-    shard: Shard = None,
-    builder: Annotated[str, typer.Option(
-        "--builder", metavar="MODULE:FUNCTION",
-        help="module:function building the op, (problem, backend, config, interpret) -> callable; "
-             "importable by the workers.")] = "ragtune.measure:build_op",
-    wait: Annotated[bool, typer.Option(
-        "--wait", help="If another sweep holds the results folder, wait for it instead of stopping.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (as `ragtune plan`) and exit.")] = False,
+  shapes_file: ShapesFile,
+  out: OutDir = None,
+  backend: Backends = None,
+  ops: Ops = None,
+  shape: Shapes = None,
+  model: Models = None,
+  max_candidates: MaxCandidates = None,
+  budget: Budget = None,
+  timeout: Annotated[
+    float,
+    typer.Option(
+      "--timeout",
+      min=1,
+      metavar="SECONDS",
+      help="Seconds for one candidate (compile + check + time); past it the worker is killed.",
+    ),
+  ] = 120.0,
+  interpret: Interpret = None,
+  devices: Annotated[
+    str | None,
+    typer.Option(
+      "--devices",
+      metavar="all|N|I,J,...",
+      help="Local devices, one worker each: all, a count N, or indices like 0,2,5 [default: all GPUs; 1 otherwise].",
+    ),
+  ] = None,
+  shard: Shard = None,
+  builder: Annotated[
+    str,
+    typer.Option(
+      "--builder",
+      metavar="MODULE:FUNCTION",
+      help="module:function building the op, (problem, backend, config, interpret) -> callable; "
+      "importable by the workers.",
+    ),
+  ] = "ragtune.measure:build_op",
+  wait: Annotated[
+    bool, typer.Option("--wait", help="If another sweep holds the results folder, wait for it instead of stopping.")
+  ] = False,
+  dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (as `ragtune plan`) and exit.")] = False,
 ):
   """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
   compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish;
@@ -305,20 +385,29 @@ def sweep(
   out_dir = _sweep_dir(out, builder)
   info = _device()
   problems = _fitting(problems, info.get("memory_bytes"))
-  opts = SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates, timeout_s=timeout,
-                      builder=builder, budget=budget, wait_for_lock=wait, device_kind=info["device_kind"])
+  opts = SweepOptions(
+    out_dir=out_dir,
+    max_candidates=max_candidates or spec.max_candidates,
+    timeout_s=timeout,
+    builder=builder,
+    budget=budget,
+    wait_for_lock=wait,
+    device_kind=info["device_kind"],
+  )
   if dry_run:
     return _print_plan(plan_mod.plan(problems, opts))
   _place_workers(opts, info, problems, devices, interpret)
-  _print(f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl ({len(opts.devices)} "
-         f"worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})")
+  _print(
+    f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl ({len(opts.devices)} "
+    f"worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})"
+  )
   t0 = time.perf_counter()
   with _stoppable(shapes_file, out_dir):
     summaries = _run_sweep(problems, opts)
   _print_sweep_end(summaries, out_dir, time.perf_counter() - t0)
 
 
-def _compile_for(target: str, problems: list, out_dir: Path, jobs: Optional[int], kind: str) -> None:
+def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, kind: str) -> None:
   """plan --target: every candidate compiled deviceless into DIR/compile.jsonl, with a line of counts."""
   from ragtune import prune
 
@@ -326,27 +415,45 @@ def _compile_for(target: str, problems: list, out_dir: Path, jobs: Optional[int]
   try:
     counts = prune.run(problems, target, out_dir, jobs)
   except KeyboardInterrupt:
-    _print(f"interrupted: every finished compile is kept in {out_dir / prune.COMPILE_RECORDS}; "
-           f"the same command goes on from there", err=True)
-    raise typer.Exit(130)
+    _print(
+      f"interrupted: every finished compile is kept in {out_dir / prune.COMPILE_RECORDS}; "
+      f"the same command goes on from there",
+      err=True,
+    )
+    raise typer.Exit(130) from None
   total = sum(counts.values())
   bad = total - counts.get("ok", 0)
-  _print(f"compiled {total} new candidates for {kind} in {time.monotonic() - start:.0f}s: "
-         + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")
-         + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS})", err=True)
+  _print(
+    f"compiled {total} new candidates for {kind} in {time.monotonic() - start:.0f}s: "
+    + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")
+    + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS})",
+    err=True,
+  )
 
 
 @app.command(cls=_Command, epilog="\b\nExample: ragtune plan shapes/smoke.yaml --budget 12")
 @user_errors
 def plan(
-    shapes_file: ShapesFile, out: OutDir = None, backend: Backends = None, ops: Ops = None, shape: Shapes = None,
-    model: Models = None, max_candidates: MaxCandidates = None, budget: Budget = None, shard: Shard = None,
-    target: Annotated[Optional[str], typer.Option(
-        "--target", metavar="GPU",
-        help="Compile every candidate deviceless for this GPU first (h100, h200, b200, or a "
-             "GpuTargetConfigProto file), in parallel; a sweep on that device then skips what fails, "
-             "spills or overflows. Needs the gpu-compile extra.")] = None,
-    jobs: Jobs = None,
+  shapes_file: ShapesFile,
+  out: OutDir = None,
+  backend: Backends = None,
+  ops: Ops = None,
+  shape: Shapes = None,
+  model: Models = None,
+  max_candidates: MaxCandidates = None,
+  budget: Budget = None,
+  shard: Shard = None,
+  target: Annotated[
+    str | None,
+    typer.Option(
+      "--target",
+      metavar="GPU",
+      help="Compile every candidate deviceless for this GPU first (h100, h200, b200, or a "
+      "GpuTargetConfigProto file), in parallel; a sweep on that device then skips what fails, "
+      "spills or overflows. Needs the gpu-compile extra.",
+    ),
+  ] = None,
+  jobs: Jobs = None,
 ):
   """List each problem with its candidate count after pruning, how many are done in the
   results folder, and an estimated time once some timings exist. Measures nothing (a child
@@ -365,8 +472,12 @@ def plan(
   if target:
     out_dir = paths.writable_dir(out_dir, "the results folder")
     _compile_for(target, problems, out_dir, jobs, info["device_kind"])
-  opts = SweepOptions(out_dir=out_dir, max_candidates=max_candidates or spec.max_candidates, budget=budget,
-                      device_kind=info["device_kind"])
+  opts = SweepOptions(
+    out_dir=out_dir,
+    max_candidates=max_candidates or spec.max_candidates,
+    budget=budget,
+    device_kind=info["device_kind"],
+  )
   _print_plan(plan_mod.plan(problems, opts))
 
 
@@ -376,11 +487,19 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
   from ragtune import verify as verify_mod
 
   failures = 0
-  columns = [TextColumn("verify {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-             TextColumn("eta"), TimeRemainingColumn()]
+  columns = [
+    TextColumn("verify {task.description}"),
+    BarColumn(),
+    MofNCompleteColumn(),
+    TimeElapsedColumn(),
+    TextColumn("eta"),
+    TimeRemainingColumn(),
+  ]
   # A live bar in a terminal; in a log, the per-entry lines are the progress.
-  with verify_mod.DrawRunner(timeout) as runner, \
-       Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+  with (
+    verify_mod.DrawRunner(timeout) as runner,
+    Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress,
+  ):
     task = progress.add_task("", total=len(entries))
     for i, e in enumerate(entries, 1):
       progress.update(task, description=f"{e.op} {e.backend} m={e.m} k={e.k} n={e.n} g={e.g}")
@@ -395,23 +514,37 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
 @app.command(cls=_Command, epilog=_example("ragtune verify --op fwd"))
 @user_errors
 def verify(
-    target: Annotated[Optional[Path], typer.Argument(
-        metavar="LUT_OR_DIR", help="LUT file, or results folder [default: results/<device-slug>/].")] = None,
-    seed: Annotated[int, typer.Option(
-        "--seed", metavar="SEED", help="Seed for the fresh inputs and group-size draws.")] = 1234,
-    force: Annotated[bool, typer.Option("--force", help="Verify a LUT made for another device kind.")] = False,
-    interpret: Annotated[Optional[bool], typer.Option(
-        "--interpret/--no-interpret", help="[default: on when there is no accelerator].")] = None,
-    full: Annotated[bool, typer.Option(
-        "--full", help="Print the numerics report of every draw, not only of failures.")] = False,
-    op: Annotated[Optional[list[str]], typer.Option(
-        "--op", metavar="OP", help="Only entries of these ops: fwd, dlhs, drhs (repeat or comma-separate).")] = None,
-    shape: Annotated[Optional[list[str]], typer.Option(
-        "--shape", metavar="M,K,N", help="Only entries of this forward shape M,K,N (repeatable).")] = None,
-    timeout: Annotated[float, typer.Option(
-        "--timeout", min=1, metavar="SECONDS",
-        help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as "
-             "'timeout'.")] = 300.0,
+  target: Annotated[
+    Path | None,
+    typer.Argument(metavar="LUT_OR_DIR", help="LUT file, or results folder [default: results/<device-slug>/]."),
+  ] = None,
+  seed: Annotated[
+    int, typer.Option("--seed", metavar="SEED", help="Seed for the fresh inputs and group-size draws.")
+  ] = 1234,
+  force: Annotated[bool, typer.Option("--force", help="Verify a LUT made for another device kind.")] = False,
+  interpret: Annotated[
+    bool | None, typer.Option("--interpret/--no-interpret", help="[default: on when there is no accelerator].")
+  ] = None,
+  full: Annotated[
+    bool, typer.Option("--full", help="Print the numerics report of every draw, not only of failures.")
+  ] = False,
+  op: Annotated[
+    list[str] | None,
+    typer.Option("--op", metavar="OP", help="Only entries of these ops: fwd, dlhs, drhs (repeat or comma-separate)."),
+  ] = None,
+  shape: Annotated[
+    list[str] | None,
+    typer.Option("--shape", metavar="M,K,N", help="Only entries of this forward shape M,K,N (repeatable)."),
+  ] = None,
+  timeout: Annotated[
+    float,
+    typer.Option(
+      "--timeout",
+      min=1,
+      metavar="SECONDS",
+      help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as 'timeout'.",
+    ),
+  ] = 300.0,
 ):
   """Re-run every LUT entry on fresh inputs and adversarial group sizes (empty groups,
   sum < m, one group holding all rows). One line per entry; the numerics report of
@@ -425,22 +558,33 @@ def verify(
   entries = shapes_mod.select(lut.entries(), ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
   limits.check_fits(entries, memory=info.get("memory_bytes"))
   t0 = time.perf_counter()
-  failures = _verify_entries(entries, seed=seed, interpret=_resolve_interpret(interpret, info["platform"]),
-                             timeout=timeout, full=full)
-  console.print(f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
-                f"{len(entries) - failures} passed, {failures} failed")
+  failures = _verify_entries(
+    entries, seed=seed, interpret=_resolve_interpret(interpret, info["platform"]), timeout=timeout, full=full
+  )
+  console.print(
+    f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
+    f"{len(entries) - failures} passed, {failures} failed"
+  )
   if failures:
     raise typer.Exit(1)
 
 
-@app.command("compile", cls=_Command,
-             epilog="\b\nExample: ragtune compile shapes/anchors.yaml --target h100 --shape 8192,4096,14336 --op fwd")
+@app.command(
+  "compile",
+  cls=_Command,
+  epilog="\b\nExample: ragtune compile shapes/anchors.yaml --target h100 --shape 8192,4096,14336 --op fwd",
+)
 @user_errors
 def compile_cmd(
-    shapes_file: ShapesFile,
-    target: Annotated[str, typer.Option(
-        "--target", metavar="GPU", help="h100, h200, b200, or a GpuTargetConfigProto file.")] = "h100",
-    backend: Backends = None, ops: Ops = None, shape: Shapes = None, model: Models = None, jobs: Jobs = None,
+  shapes_file: ShapesFile,
+  target: Annotated[
+    str, typer.Option("--target", metavar="GPU", help="h100, h200, b200, or a GpuTargetConfigProto file.")
+  ] = "h100",
+  backend: Backends = None,
+  ops: Ops = None,
+  shape: Shapes = None,
+  model: Models = None,
+  jobs: Jobs = None,
 ):
   """Compile each problem's default config for a GPU with XLA's real compiler, on this host
   (no GPU needed), and print what each kernel is built from: outcome, registers, spilled
@@ -450,8 +594,11 @@ def compile_cmd(
 
   _, problems = _load_problems(shapes_file, ops, backend, None, shape, model)
   kind = prune.target_facts(target)["device_kind"]
-  items = [(p, kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=kind))
-           for p in problems if p.backend in prune.GPU_BACKENDS]
+  items = [
+    (p, kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=kind))
+    for p in problems
+    if p.backend in prune.GPU_BACKENDS
+  ]
   if not items:
     raise RagtuneError(f"{shapes_file}: no problem of a GPU backend ({', '.join(prune.GPU_BACKENDS)}) selected")
   reports = dict(prune.compile_many(target, items, jobs))
@@ -466,14 +613,21 @@ def compile_cmd(
 @app.command("export-lut", cls=_Command, epilog=_example("ragtune export-lut -o luts/"))
 @user_errors
 def export_lut(
-    dirs: Annotated[Optional[list[Path]], typer.Argument(
-        metavar="DIR", help="Results folders to merge [default: results/<device-slug>/].")] = None,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o", metavar="FILE_OR_DIR",
-        help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results "
-             "folder].")] = None,
-    fmt: Annotated[LutFormat, typer.Option(
-        "--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py).")] = LutFormat.json,
+  dirs: Annotated[
+    list[Path] | None, typer.Argument(metavar="DIR", help="Results folders to merge [default: results/<device-slug>/].")
+  ] = None,
+  output: Annotated[
+    Path | None,
+    typer.Option(
+      "--output",
+      "-o",
+      metavar="FILE_OR_DIR",
+      help="LUT .json file (one device) or folder (<device-slug>.json each) [default: the first results folder].",
+    ),
+  ] = None,
+  fmt: Annotated[
+    LutFormat, typer.Option("--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py).")
+  ] = LutFormat.json,
 ):
   """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
   entry where XLA's own op was fastest, and write the LUT atomically."""
@@ -496,9 +650,9 @@ def export_lut(
 @app.command(cls=_Command, epilog=_example("ragtune show --all"))
 @user_errors
 def show(
-    dirs: ResultsDirs = None,
-    all_rows: Annotated[bool, typer.Option("--all", help="Every measured row, not only the best per problem.")] = False,
-    csv: Annotated[Optional[Path], typer.Option("--csv", metavar="FILE", help="Also write the table as CSV.")] = None,
+  dirs: ResultsDirs = None,
+  all_rows: Annotated[bool, typer.Option("--all", help="Every measured row, not only the best per problem.")] = False,
+  csv: Annotated[Path | None, typer.Option("--csv", metavar="FILE", help="Also write the table as CSV.")] = None,
 ):
   """Print results as a table (best per problem by default)."""
   import pandas as pd
@@ -510,8 +664,18 @@ def show(
   dirs = paths.existing_dirs(dirs or [_results_dir()])
   records = store.load_results(dirs)
   df = report.compact_rows(records) if all_rows else report.show_best(records, ceilings.load(dirs))
-  with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 160,
-                         "display.max_colwidth", 200, "display.float_format", "{:.4g}".format):
+  with pd.option_context(
+    "display.max_rows",
+    500,
+    "display.max_columns",
+    50,
+    "display.width",
+    160,
+    "display.max_colwidth",
+    200,
+    "display.float_format",
+    "{:.4g}".format,
+  ):
     _print(df.to_string(index=False))
   if csv:
     store.write_atomic(csv, report.csv_text(df))
@@ -521,9 +685,11 @@ def show(
 @app.command(cls=_Command, epilog=_example("ragtune report -o report/"))
 @user_errors
 def report(
-    dirs: ResultsDirs = None,
-    output: Annotated[Path, typer.Option(
-        "--output", "-o", metavar="DIR", help="Folder for best.csv, rows.csv, the PNG plots and report.md.")] = Path("."),
+  dirs: ResultsDirs = None,
+  output: Annotated[
+    Path,
+    typer.Option("--output", "-o", metavar="DIR", help="Folder for best.csv, rows.csv, the PNG plots and report.md."),
+  ] = Path("."),
 ):
   """Write best.csv (best per problem with baselines), rows.csv (every row), PNG plots
   (TF/s per problem, roofline, candidate times; needs the [report] extra) and report.md."""

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jax
 
@@ -31,17 +32,29 @@ from ragtune.errors import RagtuneError
 from ragtune.store import Record, write_atomic
 
 
-def _extra(r: Record, xla_s: float | None, default_s: float | None, dense_s: float | None, interpret: bool,
-           middle: dict[str, Any]) -> dict[str, Any]:
+def _extra(
+  r: Record,
+  xla_s: float | None,
+  default_s: float | None,
+  dense_s: float | None,
+  interpret: bool,
+  middle: dict[str, Any],
+) -> dict[str, Any]:
   """An entry's measurements: its row r and the baselines beside it; `middle` follows the speedups."""
   t = r.time_s
   return {
-      "time_s": t, "tflops": r.tflops, "gbps": r.gbps,
-      "baselines": {"xla_s": xla_s, "default_s": default_s, "dense_s": dense_s},
-      "speedup_vs_xla": round(xla_s / t, 4) if xla_s else None,
-      "speedup_vs_default": round(default_s / t, 4) if default_s else None,
-      **middle, "timer": r.timer, "interpret": interpret,
-      "group_dist": r.problem.group_dist, "jax_version": r.jax_version, "measured": r.timestamp,
+    "time_s": t,
+    "tflops": r.tflops,
+    "gbps": r.gbps,
+    "baselines": {"xla_s": xla_s, "default_s": default_s, "dense_s": dense_s},
+    "speedup_vs_xla": round(xla_s / t, 4) if xla_s else None,
+    "speedup_vs_default": round(default_s / t, 4) if default_s else None,
+    **middle,
+    "timer": r.timer,
+    "interpret": interpret,
+    "group_dist": r.problem.group_dist,
+    "jax_version": r.jax_version,
+    "measured": r.timestamp,
   }
 
 
@@ -58,41 +71,73 @@ def _entries(found: Iterable[summary.ProblemSummary]) -> list[kernels.Entry]:
       mine = [s for s in group if s.problem.backend == backend]
       # A config that failed on any problem of the shape (another draw, another folder) is distrusted.
       distrusted = frozenset().union(*(s.failed for s in mine))
-      pick = min(((r, s) for s in mine for r in s.ranked if r.candidate not in distrusted),
-                 key=lambda rs: (rs[0].time_s, rs[0].candidate, rs[0].origin), default=None)
+      pick = min(
+        ((r, s) for s in mine for r in s.ranked if r.candidate not in distrusted),
+        key=lambda rs: (rs[0].time_s, rs[0].candidate, rs[0].origin),
+        default=None,
+      )
       if pick is None:
         continue
       r, s = pick
       base = s.baselines
-      entries.append(kernels.Entry(op, backend, dtype, m, k, n, g, kernels.registry.config_from_dict(backend, r.config),
-                                   _extra(r, base["xla"], base["default"], base["dense"], r.interpret, {})))
+      entries.append(
+        kernels.Entry(
+          op,
+          backend,
+          dtype,
+          m,
+          k,
+          n,
+          g,
+          kernels.registry.config_from_dict(backend, r.config),
+          _extra(r, base["xla"], base["default"], base["dense"], r.interpret, {}),
+        )
+      )
       kernel_best.append((r.time_s, backend))
     # XLA as a candidate: its fastest baseline row, whichever backend's problem timed it. Like
     # a config, XLA is distrusted on a shape where any of its rows failed (e.g. a timeout).
     if any("baseline:xla" in s.failed for s in group):
       continue
-    xla = min(((s.xla, s) for s in group if s.xla is not None),
-              key=lambda rs: (rs[0].time_s, rs[0].origin, rs[1].problem.key), default=None)
+    xla = min(
+      ((s.xla, s) for s in group if s.xla is not None),
+      key=lambda rs: (rs[0].time_s, rs[0].origin, rs[1].problem.key),
+      default=None,
+    )
     rival = min(kernel_best, default=None)
     if xla is None or rival is not None and not xla[0].time_s < rival[0]:
       continue  # none timed, or a kernel is as fast or faster here: no xla entry
     r, s = xla
-    runner_up = None if rival is None else {"backend": rival[1], "time_s": rival[0],
-                                            "speedup": round(rival[0] / r.time_s, 4)}
-    entries.append(kernels.Entry(op, registry.REFERENCE, dtype, m, k, n, g, None,
-                                 _extra(r, r.time_s, None, s.baselines["dense"], False, {"runner_up": runner_up})))
+    runner_up = (
+      None if rival is None else {"backend": rival[1], "time_s": rival[0], "speedup": round(rival[0] / r.time_s, 4)}
+    )
+    entries.append(
+      kernels.Entry(
+        op,
+        registry.REFERENCE,
+        dtype,
+        m,
+        k,
+        n,
+        g,
+        None,
+        _extra(r, r.time_s, None, s.baselines["dense"], False, {"runner_up": runner_up}),
+      )
+    )
   return entries
 
 
 def build_luts(records: list[Record]) -> dict[str, kernels.Lut]:
   """device_kind -> Lut, from the records of one or more results folders."""
-  created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+  created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
   luts = {}
   for kind in sorted({r.device_kind for r in records}):
     entries = _entries(summary.summarize(records, kind).values())
     if entries:
-      luts[kind] = kernels.Lut(kind, entries, meta={"created": created, "generator": "ragtune export-lut",
-                                                     "exported_with_jax": jax.__version__})
+      luts[kind] = kernels.Lut(
+        kind,
+        entries,
+        meta={"created": created, "generator": "ragtune export-lut", "exported_with_jax": jax.__version__},
+      )
   return luts
 
 
@@ -134,8 +179,10 @@ def write_luts(luts: dict[str, kernels.Lut], output: Path, fmt: str = "json") ->
     raise RagtuneError(f"--format must be json or python, got {fmt!r}")
   if output.suffix == ".json":
     if len(luts) > 1:
-      raise RagtuneError(f"{output}: results hold {len(luts)} device kinds ({', '.join(sorted(luts))}); "
-                         "give a folder with -o to write one LUT per device")
+      raise RagtuneError(
+        f"{output}: results hold {len(luts)} device kinds ({', '.join(sorted(luts))}); "
+        "give a folder with -o to write one LUT per device"
+      )
     targets = {kind: output for kind in luts}
   else:
     targets = {kind: output / f"{kernels.device_slug(kind)}.json" for kind in luts}
@@ -147,7 +194,11 @@ def write_luts(luts: dict[str, kernels.Lut], output: Path, fmt: str = "json") ->
     if fmt == "python":
       module = path.stem.replace("-", "_")
       py = path.with_name(f"{module}.py")
-      write_atomic(py, PY_TEMPLATE.format(device_kind=kind, n=len(luts[kind]), module=module,
-                                          payload=text.replace('"""', '\\"\\"\\"')))
+      write_atomic(
+        py,
+        PY_TEMPLATE.format(
+          device_kind=kind, n=len(luts[kind]), module=module, payload=text.replace('"""', '\\"\\"\\"')
+        ),
+      )
       written.append(py)
   return written

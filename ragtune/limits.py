@@ -51,7 +51,9 @@ def device_memory_bytes() -> int | None:
 
 def _label(p: Any) -> str:
   src, backend = getattr(p, "source", ""), getattr(p, "backend", "")
-  return f"{src + ': ' if src else ''}{p.op} {backend + ' ' if backend else ''}[{p.m},{p.k}]x[{p.g},{p.k},{p.n}] {p.dtype}"
+  return (
+    f"{src + ': ' if src else ''}{p.op} {backend + ' ' if backend else ''}[{p.m},{p.k}]x[{p.g},{p.k},{p.n}] {p.dtype}"
+  )
 
 
 def too_big(p: Any, memory: int | None) -> str | None:
@@ -61,11 +63,15 @@ def too_big(p: Any, memory: int | None) -> str | None:
   for name, count in operand_elements(p.op, p.m, p.k, p.n, p.g).items():
     backend = getattr(p, "backend", None)
     if count > INT32_MAX and not (backend in registry.REGISTRY and registry.get(backend).wide_indexing):
-      return (f"{_label(p)}: {name} has {count:,} elements, beyond {p.backend}'s int32 indexing "
-              f"({INT32_MAX:,}); the problem needs {need:,} bytes")
+      return (
+        f"{_label(p)}: {name} has {count:,} elements, beyond {p.backend}'s int32 indexing "
+        f"({INT32_MAX:,}); the problem needs {need:,} bytes"
+      )
   if memory and need > memory:
-    return (f"{_label(p)}: needs {need:,} bytes ({need / 2**30:.1f} GiB) for its inputs, "
-            f"reference and output, more than the device's {memory:,} bytes")
+    return (
+      f"{_label(p)}: needs {need:,} bytes ({need / 2**30:.1f} GiB) for its inputs, "
+      f"reference and output, more than the device's {memory:,} bytes"
+    )
   return None
 
 

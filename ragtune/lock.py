@@ -35,14 +35,18 @@ def sweep_lock(directory: str | Path, *, wait: bool = False, on_wait=None):
     lock.acquire(timeout=0)
   except filelock.Timeout:
     if not wait:
-      raise RagtuneError(f"{d}: another sweep is writing here ({_holder(d)}); "
-                         "wait for it, use another -o folder, or pass --wait") from None
+      raise RagtuneError(
+        f"{d}: another sweep is writing here ({_holder(d)}); wait for it, use another -o folder, or pass --wait"
+      ) from None
     if on_wait:
       on_wait(_holder(d))
     lock.acquire()
   try:
-    info = {"pid": os.getpid(), "host": socket.gethostname(),
-            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    info = {
+      "pid": os.getpid(),
+      "host": socket.gethostname(),
+      "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
     write_atomic(d / HOLDER, json.dumps(info) + "\n")
     yield
   finally:

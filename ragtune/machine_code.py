@@ -90,6 +90,7 @@ class KernelCode:
 
 # --- the cubins inside a serialized executable ------------------------------------------
 
+
 def _varint(b: bytes, pos: int) -> tuple[int, int]:
   n = shift = 0
   while True:
@@ -113,10 +114,10 @@ def snappy_decompress(src: bytes) -> bytes:
       length = tag >> 2
       if length >= 60:
         extra = length - 59
-        length = int.from_bytes(src[pos:pos + extra], "little")
+        length = int.from_bytes(src[pos : pos + extra], "little")
         pos += extra
       length += 1
-      out += src[pos:pos + length]
+      out += src[pos : pos + length]
       pos += length
       continue
     if kind == 1:
@@ -124,13 +125,13 @@ def snappy_decompress(src: bytes) -> bytes:
       pos += 1
     else:
       width = 2 if kind == 2 else 4
-      length, offset = (tag >> 2) + 1, int.from_bytes(src[pos:pos + width], "little")
+      length, offset = (tag >> 2) + 1, int.from_bytes(src[pos : pos + width], "little")
       pos += width
     start = len(out) - offset
     if offset <= 0 or start < 0:
       raise MachineCodeError("corrupt snappy data")
     if offset >= length:
-      out += out[start:start + length]
+      out += out[start : start + length]
     else:  # an overlapping copy repeats the last `offset` bytes
       for i in range(length):
         out.append(out[start + i])
@@ -143,12 +144,12 @@ def riegeli_records(data: bytes) -> list[bytes]:
   """The decoded values of every simple chunk of a Riegeli stream (records concatenated)."""
   stream = bytearray()  # the stream with its 64 KiB block headers cut out
   for start in range(0, len(data), _RIEGELI_BLOCK):
-    stream += data[start + _RIEGELI_BLOCK_HEADER:start + _RIEGELI_BLOCK]
+    stream += data[start + _RIEGELI_BLOCK_HEADER : start + _RIEGELI_BLOCK]
   out, pos = [], 0
   while pos + _RIEGELI_CHUNK_HEADER <= len(stream):
     _, size, _, type_and_count, decoded = struct.unpack_from("<QQQQQ", stream, pos)
     pos += _RIEGELI_CHUNK_HEADER
-    body = bytes(stream[pos:pos + size])
+    body = bytes(stream[pos : pos + size])
     pos += size
     kind = chr(type_and_count & 0xFF)
     if kind in ("s", "p", "m"):  # signature, padding, metadata
@@ -157,7 +158,7 @@ def riegeli_records(data: bytes) -> list[bytes]:
       raise MachineCodeError(f"unsupported Riegeli chunk type {kind!r}")
     compression = body[:1]
     sizes_len, p = _varint(body, 1)
-    values = body[p + sizes_len:]
+    values = body[p + sizes_len :]
     if compression == b"s":
       _, p = _varint(values, 0)  # Riegeli's own prefix: the decompressed size
       values = snappy_decompress(values[p:])
@@ -180,20 +181,24 @@ def cubins(serialized: bytes) -> list[bytes]:
     pos = record.find(_ELF_MAGIC)
     while pos >= 0:
       step = 4
-      if pos + 0x40 <= len(record) and record[pos + 4] == 2 and \
-         struct.unpack_from("<H", record, pos + 0x12)[0] == _EM_CUDA:
+      if (
+        pos + 0x40 <= len(record)
+        and record[pos + 4] == 2
+        and struct.unpack_from("<H", record, pos + 0x12)[0] == _EM_CUDA
+      ):
         phoff, shoff = struct.unpack_from("<QQ", record, pos + 0x20)
         phent, phnum, shent, shnum = struct.unpack_from("<HHHH", record, pos + 0x36)
         # ptxas puts the section and program header tables last: their end is the image's.
         size = max(shoff + shent * shnum, phoff + phent * phnum)
         if 0x40 <= size <= len(record) - pos:
-          found.append(record[pos:pos + size])
+          found.append(record[pos : pos + size])
           step = size
       pos = record.find(_ELF_MAGIC, pos + step)
   return found
 
 
 # --- cuobjdump --------------------------------------------------------------------------
+
 
 def find_tool(name: str) -> str | None:
   """An NVIDIA tool on PATH, or from the nvidia-cuda-* wheels in this environment."""
@@ -239,13 +244,14 @@ def _sass_facts(sass: str) -> dict[str, tuple[dict[str, int], bool, bool]]:
     def is_wait(i, level):
       _, op, mods, args = instrs[i]
       return op == "WARPGROUP" and ".DEPBAR" in mods and "gsb0" in args and args.rstrip().endswith(hex(level))
+
     # C7511: ptxas waits for (nearly) every wgmma right after issuing it. A pipelined
     # kernel issues a step's wgmmas back to back and waits once a step, for all but one.
     waited = sum(any(is_wait(j, 0) for j in range(i + 1, min(i + 4, len(instrs)))) for i in hgmma)
     serialized = bool(hgmma) and waited * 2 > len(hgmma)
     # Loops: a branch back to an earlier address spans [target, branch].
     loops = []
-    for i, (addr, op, _, args) in enumerate(instrs):
+    for addr, op, _, args in instrs:
       t = re.search(r"0x([0-9a-f]+)", args)
       if _BRANCH.match(op) and t and int(t.group(1), 16) < addr:
         lo = int(t.group(1), 16)
@@ -278,7 +284,7 @@ def read_executable(serialized: bytes, cuobjdump: str | None = None, only: bytes
   call, and XLA's own fusions come one cubin each)."""
   cuobjdump = cuobjdump or find_tool("cuobjdump")
   if cuobjdump is None:
-    raise MachineCodeError("cuobjdump not found: pip install 'ragtune[gpu-compile]' "
-                           "(nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)")
-  return [k for cubin in cubins(serialized) if only is None or only in cubin
-          for k in read_cubin(cubin, cuobjdump)]
+    raise MachineCodeError(
+      "cuobjdump not found: pip install 'ragtune[gpu-compile]' (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
+    )
+  return [k for cubin in cubins(serialized) if only is None or only in cubin for k in read_cubin(cubin, cuobjdump)]

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import kernels
 from kernels import registry
 from kernels.ragged_dot import forward, grad_lhs, grad_rhs
 from ragtune.numerics import TOLERANCE, NumericsResult, compare
@@ -37,10 +37,10 @@ def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str,
   dt = jnp.dtype(p.dtype)
   gs = np.asarray(p.group_sizes if group_sizes is None else group_sizes, np.int32)
   return {
-      "lhs": jax.random.normal(k1, (p.m, p.k), jnp.float32).astype(dt),
-      "rhs": (jax.random.normal(k2, (p.g, p.k, p.n), jnp.float32) / np.sqrt(p.k)).astype(dt),
-      "dout": jax.random.normal(k3, (p.m, p.n), jnp.float32).astype(dt),
-      "group_sizes": jnp.asarray(gs),
+    "lhs": jax.random.normal(k1, (p.m, p.k), jnp.float32).astype(dt),
+    "rhs": (jax.random.normal(k2, (p.g, p.k, p.n), jnp.float32) / np.sqrt(p.k)).astype(dt),
+    "dout": jax.random.normal(k3, (p.m, p.n), jnp.float32).astype(dt),
+    "group_sizes": jnp.asarray(gs),
   }
 
 
@@ -67,8 +67,12 @@ def reference(op: str, x: dict[str, jax.Array]) -> np.ndarray:
 
 def build_op(p: Problem, backend: str, config, interpret: bool) -> Callable[..., jax.Array]:
   """The callable that runs `p.op` with `config`, taking op_args(p.op, ...)."""
-  common = dict(backend=backend, config=config, out_dtype=jnp.dtype(p.dtype),
-                interpret=interpret and registry.get(backend).config_type is not None)
+  common = dict(
+    backend=backend,
+    config=config,
+    out_dtype=jnp.dtype(p.dtype),
+    interpret=interpret and registry.get(backend).config_type is not None,
+  )
   if p.op == "fwd":
     return lambda a, b, gs: forward(a, b, gs, **common)
   if p.op == "dlhs":
@@ -99,9 +103,11 @@ def bytes_moved(p: Problem) -> float:
   that hold rows (an empty expert's need not be read); drhs writes every group's gradient."""
   b = jnp.dtype(p.dtype).itemsize
   used = sum(1 for s in p.group_sizes if s > 0)
-  io = {"fwd": used * p.k * p.n + p.m * p.k + p.m * p.n,
-        "dlhs": used * p.k * p.n + p.m * p.n + p.m * p.k,
-        "drhs": p.m * p.k + p.m * p.n + p.g * p.k * p.n}[p.op]
+  io = {
+    "fwd": used * p.k * p.n + p.m * p.k + p.m * p.n,
+    "dlhs": used * p.k * p.n + p.m * p.n + p.m * p.k,
+    "drhs": p.m * p.k + p.m * p.n + p.g * p.k * p.n,
+  }[p.op]
   return float(b * io)
 
 
@@ -121,7 +127,7 @@ def error_text(e: BaseException, limit: int = 500) -> str:
   text = " ".join(f"{type(e).__name__}: {e}".strip().splitlines())
   if len(text) <= limit:
     return text
-  return text[:150] + " … " + text[-(limit - 153):]
+  return text[:150] + " … " + text[-(limit - 153) :]
 
 
 def check(p: Problem, out, ref: np.ndarray) -> NumericsResult:
@@ -129,6 +135,7 @@ def check(p: Problem, out, ref: np.ndarray) -> NumericsResult:
 
 
 # --- timing ---------------------------------------------------------------------------
+
 
 def _wallclock_median(fn: Callable, args: tuple, warmup: int, iters: int) -> float:
   for _ in range(warmup):
@@ -180,8 +187,14 @@ def _tune_jax_times(fns: dict[str, tuple[Callable, tuple, Any]], samples: int | 
   return times
 
 
-def time_variants(fns: dict[str, tuple[Callable, tuple, Any]], *, on_device: bool, warmup: int = 1,
-                  iters: int = 3, samples: int | None = None) -> tuple[dict[str, float], str]:
+def time_variants(
+  fns: dict[str, tuple[Callable, tuple, Any]],
+  *,
+  on_device: bool,
+  warmup: int = 1,
+  iters: int = 3,
+  samples: int | None = None,
+) -> tuple[dict[str, float], str]:
   """Seconds per call of each named (fn, args, compiled), all measured in the same run.
 
   The second value names the timer. On a device it is "tune-jax"; if the profiler path
@@ -194,5 +207,7 @@ def time_variants(fns: dict[str, tuple[Callable, tuple, Any]], *, on_device: boo
       # tune-jax re-raises a generic "prohibits it" error inside its except: the cause is the context.
       cause = e.__context__ if "prohibits it" in str(e) and e.__context__ is not None else e
       fallback = f"; tune-jax failed: {error_text(cause, 200)}"
-  return ({name: _wallclock_median(compiled, args, warmup, iters) for name, (_, args, compiled) in fns.items()},
-          f"wallclock-median(warmup={warmup},iters={iters}){fallback}")
+  return (
+    {name: _wallclock_median(compiled, args, warmup, iters) for name, (_, args, compiled) in fns.items()},
+    f"wallclock-median(warmup={warmup},iters={iters}){fallback}",
+  )

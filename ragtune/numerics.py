@@ -33,21 +33,23 @@ class NumericsResult:
     return "ok" if self.passed else ("nan" if self.n_nan else "wrong")
 
   def summary(self) -> str:
-    return (f"{'PASS' if self.passed else 'FAIL'} max_diff={self.max_diff:.3g} rel={self.rel_error:.3g} "
-            f"bad={self.pct_bad:.2f}% nan={self.n_nan}")
+    return (
+      f"{'PASS' if self.passed else 'FAIL'} max_diff={self.max_diff:.3g} rel={self.rel_error:.3g} "
+      f"bad={self.pct_bad:.2f}% nan={self.n_nan}"
+    )
 
   def __str__(self) -> str:
     lines = [
-        f"NumericsResult({'PASS' if self.passed else 'FAIL'})",
-        f"  shape:     {self.shape}",
-        f"  max_diff:  {self.max_diff:.6f}",
-        f"  mean_diff: {self.mean_diff:.6f}",
-        f"  median:    {self.median_diff:.6f}",
-        f"  rel_error: {self.rel_error:.3g} (max diff / max |ref|)",
-        f"  % > tol:   {self.pct_bad:.2f}%  (atol={self.atol:.3g}, rtol={self.rtol:.3g})",
-        f"  NaN/Inf:   {self.n_nan}",
-        f"  worst at {self.worst_index}: ref={self.worst_ref:.4f}, test={self.worst_test:.4f}",
-        f"  regions ({len(self.regions)}x{len(self.regions[0]) if self.regions else 0}):",
+      f"NumericsResult({'PASS' if self.passed else 'FAIL'})",
+      f"  shape:     {self.shape}",
+      f"  max_diff:  {self.max_diff:.6f}",
+      f"  mean_diff: {self.mean_diff:.6f}",
+      f"  median:    {self.median_diff:.6f}",
+      f"  rel_error: {self.rel_error:.3g} (max diff / max |ref|)",
+      f"  % > tol:   {self.pct_bad:.2f}%  (atol={self.atol:.3g}, rtol={self.rtol:.3g})",
+      f"  NaN/Inf:   {self.n_nan}",
+      f"  worst at {self.worst_index}: ref={self.worst_ref:.4f}, test={self.worst_test:.4f}",
+      f"  regions ({len(self.regions)}x{len(self.regions[0]) if self.regions else 0}):",
     ]
     for i, row in enumerate(self.regions):
       for j, (mean, bad) in enumerate(row):
@@ -84,15 +86,18 @@ def compare(ref, test, *, rtol: float, atol: float | None = None, region_grid=(2
     regions.append(row)
   max_diff = float(flat.max()) if flat.size else 0.0
   return NumericsResult(
-      passed=not bool(bad.any()),
-      shape=tuple(r.shape),
-      max_diff=max_diff,
-      mean_diff=float(finite.mean()) if finite.size else float("nan"),
-      median_diff=float(np.median(finite)) if finite.size else float("nan"),
-      rel_error=max_diff / scale if scale else max_diff,
-      pct_bad=100.0 * float(bad.mean()) if bad.size else 0.0,
-      n_nan=int(nonfinite.sum()),
-      worst_index=tuple(int(i) for i in worst),
-      worst_ref=float(r[worst]) if r.size else 0.0,
-      worst_test=float(t[worst]) if r.size else 0.0,
-      atol=atol, rtol=rtol, regions=regions)
+    passed=not bool(bad.any()),
+    shape=tuple(r.shape),
+    max_diff=max_diff,
+    mean_diff=float(finite.mean()) if finite.size else float("nan"),
+    median_diff=float(np.median(finite)) if finite.size else float("nan"),
+    rel_error=max_diff / scale if scale else max_diff,
+    pct_bad=100.0 * float(bad.mean()) if bad.size else 0.0,
+    n_nan=int(nonfinite.sum()),
+    worst_index=tuple(int(i) for i in worst),
+    worst_ref=float(r[worst]) if r.size else 0.0,
+    worst_test=float(t[worst]) if r.size else 0.0,
+    atol=atol,
+    rtol=rtol,
+    regions=regions,
+  )

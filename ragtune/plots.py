@@ -60,8 +60,12 @@ def _problem_rows(records: list[Record]) -> dict[str, int]:
 def tflops_plot(best: pd.DataFrame, path: Path, title: str) -> None:
   plt = _pyplot()
   df = best.sort_values(["op", "dtype", "m", "k", "n"]).reset_index(drop=True)
-  series = [("tuned", "best_ms"), ("default config", "default_ms"), ("XLA ragged_dot", "xla_ms"),
-            ("dense matmul, same FLOPs", "dense_ms")]
+  series = [
+    ("tuned", "best_ms"),
+    ("default config", "default_ms"),
+    ("XLA ragged_dot", "xla_ms"),
+    ("dense matmul, same FLOPs", "dense_ms"),
+  ]
   colors = [COLORS["tuned"], COLORS["default"], COLORS["xla"], COLORS["dense"]]
   n = len(df)
   fig, ax = plt.subplots(figsize=(10, 1.8 + 0.75 * n))
@@ -93,8 +97,9 @@ def tflops_plot(best: pd.DataFrame, path: Path, title: str) -> None:
   plt.close(fig)
 
 
-def roofline_plot(best: pd.DataFrame, ceil: dict, device_kind: str, jax_version: str | None, path: Path,
-                  title: str) -> None:
+def roofline_plot(
+  best: pd.DataFrame, ceil: dict, device_kind: str, jax_version: str | None, path: Path, title: str
+) -> None:
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(8, 5.5))
   df = best[best["best_ms"].notna()]
@@ -106,20 +111,38 @@ def roofline_plot(best: pd.DataFrame, ceil: dict, device_kind: str, jax_version:
   for dtype in sorted(df["dtype"].unique()):
     tf, bw = ceilings_mod.peaks(ceil, device_kind, jax_version, dtype)
     if tf and bw:
-      ax.plot(xs, [min(tf, x * bw * 1e9 / 1e12) for x in xs], "-", lw=1.5,
-              label=f"roof {dtype}: {tf:.4g} TF/s, {bw:.4g} GB/s")
+      ax.plot(
+        xs, [min(tf, x * bw * 1e9 / 1e12) for x in xs], "-", lw=1.5, label=f"roof {dtype}: {tf:.4g} TF/s, {bw:.4g} GB/s"
+      )
       drawn = True
   for op, grp in df.groupby("op"):
     x = grp["tflops"] * 1e12 / (grp["gbps"] * 1e9)
-    ax.scatter(x, grp["tflops"], marker=OP_MARKERS.get(op, "o"), s=45, color=COLORS["tuned"], label=f"{op}, tuned",
-               zorder=3)
-    xla_tf = [_flops(r) / (r["xla_ms"] / 1e3) / 1e12 if r["xla_ms"] and not math.isnan(r["xla_ms"]) else float("nan")
-              for _, r in grp.iterrows()]
-    ax.scatter(x, xla_tf, marker=OP_MARKERS.get(op, "o"), s=45, facecolors="none", edgecolors="#ff7f0e",
-               label=f"{op}, XLA", zorder=3)
+    ax.scatter(
+      x, grp["tflops"], marker=OP_MARKERS.get(op, "o"), s=45, color=COLORS["tuned"], label=f"{op}, tuned", zorder=3
+    )
+    xla_tf = [
+      _flops(r) / (r["xla_ms"] / 1e3) / 1e12 if r["xla_ms"] and not math.isnan(r["xla_ms"]) else float("nan")
+      for _, r in grp.iterrows()
+    ]
+    ax.scatter(
+      x,
+      xla_tf,
+      marker=OP_MARKERS.get(op, "o"),
+      s=45,
+      facecolors="none",
+      edgecolors="#ff7f0e",
+      label=f"{op}, XLA",
+      zorder=3,
+    )
     for xi, (_, r) in zip(x, grp.iterrows()):
-      ax.annotate(f"{r['op']} m={r['m']} g={r['g']}", (xi, r["tflops"]), textcoords="offset points",
-                  xytext=(6, -3), fontsize=6.5, color="#333333")
+      ax.annotate(
+        f"{r['op']} m={r['m']} g={r['g']}",
+        (xi, r["tflops"]),
+        textcoords="offset points",
+        xytext=(6, -3),
+        fontsize=6.5,
+        color="#333333",
+      )
   ax.set_xscale("log")
   ax.set_yscale("log")
   _plain_log_ticks(ax.xaxis)
@@ -150,16 +173,26 @@ def candidates_plot(records: list[Record], best: pd.DataFrame, path: Path, title
     data.append(ok or [float("nan")])
     failed = sum(r.status != "ok" for r in cands)
     labels.append(_label(b) + (f"  ({failed} failed)" if failed else ""))
-    ax.scatter(ok, [y] * len(ok), s=10, alpha=0.5, color=COLORS["tuned"], zorder=2,
-               label="candidates" if y == 0 else None)
+    ax.scatter(
+      ok, [y] * len(ok), s=10, alpha=0.5, color=COLORS["tuned"], zorder=2, label="candidates" if y == 0 else None
+    )
     if not math.isnan(b["default_ms"]):
-      ax.scatter([b["default_ms"]], [y], marker="|", s=250, color="black", zorder=3,
-                 label="default config" if y == 0 else None)
+      ax.scatter(
+        [b["default_ms"]], [y], marker="|", s=250, color="black", zorder=3, label="default config" if y == 0 else None
+      )
     if not math.isnan(b["xla_ms"]):
-      ax.scatter([b["xla_ms"]], [y], marker="x", s=50, color=COLORS["xla"], zorder=3,
-                 label="XLA ragged_dot" if y == 0 else None)
-  style = dict(positions=range(n), widths=0.5, showfliers=False, medianprops={"color": "#333333"},
-               boxprops={"color": "#999999"}, whiskerprops={"color": "#999999"}, capprops={"color": "#999999"})
+      ax.scatter(
+        [b["xla_ms"]], [y], marker="x", s=50, color=COLORS["xla"], zorder=3, label="XLA ragged_dot" if y == 0 else None
+      )
+  style = dict(
+    positions=range(n),
+    widths=0.5,
+    showfliers=False,
+    medianprops={"color": "#333333"},
+    boxprops={"color": "#999999"},
+    whiskerprops={"color": "#999999"},
+    capprops={"color": "#999999"},
+  )
   try:
     ax.boxplot(data, orientation="horizontal", **style)  # matplotlib >= 3.10
   except TypeError:
@@ -183,6 +216,7 @@ def _md_table(df: pd.DataFrame) -> str:
     if isinstance(v, float):
       return "-" if math.isnan(v) else f"{v:.4g}"
     return str(v).replace("|", "\\|")
+
   head = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
   return head + "".join("| " + " | ".join(cell(v) for v in r) + " |\n" for r in df.itertuples(index=False))
 
@@ -211,12 +245,23 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
       md += [f"Measured ceilings: {peaks}; copy {next(b for b in bw if b):.4g} GB/s.", ""]
     md += [_md_table(report.show_best(kind_rows, ceil)), ""]
     if have_plots:
-      figs = [(f"{slug}-tflops.png", "TF/s per problem: tuned vs default vs XLA vs dense",
-               lambda p: tflops_plot(best, p, f"{kind}: TF/s per problem{note}")),
-              (f"{slug}-roofline.png", "Roofline against the measured ceilings",
-               lambda p: roofline_plot(best, ceil, kind, jax_version, p, f"{kind}: roofline{note}")),
-              (f"{slug}-candidates.png", "Candidate times per problem",
-               lambda p: candidates_plot(kind_rows, best, p, f"{kind}: candidate times per problem{note}"))]
+      figs = [
+        (
+          f"{slug}-tflops.png",
+          "TF/s per problem: tuned vs default vs XLA vs dense",
+          lambda p: tflops_plot(best, p, f"{kind}: TF/s per problem{note}"),
+        ),
+        (
+          f"{slug}-roofline.png",
+          "Roofline against the measured ceilings",
+          lambda p: roofline_plot(best, ceil, kind, jax_version, p, f"{kind}: roofline{note}"),
+        ),
+        (
+          f"{slug}-candidates.png",
+          "Candidate times per problem",
+          lambda p: candidates_plot(kind_rows, best, p, f"{kind}: candidate times per problem{note}"),
+        ),
+      ]
       for name, caption, draw in figs:
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / f".{name}.tmp.png"

@@ -7,7 +7,7 @@ Logs (CI, nohup, SLURM) get a line per finished problem and at least one every
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ragtune.store import Record
 
@@ -39,8 +39,7 @@ class PlainProgress:
 
   def _line(self, what: str) -> None:
     self.last = self.clock()
-    self.write(f"[{_fmt_s(self.clock() - self.t0)} elapsed, eta {_fmt_s(self._eta())}] "
-               f"{self.done}/{self.total} {what}")
+    self.write(f"[{_fmt_s(self.clock() - self.t0)} elapsed, eta {_fmt_s(self._eta())}] {self.done}/{self.total} {what}")
 
   def start(self, total: int, skipped: int) -> None:
     self.total, self.t0, self.last = total, self.clock(), self.clock()
@@ -63,8 +62,9 @@ class PlainProgress:
   def problem_done(self, s) -> None:
     p = s.problem
     counts = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items()))
-    self._line(f"done {p.op} {p.backend} {p.dtype} {p.shape_label}: "
-               f"{best_text(s.best) if s.best else s.why} [{counts}]")
+    self._line(
+      f"done {p.op} {p.backend} {p.dtype} {p.shape_label}: {best_text(s.best) if s.best else s.why} [{counts}]"
+    )
 
 
 class RichProgress:

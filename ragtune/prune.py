@@ -65,7 +65,7 @@ def _by_shape(out_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
     index: dict[str, dict[str, dict[str, Any]]] = {}
     for r in _store(out_dir).rows():
       if "id" in r and "candidate" in r:
-        index.setdefault(r["id"][:-len(r["candidate"]) - 1], {})[r["candidate"]] = r
+        index.setdefault(r["id"][: -len(r["candidate"]) - 1], {})[r["candidate"]] = r
     _cache[path] = (stamp, index)
   return _cache[path][1]
 
@@ -80,8 +80,11 @@ def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, str]:
   kind was not clean: the compiler's own verdict (no fit, spill, serialized wgmma, an
   unsupported device, a compile error or a compiler crash)."""
   rows = _by_shape(out_dir).get(shape_key(device_kind, p), {})
-  return {cid: f"deviceless compile for {device_kind}: {r['outcome']}: {r.get('error', '')}"[:600]
-          for cid, r in rows.items() if r.get("outcome") != aot.OK}
+  return {
+    cid: f"deviceless compile for {device_kind}: {r['outcome']}: {r.get('error', '')}"[:600]
+    for cid, r in rows.items()
+    if r.get("outcome") != aot.OK
+  }
 
 
 def _compile_one(target: str, p: Problem, config) -> dict[str, Any]:
@@ -92,8 +95,13 @@ def _compile_one(target: str, p: Problem, config) -> dict[str, Any]:
     report = aot.compile_op(target, p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, config)
     return report.to_dict()
   except Exception as e:
-    return {"outcome": aot.ERROR, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:600],
-            "compile_s": 0.0, "kernels": [], "setup_error": True}
+    return {
+      "outcome": aot.ERROR,
+      "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:600],
+      "compile_s": 0.0,
+      "kernels": [],
+      "setup_error": True,
+    }
 
 
 def compile_class(cfg):
@@ -118,8 +126,9 @@ def default_jobs() -> int:
 COMPILE_TIMEOUT_S = 600.0  # per compile; ptxas on a spilling kernel takes seconds, not minutes
 
 
-def compile_many(target: str, items: list[tuple[Problem, Any]], jobs: int | None = None,
-                 timeout_s: float = COMPILE_TIMEOUT_S, fn=None):
+def compile_many(
+  target: str, items: list[tuple[Problem, Any]], jobs: int | None = None, timeout_s: float = COMPILE_TIMEOUT_S, fn=None
+):
   """Compile each (problem, config) for `target` in `jobs` worker processes (default:
   default_jobs()), yielding (index into items, CompileReport as a dict) as each finishes.
   The workers run jax on the CPU only, so the CUDA plugin serves a compile-only GPU.
@@ -143,8 +152,10 @@ def compile_many(target: str, items: list[tuple[Problem, Any]], jobs: int | None
       if alone:
         if lost:
           i, why = lost[0]
-          yield i, {"outcome": aot.ERROR, "error": f"the compiler {why} (retried alone)", "compile_s": 0.0,
-                    "kernels": []}
+          yield (
+            i,
+            {"outcome": aot.ERROR, "error": f"the compiler {why} (retried alone)", "compile_s": 0.0, "kernels": []},
+          )
       else:
         queue = [i for i in queue if i not in results and i not in dict(lost)]
         suspects = [i for i, _ in lost]
@@ -182,8 +193,9 @@ def _pool_pass(fn, target, items, batch, jobs, timeout_s):
       now = time.monotonic()
       hung = [i for i, t0 in flight.values() if now - t0 > timeout_s]
       if hung:
-        return done, [(i, f"ran past {timeout_s:.0f}s") for i in hung] + \
-            [(i, "was stopped beside a hung compile") for i, t0 in flight.values() if i not in hung]
+        return done, [(i, f"ran past {timeout_s:.0f}s") for i in hung] + [
+          (i, "was stopped beside a hung compile") for i, t0 in flight.values() if i not in hung
+        ]
     return done, []
   finally:
     procs = list((getattr(pool, "_processes", None) or {}).values())
@@ -193,8 +205,13 @@ def _pool_pass(fn, target, items, batch, jobs, timeout_s):
         proc.kill()
 
 
-def run(problems: list[Problem], target: str, out_dir: Path, jobs: int | None = None,
-        log=lambda msg: print(msg, file=sys.stderr, flush=True)) -> dict[str, int]:
+def run(
+  problems: list[Problem],
+  target: str,
+  out_dir: Path,
+  jobs: int | None = None,
+  log=lambda msg: print(msg, file=sys.stderr, flush=True),
+) -> dict[str, int]:
   """Compile every not-yet-compiled candidate of `problems` for `target` into
   DIR/compile.jsonl; returns counts by outcome of the rows this run wrote. Ctrl-C keeps
   every row written."""
@@ -221,8 +238,18 @@ def run(problems: list[Problem], target: str, out_dir: Path, jobs: int | None = 
     first = candidate_id(group[0][2])
     for rid, p, cfg in group:
       cid = candidate_id(cfg)
-      store.append({"id": rid, "kind": "compile", "candidate": cid, **p.fields(), "config": cfg.to_dict(),
-                    **rep, "compiled_as": None if cid == first else first, "device_kind": kind})
+      store.append(
+        {
+          "id": rid,
+          "kind": "compile",
+          "candidate": cid,
+          **p.fields(),
+          "config": cfg.to_dict(),
+          **rep,
+          "compiled_as": None if cid == first else first,
+          "device_kind": kind,
+        }
+      )
       counts[rep["outcome"]] = counts.get(rep["outcome"], 0) + 1
     now = time.monotonic()
     if now - last >= 10 or i == len(groups):

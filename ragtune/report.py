@@ -13,13 +13,31 @@ from typing import Any
 import pandas as pd
 
 from kernels import registry
-
 from ragtune import ceilings as ceilings_mod
 from ragtune import summary
 from ragtune.store import Record
 
-ROW_COLUMNS = ["device_kind", "op", "backend", "dtype", "m", "k", "n", "g", "group_dist", "candidate", "status",
-               "time_s", "tflops", "gbps", "error", "timer", "interpret", "jax_version", "timestamp"]
+ROW_COLUMNS = [
+  "device_kind",
+  "op",
+  "backend",
+  "dtype",
+  "m",
+  "k",
+  "n",
+  "g",
+  "group_dist",
+  "candidate",
+  "status",
+  "time_s",
+  "tflops",
+  "gbps",
+  "error",
+  "timer",
+  "interpret",
+  "jax_version",
+  "timestamp",
+]
 KEYS = ["device_kind", "op", "backend", "dtype", "m", "k", "n", "g", "group_dist"]
 
 
@@ -56,8 +74,11 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
     t = best.time_s if best else None
     pct, bound = ceilings_mod.pct_of_peak(best, ceil or {}) if best else (None, "")
     statuses = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
-    out.append({
-        "device_kind": s.device_kind, **p.fields(), "shape": p.shape_label,
+    out.append(
+      {
+        "device_kind": s.device_kind,
+        **p.fields(),
+        "shape": p.shape_label,
         "best_ms": _ms(t),
         "tflops": best.tflops if best else math.nan,
         "gbps": best.gbps if best else math.nan,
@@ -75,12 +96,27 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
         "statuses": statuses,
         "best_config": short_config(best.config) if best else s.why,
         "problem": p.key,
-    })
+      }
+    )
   return pd.DataFrame(out)
 
 
-SHOW_COLUMNS = ["op", "backend", "dtype", "shape", "best_ms", "tflops", "pct_peak", "xla_ms", "default_ms", "vs_xla",
-                "vs_default", "winner", "statuses", "best_config"]
+SHOW_COLUMNS = [
+  "op",
+  "backend",
+  "dtype",
+  "shape",
+  "best_ms",
+  "tflops",
+  "pct_peak",
+  "xla_ms",
+  "default_ms",
+  "vs_xla",
+  "vs_default",
+  "winner",
+  "statuses",
+  "best_config",
+]
 
 
 def show_best(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
@@ -106,7 +142,8 @@ def short_config(config: dict[str, Any]) -> str:
 
 def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
   """`show --all`: every row in at most `width` columns; configs abbreviated, errors cut."""
-  out = pd.DataFrame({
+  out = pd.DataFrame(
+    {
       "op": [r.problem.op for r in records],
       "backend": [r.problem.backend.replace("pallas_", "") for r in records],
       "dtype": [DTYPE_ABBREV.get(r.problem.dtype, r.problem.dtype) for r in records],
@@ -116,10 +153,11 @@ def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
       "ms": [_g4(r.time_s * 1e3 if r.time_s is not None else None) for r in records],
       "TF/s": [_g4(r.tflops) for r in records],
       "error": [r.error for r in records],
-  })
+    }
+  )
   fixed = sum(max([len(str(v)) for v in out[c]] + [len(c)]) + 1 for c in out.columns if c != "error")
   room = max(10, width - fixed - 2)
-  out["error"] = out["error"].map(lambda e: e if len(e) <= room else e[:room - 1] + "…")
+  out["error"] = out["error"].map(lambda e: e if len(e) <= room else e[: room - 1] + "…")
   return out
 
 

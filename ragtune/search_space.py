@@ -16,8 +16,7 @@ def launch_key(cfg, p: Problem):
   return registry.get(p.backend).launch_key(cfg, p.op, p.m, p.k, p.n, tuple(p.group_sizes))
 
 
-def candidates(p: Problem, max_candidates: int | None = None, seed: int = 0,
-               device_kind: str | None = None) -> list:
+def candidates(p: Problem, max_candidates: int | None = None, seed: int = 0, device_kind: str | None = None) -> list:
   """The default config first, then the rest of the valid space in a fixed shuffled order.
 
   device_kind: the device being tuned (default: this host's first device); it bounds

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Hashable, Protocol, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any, Protocol
 
 # History: candidate -> seconds, or None when it failed (compile error, wrong, timeout, ...).
 History = dict[Any, "float | None"]
@@ -83,8 +84,16 @@ def coarse_design(space: Sequence, n: int, seeds: Sequence = ()) -> list:
 class Staged:
   """Coarse design, then one-knob neighbours of the best few, within `budget` candidates."""
 
-  def __init__(self, candidates: Sequence, budget: int, seeds: Sequence = (), *, stage1_share: float = 0.4,
-               top: int = 3, batch: int = 4):
+  def __init__(
+    self,
+    candidates: Sequence,
+    budget: int,
+    seeds: Sequence = (),
+    *,
+    stage1_share: float = 0.4,
+    top: int = 3,
+    batch: int = 4,
+  ):
     self.space = list(dict.fromkeys(candidates))
     self.budget = max(1, budget)
     self.seeds = [s for s in seeds if s is not None]
@@ -105,7 +114,7 @@ class Staged:
     ok = sorted(((t, i, c) for i, (c, t) in enumerate(history.items()) if t is not None), key=lambda x: x[:2])
     coords = self._coords()
     batch: list = []
-    for _, _, best in ok[:self.top]:
+    for _, _, best in ok[: self.top]:
       # Nearest values of each knob first: the coarse design already sampled the far ones.
       nbs = sorted(neighbours(best, self.space), key=lambda nb: math.dist(coords[nb], coords[best]))
       for nb in nbs:
@@ -116,7 +125,7 @@ class Staged:
     if not batch:  # the best few have no untried neighbour: spread out further instead
       tried = list(history)
       batch = [c for c in coarse_design(self.space, len(tried) + self.batch, tried) if c not in history]
-    return batch[:min(left, self.batch)]
+    return batch[: min(left, self.batch)]
 
   def _coords(self):
     if not hasattr(self, "_coord_cache"):

@@ -22,14 +22,14 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from kernels.common import DTYPES, OPS
 from kernels import registry
+from kernels.common import DTYPES, OPS
 from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError
 from ragtune.presets import MODEL_PRESETS
@@ -80,7 +80,7 @@ class GroupDist(BaseModel):
     return sizes.astype(np.int32)
 
 
-GroupSizesField = Union[list[int], GroupDist]
+GroupSizesField = list[int] | GroupDist
 
 
 class ShapeSpec(BaseModel):
@@ -165,11 +165,20 @@ class Problem:
     return f"[{self.m},{self.k}]x[{self.g},{self.k},{self.n}]"
 
   def fields(self) -> dict[str, Any]:
-    return {"op": self.op, "backend": self.backend, "dtype": self.dtype, "m": self.m, "k": self.k,
-            "n": self.n, "g": self.g, "group_dist": self.group_dist}
+    return {
+      "op": self.op,
+      "backend": self.backend,
+      "dtype": self.dtype,
+      "m": self.m,
+      "k": self.k,
+      "n": self.n,
+      "g": self.g,
+      "group_dist": self.group_dist,
+    }
 
 
 # --- loading --------------------------------------------------------------------------
+
 
 class _DuplicateKey(yaml.constructor.ConstructorError):
   pass
@@ -186,8 +195,9 @@ class _NoTagLoader(yaml.SafeLoader):
         key = getattr(key_node, "value", None)
         if isinstance(key_node, yaml.ScalarNode) and key != "<<":
           if key in seen:
-            raise _DuplicateKey(None, None, f"duplicate key {key!r} (first given on line {seen[key]})",
-                                key_node.start_mark)
+            raise _DuplicateKey(
+              None, None, f"duplicate key {key!r} (first given on line {seen[key]})", key_node.start_mark
+            )
           seen[key] = key_node.start_mark.line + 1
     return super().construct_mapping(node, deep=deep)
 
@@ -228,6 +238,7 @@ def _best_error(errors: list[dict], data: Any) -> dict:
   """The error to report. For `group_sizes` (a list, or a routing mapping) pydantic reports
   both union branches; report the branch the input was written as, so a bad knob such as
   alpha: -1 is named, not 'Input should be a valid list'."""
+
   def value_at(loc):
     v = data
     for part in loc:
@@ -263,8 +274,10 @@ def load_shape_set(path: str | Path) -> ShapeSet:
     raise RagtuneError(f"{p}:{e.problem_mark.line + 1}: {e.problem}") from None
   except yaml.constructor.ConstructorError as e:
     mark = e.problem_mark
-    raise RagtuneError(f"{p}:{mark.line + 1}: unsupported YAML tag ({e.problem}); "
-                       "shapes files are plain data and tags are never executed") from None
+    raise RagtuneError(
+      f"{p}:{mark.line + 1}: unsupported YAML tag ({e.problem}); "
+      "shapes files are plain data and tags are never executed"
+    ) from None
   except yaml.YAMLError as e:
     mark = getattr(e, "problem_mark", None)
     where = f"{p}:{mark.line + 1}" if mark else str(p)
@@ -288,19 +301,29 @@ def load_shape_set(path: str | Path) -> ShapeSet:
 
 # --- expansion ------------------------------------------------------------------------
 
+
 def _shape_rows(spec: ShapeSet) -> list[tuple[int, int, int, int, str, Any, str]]:
   rows = []
   for i, s in enumerate(spec.shapes):
     rows.append((s.m, s.k, s.n, s.g, s.dtype or spec.dtype, s.group_sizes or spec.group_sizes, f"shapes[{i}]"))
-  for i, mdl in enumerate(spec.models):
+  for mdl in spec.models:
     pre = MODEL_PRESETS[mdl.model]
     top_k = mdl.top_k or pre.top_k
     for t in mdl.tokens:
       m = t * top_k
       for proj in mdl.projections:
         k, n = (pre.hidden, pre.intermediate) if proj == "up" else (pre.intermediate, pre.hidden)
-        rows.append((m, k, n, pre.experts, mdl.dtype or spec.dtype, mdl.group_sizes or spec.group_sizes,
-                     f"{mdl.model}:{proj}:tokens={t}"))
+        rows.append(
+          (
+            m,
+            k,
+            n,
+            pre.experts,
+            mdl.dtype or spec.dtype,
+            mdl.group_sizes or spec.group_sizes,
+            f"{mdl.model}:{proj}:tokens={t}",
+          )
+        )
   return rows
 
 
@@ -329,6 +352,7 @@ def expand(spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] 
 
 # --- selection (sweep and verify) -----------------------------------------------------
 
+
 def parse_shape(text: str) -> tuple[int, int, int]:
   """'M,K,N' -> (m, k, n), the forward problem's dims."""
   parts = [t.strip() for t in text.split(",")]
@@ -341,8 +365,14 @@ def parse_shape(text: str) -> tuple[int, int, int]:
   return dims
 
 
-def select(items: list, *, ops: list[str] | None = None, shapes: list[str] | None = None,
-           models: list[str] | None = None, what: str = "problem") -> list:
+def select(
+  items: list,
+  *,
+  ops: list[str] | None = None,
+  shapes: list[str] | None = None,
+  models: list[str] | None = None,
+  what: str = "problem",
+) -> list:
   """The items (Problems, or LUT entries: anything with op, m, k, n) that every given selector
   keeps: op among `ops`, (m, k, n) among `shapes` ('M,K,N'), and, for Problems, expanded
   from one of `models` (presets). An empty result is an error naming the selectors.
@@ -355,12 +385,16 @@ def select(items: list, *, ops: list[str] | None = None, shapes: list[str] | Non
   unknown = [m for m in names if m not in MODEL_PRESETS]
   if unknown:
     raise RagtuneError(f"--model {', '.join(unknown)}: unknown model; presets: {', '.join(sorted(MODEL_PRESETS))}")
-  out = [x for x in items
-         if (not ops or x.op in ops)
-         and (not dims or (x.m, x.k, x.n) in dims)
-         and (not names or getattr(x, "source", "").split(":")[0] in names)]
+  out = [
+    x
+    for x in items
+    if (not ops or x.op in ops)
+    and (not dims or (x.m, x.k, x.n) in dims)
+    and (not names or getattr(x, "source", "").split(":")[0] in names)
+  ]
   if not out and items:
-    given = " ".join([f"--op {o}" for o in ops or []] + [f"--shape {s}" for s in shapes or []]
-                     + [f"--model {m}" for m in models or []])
+    given = " ".join(
+      [f"--op {o}" for o in ops or []] + [f"--shape {s}" for s in shapes or []] + [f"--model {m}" for m in models or []]
+    )
     raise RagtuneError(f"no {what} matches {given} (of {len(items)} {what}s)")
   return out

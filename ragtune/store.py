@@ -18,8 +18,9 @@ import functools
 import json
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from kernels import registry
 from ragtune import measure
@@ -64,12 +65,12 @@ class Record:
   in the same worker) or `dense` (a dense matmul of the same FLOPs)."""
 
   problem: Problem
-  config: dict[str, Any] | None   # the candidate's fields, keys sorted; None for a baseline
-  baseline: str                   # "" for a candidate, else "xla" or "dense"
-  status: str                     # ok, compile_error, timeout, crash, run_error, wrong, nan, timing_error
+  config: dict[str, Any] | None  # the candidate's fields, keys sorted; None for a baseline
+  baseline: str  # "" for a candidate, else "xla" or "dense"
+  status: str  # ok, compile_error, timeout, crash, run_error, wrong, nan, timing_error
   device_kind: str
   error: str = ""
-  time_s: float | None = None     # seconds per call; set only when timed
+  time_s: float | None = None  # seconds per call; set only when timed
   tflops: float | None = None
   gbps: float | None = None
   timer: str = ""
@@ -83,7 +84,7 @@ class Record:
   worker_pid: int | None = None
   elapsed_s: float | None = None  # seconds the worker spent on it
   timestamp: str = ""
-  origin: str = ""                # the results folder it was read from (load_results); not written
+  origin: str = ""  # the results folder it was read from (load_results); not written
 
   @functools.cached_property  # read often, by every view; a frozen record never changes it
   def candidate(self) -> str:
@@ -106,15 +107,33 @@ class Record:
   def to_dict(self) -> dict[str, Any]:
     """The line as written (see the module docstring); device fields it lacks are left out."""
     p = self.problem
-    device = {"platform": self.platform, "jax_version": self.jax_version, "device_index": self.device_index,
-              "worker_pid": self.worker_pid, "elapsed_s": self.elapsed_s}
+    device = {
+      "platform": self.platform,
+      "jax_version": self.jax_version,
+      "device_index": self.device_index,
+      "worker_pid": self.worker_pid,
+      "elapsed_s": self.elapsed_s,
+    }
     return {
-        "id": self.id, "problem": p.key, "candidate": self.candidate, "kind": self.kind,
-        **p.fields(), "group_sizes": list(p.group_sizes), "source": p.source, "config": self.config,
-        "status": self.status, "error": self.error, "time_s": self.time_s, "tflops": self.tflops,
-        "gbps": self.gbps, "timer": self.timer, "interpret": self.interpret, "numerics": self.numerics,
-        "device_kind": self.device_kind, **{k: v for k, v in device.items() if v is not None},
-        "timestamp": self.timestamp,
+      "id": self.id,
+      "problem": p.key,
+      "candidate": self.candidate,
+      "kind": self.kind,
+      **p.fields(),
+      "group_sizes": list(p.group_sizes),
+      "source": p.source,
+      "config": self.config,
+      "status": self.status,
+      "error": self.error,
+      "time_s": self.time_s,
+      "tflops": self.tflops,
+      "gbps": self.gbps,
+      "timer": self.timer,
+      "interpret": self.interpret,
+      "numerics": self.numerics,
+      "device_kind": self.device_kind,
+      **{k: v for k, v in device.items() if v is not None},
+      "timestamp": self.timestamp,
     }
 
   @classmethod
@@ -122,17 +141,40 @@ class Record:
     """A line as read, from any ragtune version; KeyError names a missing key. `problems`
     shares one Problem among a file's rows of it (its key is a sha1, computed once)."""
     baseline = baseline_name(d["candidate"])
-    fields = (d["op"], d["backend"], d["dtype"], int(d["m"]), int(d["k"]), int(d["n"]), int(d["g"]),
-              d["group_dist"], tuple(int(s) for s in d["group_sizes"]), d.get("source") or "")
+    fields = (
+      d["op"],
+      d["backend"],
+      d["dtype"],
+      int(d["m"]),
+      int(d["k"]),
+      int(d["n"]),
+      int(d["g"]),
+      d["group_dist"],
+      tuple(int(s) for s in d["group_sizes"]),
+      d.get("source") or "",
+    )
     problem = Problem(*fields) if problems is None else problems.setdefault(fields, Problem(*fields))
     return cls(
-        problem=problem, config=None if baseline else dict(sorted(d["config"].items())), baseline=baseline,
-        status=d["status"], device_kind=d["device_kind"], error=d.get("error") or "",
-        time_s=_seconds(d.get("time_s")), tflops=_number(d.get("tflops")), gbps=_number(d.get("gbps")),
-        timer=d.get("timer") or "", interpret=bool(d.get("interpret")), numerics=d.get("numerics"),
-        platform=d.get("platform"), jax_version=d.get("jax_version"), device_index=d.get("device_index"),
-        worker_pid=d.get("worker_pid"), elapsed_s=_number(d.get("elapsed_s")), timestamp=d.get("timestamp") or "",
-        origin=origin)
+      problem=problem,
+      config=None if baseline else dict(sorted(d["config"].items())),
+      baseline=baseline,
+      status=d["status"],
+      device_kind=d["device_kind"],
+      error=d.get("error") or "",
+      time_s=_seconds(d.get("time_s")),
+      tflops=_number(d.get("tflops")),
+      gbps=_number(d.get("gbps")),
+      timer=d.get("timer") or "",
+      interpret=bool(d.get("interpret")),
+      numerics=d.get("numerics"),
+      platform=d.get("platform"),
+      jax_version=d.get("jax_version"),
+      device_index=d.get("device_index"),
+      worker_pid=d.get("worker_pid"),
+      elapsed_s=_number(d.get("elapsed_s")),
+      timestamp=d.get("timestamp") or "",
+      origin=origin,
+    )
 
 
 class JsonLines:
@@ -252,20 +294,36 @@ def write_atomic(path: Path, text: str) -> None:
       tmp.unlink()
 
 
-def make_row(p: Problem, candidate: str, config, status: str, *, interpret: bool, device: dict[str, Any],
-             error: str = "", time_s: float | None = None, timer: str = "", numerics=None) -> Record:
+def make_row(
+  p: Problem,
+  candidate: str,
+  config,
+  status: str,
+  *,
+  interpret: bool,
+  device: dict[str, Any],
+  error: str = "",
+  time_s: float | None = None,
+  timer: str = "",
+  numerics=None,
+) -> Record:
   """The record of one outcome. device: Record's device fields (device_kind, and from a
   worker platform, jax_version, device_index, worker_pid)."""
   ok_time = time_s is not None and math.isfinite(time_s) and time_s > 0
   return Record(
-      problem=p, config=dict(sorted(config.to_dict().items())) if config is not None else None,
-      baseline=baseline_name(candidate),
-      status=status, error=error,
-      time_s=time_s if ok_time else None,
-      tflops=measure.flops(p) / time_s / 1e12 if ok_time else None,
-      gbps=measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
-      timer=timer, interpret=interpret and registry.get(p.backend).config_type is not None,
-      numerics=None if numerics is None else {
-          "max_diff": numerics.max_diff, "rel_error": numerics.rel_error, "pct_bad": numerics.pct_bad},
-      **device, timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    problem=p,
+    config=dict(sorted(config.to_dict().items())) if config is not None else None,
+    baseline=baseline_name(candidate),
+    status=status,
+    error=error,
+    time_s=time_s if ok_time else None,
+    tflops=measure.flops(p) / time_s / 1e12 if ok_time else None,
+    gbps=measure.bytes_moved(p) / time_s / 1e9 if ok_time else None,
+    timer=timer,
+    interpret=interpret and registry.get(p.backend).config_type is not None,
+    numerics=None
+    if numerics is None
+    else {"max_diff": numerics.max_diff, "rel_error": numerics.rel_error, "pct_bad": numerics.pct_bad},
+    **device,
+    timestamp=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
   )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 import kernels
 from kernels import registry
@@ -30,11 +30,11 @@ class ProblemSummary:
   device_kind: str
   counts: dict[str, int] = dataclasses.field(default_factory=dict)  # candidate rows by status
   ranked: tuple[Record, ...] = ()  # ok candidates, fastest first
-  xla: Record | None = None        # the fastest ok row of each baseline
+  xla: Record | None = None  # the fastest ok row of each baseline
   dense: Record | None = None
-  default: Record | None = None    # of the device kind's default config
+  default: Record | None = None  # of the device kind's default config
   failed: frozenset[str] = frozenset()  # candidate ids (baselines too) with a row that is not ok
-  winner: str = "-"                # the fastest backend at this shape and op, XLA included: 'mosaic_gpu 1.31x'
+  winner: str = "-"  # the fastest backend at this shape and op, XLA included: 'mosaic_gpu 1.31x'
   runner_up: str = ""
 
   @property
@@ -44,8 +44,10 @@ class ProblemSummary:
   @property
   def baselines(self) -> dict[str, float | None]:
     """Seconds of xla, dense and default, None where not timed."""
-    return {name: r.time_s if r is not None else None
-            for name, r in (("xla", self.xla), ("dense", self.dense), ("default", self.default))}
+    return {
+      name: r.time_s if r is not None else None
+      for name, r in (("xla", self.xla), ("dense", self.dense), ("default", self.default))
+    }
 
   @property
   def why(self) -> str:
@@ -68,23 +70,33 @@ def summarize(records: Iterable[Record], device_kind: str) -> dict[str, ProblemS
     groups.setdefault(r.problem.key, []).append(r)
   found = {key: _summarize_problem(rs, device_kind) for key, rs in groups.items()}
   times = _backend_times(found.values())
-  return {key: dataclasses.replace(s, winner=winner_text(times[shape_key(s.problem)]),
-                                   runner_up=runner_up(times[shape_key(s.problem)]))
-          for key, s in found.items()}
+  return {
+    key: dataclasses.replace(
+      s, winner=winner_text(times[shape_key(s.problem)]), runner_up=runner_up(times[shape_key(s.problem)])
+    )
+    for key, s in found.items()
+  }
 
 
 def _summarize_problem(records: list[Record], device_kind: str) -> ProblemSummary:
   p = records[0].problem
   cands = [r for r in records if not r.baseline]
   ranked = tuple(sorted((r for r in cands if r.ok), key=lambda r: (r.time_s, r.candidate, r.origin)))
-  fastest = lambda name: min((r for r in records if r.baseline == name and r.ok),
-                             key=lambda r: (r.time_s, r.origin), default=None)
+  fastest = lambda name: min(
+    (r for r in records if r.baseline == name and r.ok), key=lambda r: (r.time_s, r.origin), default=None
+  )
   default = kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=device_kind)
   default_id = candidate_id(default) if default is not None else None
   return ProblemSummary(
-      p, device_kind, dict(collections.Counter(r.status for r in cands)), ranked,
-      xla=fastest("xla"), dense=fastest("dense"), default=next((r for r in ranked if r.candidate == default_id), None),
-      failed=frozenset(r.candidate for r in records if r.status != "ok"))
+    p,
+    device_kind,
+    dict(collections.Counter(r.status for r in cands)),
+    ranked,
+    xla=fastest("xla"),
+    dense=fastest("dense"),
+    default=next((r for r in ranked if r.candidate == default_id), None),
+    failed=frozenset(r.candidate for r in records if r.status != "ok"),
+  )
 
 
 def shape_key(p: Problem) -> str:

@@ -21,20 +21,31 @@ __all__ = ["SweepOptions", "SweepProgress", "ProblemSummary", "run_sweep", "summ
 
 class SweepProgress(pool.Progress, Protocol):
   """What a sweep reports: the pool's problem, row and tick, its start and each problem's summary."""
+
   def start(self, total: int, skipped: int) -> None: ...
   def problem_done(self, summary: ProblemSummary) -> None: ...
 
 
 class _Silent:
-  def start(self, total, skipped): pass
-  def problem(self, p): pass
-  def row(self, row, best): pass
-  def problem_done(self, summary): pass
-  def tick(self): pass
+  def start(self, total, skipped):
+    pass
+
+  def problem(self, p):
+    pass
+
+  def row(self, row, best):
+    pass
+
+  def problem_done(self, summary):
+    pass
+
+  def tick(self):
+    pass
 
 
-def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgress | None = None,
-              on_wait=None) -> list[ProblemSummary]:
+def run_sweep(
+  problems: list[Problem], opts: SweepOptions, progress: SweepProgress | None = None, on_wait=None
+) -> list[ProblemSummary]:
   """Measure every problem; returns the per-problem summaries. Holds the folder's lock
   throughout; with opts.wait_for_lock, on_wait(holder) is called before waiting for it."""
   progress = progress or _Silent()
@@ -52,6 +63,7 @@ def run_sweep(problems: list[Problem], opts: SweepOptions, progress: SweepProgre
         tasks.append(task)
     progress.start(n_todo, n_done)
     if tasks:
+
       def problem_done(t: plan.Task) -> None:
         progress.problem_done(summarize([t.p], t.rows, opts.device_kind)[0])
 
@@ -70,5 +82,4 @@ def summarize(problems: list[Problem], records: list[Record], device_kind: str |
   tuned device (else the records' device), whose default config is the "default" baseline."""
   kind = device_kind or next((r.device_kind for r in records), "")
   found = summary.summarize(records, kind)
-  return [dataclasses.replace(found[p.key], problem=p) if p.key in found else ProblemSummary(p, kind)
-          for p in problems]
+  return [dataclasses.replace(found[p.key], problem=p) if p.key in found else ProblemSummary(p, kind) for p in problems]

@@ -18,8 +18,8 @@ import dataclasses
 import hashlib
 import importlib
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -74,14 +74,15 @@ def group_size_draws(m: int, g: int, seed: int) -> dict[str, np.ndarray]:
   one = np.zeros(g, np.int32)
   one[seed % g] = m
   return {
-      "multinomial": GroupDist(dist="multinomial", seed=seed).draw(m, g),
-      "skewed+empty": GroupDist(dist="zipf", seed=seed, empty_fraction=0.25).draw(m, g),
-      "sum<m": GroupDist(dist="multinomial", seed=seed + 1, fill=0.75).draw(m, g),
-      "one-group": one,
+    "multinomial": GroupDist(dist="multinomial", seed=seed).draw(m, g),
+    "skewed+empty": GroupDist(dist="zipf", seed=seed, empty_fraction=0.25).draw(m, g),
+    "sum<m": GroupDist(dist="multinomial", seed=seed + 1, fill=0.75).draw(m, g),
+    "one-group": one,
   }
 
 
 # --- one draw (runs in the worker process, or here without a timeout) ----------------
+
 
 def _reference_fn(op: str):
   """jax.lax.ragged_dot, or the cotangent of the one operand `op` needs, in f32 at HIGHEST."""
@@ -116,10 +117,10 @@ def fresh_inputs(p: Problem, seed: int) -> dict[str, np.ndarray]:
   dt = jnp.dtype(p.dtype)
   normal = lambda *shape: rng.standard_normal(shape, np.float32)
   return {
-      "lhs": normal(p.m, p.k).astype(dt),
-      "rhs": (normal(p.g, p.k, p.n) / np.float32(np.sqrt(p.k))).astype(dt),
-      "dout": normal(p.m, p.n).astype(dt),
-      "group_sizes": np.asarray(p.group_sizes, np.int32),
+    "lhs": normal(p.m, p.k).astype(dt),
+    "rhs": (normal(p.g, p.k, p.n) / np.float32(np.sqrt(p.k))).astype(dt),
+    "dout": normal(p.m, p.n).astype(dt),
+    "group_sizes": np.asarray(p.group_sizes, np.int32),
   }
 
 
@@ -140,11 +141,13 @@ def check_draw(e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -
     out = op(*measure.op_args(e.op, x))
     want = ref(x["lhs"], x["rhs"], x["dout"], x["group_sizes"])
     res = compare(np.asarray(want, np.float64), np.asarray(out).astype(np.float64), rtol=TOLERANCE[e.dtype])
-    return DrawResult(name, list(p.group_sizes), res, "" if res.passed else res.summary(), res.status,
-                      time.perf_counter() - t0)
+    return DrawResult(
+      name, list(p.group_sizes), res, "" if res.passed else res.summary(), res.status, time.perf_counter() - t0
+    )
   except Exception as exc:  # noqa: BLE001 - a crash is a failed check, reported
-    return DrawResult(name, list(p.group_sizes), None, f"{type(exc).__name__}: {exc}"[:300], "error",
-                      time.perf_counter() - t0)
+    return DrawResult(
+      name, list(p.group_sizes), None, f"{type(exc).__name__}: {exc}"[:300], "error", time.perf_counter() - t0
+    )
 
 
 def serve_draws() -> None:
@@ -193,10 +196,17 @@ class DrawRunner:
       return msg[1]
     self.stop()
     if msg is None:
-      return DrawResult(name, [int(s) for s in sizes], None, f"timeout: did not finish within {self.timeout:g}s",
-                        "timeout", time.perf_counter() - t0)
-    return DrawResult(name, [int(s) for s in sizes], None, "error: the verify worker died", "error",
-                      time.perf_counter() - t0)
+      return DrawResult(
+        name,
+        [int(s) for s in sizes],
+        None,
+        f"timeout: did not finish within {self.timeout:g}s",
+        "timeout",
+        time.perf_counter() - t0,
+      )
+    return DrawResult(
+      name, [int(s) for s in sizes], None, "error: the verify worker died", "error", time.perf_counter() - t0
+    )
 
   def stop(self) -> None:
     if self._child is not None:
@@ -216,8 +226,9 @@ class DrawRunner:
     self.close() if exc_type is None else self.stop()
 
 
-def verify_entry(e: kernels.Entry, *, seed: int = 1234, interpret: bool = False,
-                 runner: DrawRunner | None = None) -> EntryResult:
+def verify_entry(
+  e: kernels.Entry, *, seed: int = 1234, interpret: bool = False, runner: DrawRunner | None = None
+) -> EntryResult:
   runner = runner or DrawRunner(None)
   t0, draws = time.perf_counter(), []
   for name, sizes in group_size_draws(e.m, e.g, seed).items():
@@ -236,9 +247,11 @@ def entry_line(i: int, total: int, res: EntryResult) -> str:
   failed = [d for d in res.draws if not d.passed]
   why = f"  ({', '.join(sorted({d.status for d in failed}))})" if failed else ""
   cfg = " ".join(f"{k}={v}" for k, v in e.config.to_dict().items()) if e.config else "-"
-  return (f"[{i}/{total}] {'PASS' if res.passed else 'FAIL'} {e.op} {e.backend} {e.dtype} "
-          f"[{e.m},{e.k}]x[{e.g},{e.k},{e.n}]  {res.n_passed}/{len(res.draws)} draws{why}  "
-          f"worst rel {'-' if rel is None else f'{rel:.2e}'}  {res.time_s:.1f}s  config: {cfg}")
+  return (
+    f"[{i}/{total}] {'PASS' if res.passed else 'FAIL'} {e.op} {e.backend} {e.dtype} "
+    f"[{e.m},{e.k}]x[{e.g},{e.k},{e.n}]  {res.n_passed}/{len(res.draws)} draws{why}  "
+    f"worst rel {'-' if rel is None else f'{rel:.2e}'}  {res.time_s:.1f}s  config: {cfg}"
+  )
 
 
 def entry_report(res: EntryResult, full: bool) -> list[str]:
@@ -274,8 +287,10 @@ def load_lut_for_verify(target: Path, kind: str, *, force: bool = False) -> kern
     except kernels.LutError as e:
       raise RagtuneError(str(e)) from None
   if lut.device_kind != kind and not force:
-    raise RagtuneError(f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r} "
-                       "(use --force to check its numerics here anyway)")
+    raise RagtuneError(
+      f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r} "
+      "(use --force to check its numerics here anyway)"
+    )
   if not len(lut):
     raise RagtuneError(f"{target}: LUT has no entries")
   return lut

@@ -139,8 +139,13 @@ def main() -> None:
   if devices[0].platform == "cpu" and index < len(devices):
     jax.config.update("jax_default_device", devices[index])  # GPUs are pinned by CUDA_VISIBLE_DEVICES
   dev = devices[index] if devices[0].platform == "cpu" and index < len(devices) else devices[0]
-  device = {"device_kind": dev.device_kind, "platform": dev.platform, "jax_version": jax.__version__,
-            "device_index": index, "worker_pid": os.getpid()}
+  device = {
+    "device_kind": dev.device_kind,
+    "platform": dev.platform,
+    "jax_version": jax.__version__,
+    "device_index": index,
+    "worker_pid": os.getpid(),
+  }
   channel.send(("hello", device))
 
   state: _Problem | None = None

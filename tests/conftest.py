@@ -82,10 +82,12 @@ def entry_pick(e):
 def plan_of(backend, config, m, k, n, g, dtype):
   """(backend, config) per op, as ragged_dot resolves them."""
   from kernels.ragged_dot import resolve
+
   return {op: (c.backend, c.config) for op, c in resolve(config, backend, m, k, n, g, dtype).items()}
 
 
 def selected_config(op, backend, m, k, n, g, dtype):
   """The config ragged_dot runs `op` with on `backend` when none is given."""
   from kernels.ragged_dot import resolve
+
   return resolve(None, backend, m, k, n, g, dtype)[op].config

@@ -91,8 +91,8 @@ ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "max_concurrent_ste
 # (decode) take 64-row tiles, so less of each tile is wasted on rows of a neighbouring
 # group. drhs reduces 64 rows a step into a [128, 128] tile of [k, n].
 _DEFAULTS = {
-    "gmm": MosaicConfig(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
-    "tgmm": MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=4, grid_block_n=1),
+  "gmm": MosaicConfig(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
+  "tgmm": MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=4, grid_block_n=1),
 }
 
 
@@ -139,8 +139,9 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
   rows, contraction, cols = op_dims(op, m, k, n)
   first = SPACE_TGMM_BLOCK_M if op == "drhs" else SPACE_BLOCK_M
   out = []
-  for bm, bn, bk, steps, band in itertools.product(first, SPACE_BLOCK_N, SPACE_BLOCK_K, SPACE_STEPS,
-                                                   SPACE_GRID_BLOCK_N):
+  for bm, bn, bk, steps, band in itertools.product(
+    first, SPACE_BLOCK_N, SPACE_BLOCK_K, SPACE_STEPS, SPACE_GRID_BLOCK_N
+  ):
     cfg = MosaicConfig(bm, bn, bk, steps, band)
     if op == "drhs":  # block_m steps over rows; [block_k, block_n] tiles the [k, n] output
       tile, evenly = bk * bn, _tiles_evenly(contraction, bk) and _tiles_evenly(cols, bn)

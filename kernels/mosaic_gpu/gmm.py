@@ -85,8 +85,7 @@ def store_rows(o_smem, o_gmem, first_row, num_rows, max_rows: int, row0, col0, b
 
     @pl.when(num_rows & rows != 0)
     def _copy():
-      plgpu.copy_smem_to_gmem(o_smem.at[pl.ds(start, rows)],
-                              o_gmem.at[pl.ds(row0 + start, rows), pl.ds(col0, block_n)])
+      plgpu.copy_smem_to_gmem(o_smem.at[pl.ds(start, rows)], o_gmem.at[pl.ds(row0 + start, rows), pl.ds(col0, block_n)])
 
     start = start + (num_rows & rows)
 
@@ -109,9 +108,24 @@ def band_snake(idx, num_rows: int, num_cols: int, band: int):
   return row, first_col + local % width
 
 
-def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end_ref,
-                lhs_gmem, rhs_gmem, o_gmem, *, m, k, g_local, num_tiles, num_col_blocks,
-                cfg: MosaicConfig, transpose_rhs):
+def _gmm_kernel(
+  tile_seg_ref,
+  tile_block_ref,
+  active_ref,
+  seg_start_ref,
+  seg_end_ref,
+  lhs_gmem,
+  rhs_gmem,
+  o_gmem,
+  *,
+  m,
+  k,
+  g_local,
+  num_tiles,
+  num_col_blocks,
+  cfg: MosaicConfig,
+  transpose_rhs,
+):
   block_m, block_n, block_k = cfg.block_m, cfg.block_n, cfg.block_k
 
   @plgpu.nd_loop((num_tiles * num_col_blocks,), collective_axes="sm")
@@ -139,12 +153,13 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end
         rhs_shape = (block_n, block_k) if transpose_rhs else (block_k, block_n)
         rhs_index = (lambda kb: (j, kb)) if transpose_rhs else (lambda kb: (kb, j))
         plgpu.emit_pipeline(
-            step,
-            grid=(k // block_k,),
-            in_specs=[plgpu.BlockSpec((block_m, block_k), lambda kb: (tile_block_ref[t], kb),
-                                      delay_release=1),
-                      plgpu.BlockSpec(rhs_shape, rhs_index, delay_release=1)],
-            max_concurrent_steps=cfg.max_concurrent_steps,
+          step,
+          grid=(k // block_k,),
+          in_specs=[
+            plgpu.BlockSpec((block_m, block_k), lambda kb: (tile_block_ref[t], kb), delay_release=1),
+            plgpu.BlockSpec(rhs_shape, rhs_index, delay_release=1),
+          ],
+          max_concurrent_steps=cfg.max_concurrent_steps,
         )(lhs_gmem, rhs_gmem.at[group])
 
       return acc_ref[...]
@@ -159,9 +174,18 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_start_ref, seg_end
       plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: MosaicConfig,
-        out_dtype, transpose_rhs: bool = False, group_offset: jax.Array | None = None,
-        precision=None, interpret=False) -> jax.Array:
+def gmm(
+  lhs: jax.Array,
+  rhs: jax.Array,
+  group_sizes: jax.Array,
+  *,
+  config: MosaicConfig,
+  out_dtype,
+  transpose_rhs: bool = False,
+  group_offset: jax.Array | None = None,
+  precision=None,
+  interpret=False,
+) -> jax.Array:
   """Grouped matmul [m,k] x [g,k,n] (or [g,n,k] with transpose_rhs) -> [m,n].
 
   lhs and rhs must share a 16-bit dtype (the ragged_dot wrapper casts them). rhs holds
@@ -192,16 +216,23 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: Mosai
   sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
 
   kernel = functools.partial(
-      _gmm_kernel, m=m_pad, k=lhs.shape[1], g_local=g_local, num_tiles=num_tiles,
-      num_col_blocks=pl.cdiv(n_pad, cfg.block_n), cfg=cfg, transpose_rhs=transpose_rhs)
+    _gmm_kernel,
+    m=m_pad,
+    k=lhs.shape[1],
+    g_local=g_local,
+    num_tiles=num_tiles,
+    num_col_blocks=pl.cdiv(n_pad, cfg.block_n),
+    cfg=cfg,
+    transpose_rhs=transpose_rhs,
+  )
   kernel.__name__ = "ragtune_mgpu_gmm"  # the kernel's name in the machine code and profiles
   call = plgpu.kernel(
-      kernel,
-      out_type=jax.ShapeDtypeStruct((m_pad, out_cols(n_pad, cfg.block_n, interpret)), out_dtype),
-      grid=(num_sms(interpret),),
-      grid_names=("sm",),
-      compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-      interpret=interpret_params(interpret),
+    kernel,
+    out_type=jax.ShapeDtypeStruct((m_pad, out_cols(n_pad, cfg.block_n, interpret)), out_dtype),
+    grid=(num_sms(interpret),),
+    grid_names=("sm",),
+    compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+    interpret=interpret_params(interpret),
   )
   out = call(sched.tile_segment, sched.tile_row_block, sched.active, seg_starts, seg_ends, lhs, rhs)
   return out[:m, :n]
@@ -210,6 +241,7 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: Mosai
 def interpret_params(interpret):
   if interpret is True:
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
     # TMA reads past an array's end as zeros: the interpreter does that with these two.
     return InterpretGPUParams(out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
   return interpret or None

@@ -26,8 +26,16 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common
-from kernels.mosaic_gpu.gmm import (ROW_TILE, band_snake, check_inputs, interpret_params, num_sms,
-                              out_cols, pad_to_multiple, swizzle_elems)
+from kernels.mosaic_gpu.gmm import (
+  ROW_TILE,
+  band_snake,
+  check_inputs,
+  interpret_params,
+  num_sms,
+  out_cols,
+  pad_to_multiple,
+  swizzle_elems,
+)
 
 
 def group_row_blocks(start, end, block_m):
@@ -37,8 +45,22 @@ def group_row_blocks(start, end, block_m):
   return first, count
 
 
-def _tgmm_kernel(start_ref, end_ref, a_gmem, b_gmem, o_gmem, *, num_groups, block_m, tile_a,
-                 tile_b, grid_a, grid_b, grid_block_n, max_concurrent_steps):
+def _tgmm_kernel(
+  start_ref,
+  end_ref,
+  a_gmem,
+  b_gmem,
+  o_gmem,
+  *,
+  num_groups,
+  block_m,
+  tile_a,
+  tile_b,
+  grid_a,
+  grid_b,
+  grid_block_n,
+  max_concurrent_steps,
+):
 
   @plgpu.nd_loop((num_groups, grid_a * grid_b), collective_axes="sm")
   def _cell(loop_info):
@@ -66,11 +88,13 @@ def _tgmm_kernel(start_ref, end_ref, a_gmem, b_gmem, o_gmem, *, num_groups, bloc
       @pl.when(count > 0)
       def _reduce():
         plgpu.emit_pipeline(
-            step,
-            grid=(count,),
-            in_specs=[plgpu.BlockSpec((block_m, tile_a), lambda i: (first + i, ai), delay_release=1),
-                      plgpu.BlockSpec((block_m, tile_b), lambda i: (first + i, bi), delay_release=1)],
-            max_concurrent_steps=max_concurrent_steps,
+          step,
+          grid=(count,),
+          in_specs=[
+            plgpu.BlockSpec((block_m, tile_a), lambda i: (first + i, ai), delay_release=1),
+            plgpu.BlockSpec((block_m, tile_b), lambda i: (first + i, bi), delay_release=1),
+          ],
+          max_concurrent_steps=max_concurrent_steps,
         )(a_gmem, b_gmem)
 
       return acc_ref[...]
@@ -81,14 +105,25 @@ def _tgmm_kernel(start_ref, end_ref, a_gmem, b_gmem, o_gmem, *, num_groups, bloc
     def _store(o_smem):
       o_smem[...] = acc.astype(o_smem.dtype)
       plgpu.commit_smem()
-      plgpu.copy_smem_to_gmem(
-          o_smem, o_gmem.at[group, pl.ds(ai * tile_a, tile_a), pl.ds(bi * tile_b, tile_b)])
+      plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[group, pl.ds(ai * tile_a, tile_a), pl.ds(bi * tile_b, tile_b)])
       plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
-def tgmm(a: jax.Array, b: jax.Array, group_sizes: jax.Array, *, num_groups: int, block_m: int,
-         tile_a: int, tile_b: int, grid_block_n: int, max_concurrent_steps: int, out_dtype,
-         group_offset: jax.Array | None = None, interpret=False) -> jax.Array:
+def tgmm(
+  a: jax.Array,
+  b: jax.Array,
+  group_sizes: jax.Array,
+  *,
+  num_groups: int,
+  block_m: int,
+  tile_a: int,
+  tile_b: int,
+  grid_block_n: int,
+  max_concurrent_steps: int,
+  out_dtype,
+  group_offset: jax.Array | None = None,
+  interpret=False,
+) -> jax.Array:
   """Per-group a^T @ b: [m,ka] x [m,kb] -> [num_groups,ka,kb] for the groups
   [group_offset, group_offset + num_groups) of group_sizes; an output tile is
   [tile_a, tile_b] and block_m rows are reduced per pipeline step. a and b share a 16-bit
@@ -103,17 +138,24 @@ def tgmm(a: jax.Array, b: jax.Array, group_sizes: jax.Array, *, num_groups: int,
   b = pad_to_multiple(pad_to_multiple(b, 0, ROW_TILE), 1, swizzle_elems(b.dtype))
   ka_pad, kb_pad = a.shape[1], b.shape[1]
   kernel = functools.partial(
-      _tgmm_kernel, num_groups=num_groups, block_m=block_m, tile_a=tile_a, tile_b=tile_b,
-      grid_a=pl.cdiv(ka_pad, tile_a), grid_b=pl.cdiv(kb_pad, tile_b), grid_block_n=grid_block_n,
-      max_concurrent_steps=max_concurrent_steps)
+    _tgmm_kernel,
+    num_groups=num_groups,
+    block_m=block_m,
+    tile_a=tile_a,
+    tile_b=tile_b,
+    grid_a=pl.cdiv(ka_pad, tile_a),
+    grid_b=pl.cdiv(kb_pad, tile_b),
+    grid_block_n=grid_block_n,
+    max_concurrent_steps=max_concurrent_steps,
+  )
   kernel.__name__ = "ragtune_mgpu_tgmm"  # the kernel's name in the machine code and profiles
   out_shape = (num_groups, out_cols(ka_pad, tile_a, interpret), out_cols(kb_pad, tile_b, interpret))
   call = plgpu.kernel(
-      kernel,
-      out_type=jax.ShapeDtypeStruct(out_shape, out_dtype),
-      grid=(num_sms(interpret),),
-      grid_names=("sm",),
-      compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-      interpret=interpret_params(interpret),
+    kernel,
+    out_type=jax.ShapeDtypeStruct(out_shape, out_dtype),
+    grid=(num_sms(interpret),),
+    grid_names=("sm",),
+    compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+    interpret=interpret_params(interpret),
   )
   return call(starts, ends, a, b)[:, :ka, :kb]

@@ -7,8 +7,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from kernels.common import (check_int_range, gpu_family, gpu_smem_limit, is_pow2, itemsize, next_pow2,
-                            op_dims)
+from kernels.common import check_int_range, gpu_family, gpu_smem_limit, is_pow2, itemsize, next_pow2, op_dims
 
 BLOCK_RANGE = (16, 256)
 NUM_WARPS = (1, 2, 4, 8, 16)
@@ -59,14 +58,14 @@ class TritonConfig:
     for name in ("group_m", "group_k"):
       check_int_range("TritonConfig", name, getattr(self, name), *BAND_RANGE)
 
-  def clamped(self, rows: int, contraction: int, cols: int) -> "TritonConfig":
+  def clamped(self, rows: int, contraction: int, cols: int) -> TritonConfig:
     """Blocks no larger than each dimension needs (>=16, Triton's dot minimum)."""
     cap = lambda b, d: min(b, max(16, next_pow2(d)))
     return dataclasses.replace(
-        self,
-        block_m=cap(self.block_m, rows),
-        block_k=cap(self.block_k, contraction),
-        block_n=cap(self.block_n, cols),
+      self,
+      block_m=cap(self.block_m, rows),
+      block_k=cap(self.block_k, contraction),
+      block_n=cap(self.block_n, cols),
     )
 
   def smem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
@@ -88,8 +87,15 @@ class TritonConfig:
     return dataclasses.asdict(self)
 
 
-ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "num_warps": "w", "num_stages": "s",
-          "group_m": "gm", "group_k": "gk"}
+ABBREV = {
+  "block_m": "bm",
+  "block_k": "bk",
+  "block_n": "bn",
+  "num_warps": "w",
+  "num_stages": "s",
+  "group_m": "gm",
+  "group_k": "gk",
+}
 
 
 # --- defaults -----------------------------------------------------------------------------
@@ -101,18 +107,21 @@ ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "num_warps": "w", "
 #   benchmarks/l2_traffic.py on Mixtral and DeepSeek-V3 (README: "Launch order and L2").
 # - Shared memory within the family's bound, leaving room for 1-2 programs per SM.
 _DEFAULTS = {
-    "hopper": {"gmm": TritonConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
-    "blackwell": {"gmm": TritonConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
-    "ampere": {"gmm": TritonConfig(128, 64, 128, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
-    "other": {"gmm": TritonConfig(128, 32, 128, 8, 3, group_m=16), "tgmm": TritonConfig(32, 64, 128, 4, 3)},
+  "hopper": {"gmm": TritonConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
+  "blackwell": {"gmm": TritonConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
+  "ampere": {"gmm": TritonConfig(128, 64, 128, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
+  "other": {"gmm": TritonConfig(128, 32, 128, 8, 3, group_m=16), "tgmm": TritonConfig(32, 64, 128, 4, 3)},
 }
 
 
 def _default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int, family: str) -> TritonConfig:
   base = _DEFAULTS[family]["tgmm" if op == "drhs" else "gmm"]
   if dtype == "float32":  # twice the bytes per element: halve the contraction step
-    base = dataclasses.replace(base, block_m=base.block_m // 2) if op == "drhs" else \
-        dataclasses.replace(base, block_k=max(16, base.block_k // 2))
+    base = (
+      dataclasses.replace(base, block_m=base.block_m // 2)
+      if op == "drhs"
+      else dataclasses.replace(base, block_k=max(16, base.block_k // 2))
+    )
   if op == "drhs":
     # Keep the smaller of a group's lhs rows [rows, k] and dout rows [rows, n] in L2 and
     # stream the other once: walk every k block of an n block first when k <= n.
@@ -178,11 +187,25 @@ def worth_timing(cfg: TritonConfig, out_rows: int, out_cols: int) -> bool:
 def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) -> list[TritonConfig]:
   rows, contraction, cols = op_dims(op, m, k, n)
   if op == "drhs":
-    grid = itertools.product(SPACE_TGMM_BLOCK_M, SPACE_TGMM_BLOCK_K, SPACE_TGMM_BLOCK_N, SPACE_NUM_WARPS,
-                             SPACE_NUM_STAGES, (TritonConfig.group_m,), SPACE_GROUP_K)
+    grid = itertools.product(
+      SPACE_TGMM_BLOCK_M,
+      SPACE_TGMM_BLOCK_K,
+      SPACE_TGMM_BLOCK_N,
+      SPACE_NUM_WARPS,
+      SPACE_NUM_STAGES,
+      (TritonConfig.group_m,),
+      SPACE_GROUP_K,
+    )
   else:
-    grid = itertools.product(SPACE_BLOCK_M, SPACE_BLOCK_K, SPACE_BLOCK_N, SPACE_NUM_WARPS, SPACE_NUM_STAGES,
-                             SPACE_GROUP_M, (TritonConfig.group_k,))
+    grid = itertools.product(
+      SPACE_BLOCK_M,
+      SPACE_BLOCK_K,
+      SPACE_BLOCK_N,
+      SPACE_NUM_WARPS,
+      SPACE_NUM_STAGES,
+      SPACE_GROUP_M,
+      (TritonConfig.group_k,),
+    )
   out = []
   for bm, bk, bn, w, s, gm, gk in grid:
     cfg = TritonConfig(bm, bk, bn, w, s, group_m=gm, group_k=gk).clamped(rows, contraction, cols)

@@ -28,12 +28,14 @@ from kernels.pallas_gpu.config import TritonConfig
 
 def _elementwise(py_fn, np_fn, jnp_fn):
   """A binary op for Python ints, NumPy arrays and traced int32 alike."""
+
   def fn(a, b):
     if isinstance(a, jax.Array) or isinstance(b, jax.Array):
       return jnp_fn(a, b)
     if isinstance(a, int) and isinstance(b, int):
       return py_fn(a, b)
     return np_fn(a, b)
+
   return fn
 
 
@@ -89,13 +91,33 @@ def load(ref, mask):
   return plgpu.load(ref, mask=mask, other=None if mask is None else 0.0)
 
 
-def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_first_ref, seg_tiles_ref, seg_start_ref,
-                seg_end_ref, lhs_ref, rhs_ref, out_ref, *, m, k, n, g_local, block_m, block_k, block_n,
-                num_col_blocks, group_m, transpose_rhs, precision):
+def _gmm_kernel(
+  tile_seg_ref,
+  tile_block_ref,
+  active_ref,
+  seg_first_ref,
+  seg_tiles_ref,
+  seg_start_ref,
+  seg_end_ref,
+  lhs_ref,
+  rhs_ref,
+  out_ref,
+  *,
+  m,
+  k,
+  n,
+  g_local,
+  block_m,
+  block_k,
+  block_n,
+  num_col_blocks,
+  group_m,
+  transpose_rhs,
+  precision,
+):
   pid = pl.program_id(0)
   is_real = pid < active_ref[0] * num_col_blocks  # spare launch slots return at once
-  t, j = launch_cell(jnp.where(is_real, pid, 0), tile_seg_ref, seg_first_ref, seg_tiles_ref,
-                     num_col_blocks, group_m)
+  t, j = launch_cell(jnp.where(is_real, pid, 0), tile_seg_ref, seg_first_ref, seg_tiles_ref, num_col_blocks, group_m)
   seg = tile_seg_ref[t]
   is_group = (seg >= 1) & (seg <= g_local)
 
@@ -117,14 +139,19 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_first_ref, seg_til
 
     def step(kb, acc):
       k_in = (kb * block_k + jnp.arange(block_k) < k) if k % block_k else None
-      a = load(lhs_ref.at[pl.ds(row0, block_m), pl.ds(kb * block_k, block_k)],
-               mask_2d(rows_in, k_in, (block_m, block_k)))
+      a = load(
+        lhs_ref.at[pl.ds(row0, block_m), pl.ds(kb * block_k, block_k)], mask_2d(rows_in, k_in, (block_m, block_k))
+      )
       if transpose_rhs:
-        b = load(rhs_ref.at[group, pl.ds(j * block_n, block_n), pl.ds(kb * block_k, block_k)],
-                 mask_2d(cols_in, k_in, (block_n, block_k)))
+        b = load(
+          rhs_ref.at[group, pl.ds(j * block_n, block_n), pl.ds(kb * block_k, block_k)],
+          mask_2d(cols_in, k_in, (block_n, block_k)),
+        )
       else:
-        b = load(rhs_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(j * block_n, block_n)],
-                 mask_2d(k_in, cols_in, (block_k, block_n)))
+        b = load(
+          rhs_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(j * block_n, block_n)],
+          mask_2d(k_in, cols_in, (block_k, block_n)),
+        )
       return acc + plgpu.dot(a, b, trans_b=transpose_rhs, precision=precision)
 
     acc = jax.lax.fori_loop(0, pl.cdiv(k, block_k), step, jnp.zeros((block_m, block_n), jnp.float32))
@@ -135,9 +162,18 @@ def _gmm_kernel(tile_seg_ref, tile_block_ref, active_ref, seg_first_ref, seg_til
     plgpu.store(out_block, jnp.zeros((block_m, block_n), out_ref.dtype), mask=out_mask)
 
 
-def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: TritonConfig,
-        out_dtype, transpose_rhs: bool = False, group_offset: jax.Array | None = None,
-        precision=None, interpret: bool = False) -> jax.Array:
+def gmm(
+  lhs: jax.Array,
+  rhs: jax.Array,
+  group_sizes: jax.Array,
+  *,
+  config: TritonConfig,
+  out_dtype,
+  transpose_rhs: bool = False,
+  group_offset: jax.Array | None = None,
+  precision=None,
+  interpret: bool = False,
+) -> jax.Array:
   """Grouped matmul [m,k] x [g,k,n] (or [g,n,k] with transpose_rhs) -> [m,n].
 
   group_sizes may be longer than rhs's g (expert parallelism): rhs holds groups
@@ -155,15 +191,34 @@ def gmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, config: Trito
 
   num_col_blocks = pl.cdiv(n, cfg.block_n)
   kernel = functools.partial(
-      _gmm_kernel, m=m, k=k, n=n, g_local=g_local, block_m=cfg.block_m, block_k=cfg.block_k,
-      block_n=cfg.block_n, num_col_blocks=num_col_blocks, group_m=cfg.group_m,
-      transpose_rhs=transpose_rhs, precision=precision)
+    _gmm_kernel,
+    m=m,
+    k=k,
+    n=n,
+    g_local=g_local,
+    block_m=cfg.block_m,
+    block_k=cfg.block_k,
+    block_n=cfg.block_n,
+    num_col_blocks=num_col_blocks,
+    group_m=cfg.group_m,
+    transpose_rhs=transpose_rhs,
+    precision=precision,
+  )
   return pl.pallas_call(
-      kernel,
-      out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
-      grid=(num_tiles * num_col_blocks,),
-      compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
-      interpret=interpret,
-      name="ragtune_gmm",
-  )(sched.tile_segment, sched.tile_row_block, sched.active, sched.segment_first_tile,
-    sched.segment_num_tiles, seg_starts, seg_ends, lhs, rhs)
+    kernel,
+    out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
+    grid=(num_tiles * num_col_blocks,),
+    compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+    interpret=interpret,
+    name="ragtune_gmm",
+  )(
+    sched.tile_segment,
+    sched.tile_row_block,
+    sched.active,
+    sched.segment_first_tile,
+    sched.segment_num_tiles,
+    seg_starts,
+    seg_ends,
+    lhs,
+    rhs,
+  )

@@ -20,7 +20,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from kernels import common
 from kernels.pallas_gpu.config import TritonConfig
-from kernels.pallas_gpu.gmm import load, mask_2d, program_tile as gmm_program_tile
+from kernels.pallas_gpu.gmm import load, mask_2d
+from kernels.pallas_gpu.gmm import program_tile as gmm_program_tile
 
 
 def program_tile(pid, num_groups, num_k_blocks, num_n_blocks, group_k):
@@ -36,10 +37,10 @@ def program_tile(pid, num_groups, num_k_blocks, num_n_blocks, group_k):
   return group, kb, nb
 
 
-def _tgmm_kernel(start_ref, end_ref, lhs_ref, rhs_ref, out_ref, *, k, n, num_groups, block_m,
-                 block_k, block_n, group_k, precision):
-  group, kb, nb = program_tile(pl.program_id(0), num_groups, pl.cdiv(k, block_k), pl.cdiv(n, block_n),
-                               group_k)
+def _tgmm_kernel(
+  start_ref, end_ref, lhs_ref, rhs_ref, out_ref, *, k, n, num_groups, block_m, block_k, block_n, group_k, precision
+):
+  group, kb, nb = program_tile(pl.program_id(0), num_groups, pl.cdiv(k, block_k), pl.cdiv(n, block_n), group_k)
   start, end = start_ref[group], end_ref[group]
   k_in = (kb * block_k + jnp.arange(block_k) < k) if k % block_k else None
   n_in = (nb * block_n + jnp.arange(block_n) < n) if n % block_n else None
@@ -47,22 +48,38 @@ def _tgmm_kernel(start_ref, end_ref, lhs_ref, rhs_ref, out_ref, *, k, n, num_gro
   def step(mb, acc):
     rows = mb * block_m + jnp.arange(block_m)
     in_group = (rows >= start) & (rows < end)  # other groups' rows must not add in
-    a = load(lhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(kb * block_k, block_k)],
-             mask_2d(in_group, k_in, (block_m, block_k)))
-    b = load(rhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(nb * block_n, block_n)],
-             mask_2d(in_group, n_in, (block_m, block_n)))
+    a = load(
+      lhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(kb * block_k, block_k)],
+      mask_2d(in_group, k_in, (block_m, block_k)),
+    )
+    b = load(
+      rhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(nb * block_n, block_n)],
+      mask_2d(in_group, n_in, (block_m, block_n)),
+    )
     return acc + plgpu.dot(a, b, trans_a=True, precision=precision)
 
   first = start // block_m
   last = jnp.where(end > start, (end + block_m - 1) // block_m, first)
   acc = jax.lax.fori_loop(first, last, step, jnp.zeros((block_k, block_n), jnp.float32))
-  plgpu.store(out_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(nb * block_n, block_n)],
-              acc.astype(out_ref.dtype), mask=mask_2d(k_in, n_in, (block_k, block_n)))
+  plgpu.store(
+    out_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(nb * block_n, block_n)],
+    acc.astype(out_ref.dtype),
+    mask=mask_2d(k_in, n_in, (block_k, block_n)),
+  )
 
 
-def tgmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, num_groups: int,
-         config: TritonConfig, out_dtype, group_offset: jax.Array | None = None,
-         precision=None, interpret: bool = False) -> jax.Array:
+def tgmm(
+  lhs: jax.Array,
+  rhs: jax.Array,
+  group_sizes: jax.Array,
+  *,
+  num_groups: int,
+  config: TritonConfig,
+  out_dtype,
+  group_offset: jax.Array | None = None,
+  precision=None,
+  interpret: bool = False,
+) -> jax.Array:
   """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n] for groups
   [group_offset, group_offset + num_groups)."""
   m, k = lhs.shape
@@ -71,14 +88,22 @@ def tgmm(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, *, num_groups: 
   cfg = config.clamped(m, k, n)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
   starts, ends = common.group_row_bounds(group_sizes, m, offset, num_groups)
-  kernel = functools.partial(_tgmm_kernel, k=k, n=n, num_groups=num_groups, block_m=cfg.block_m,
-                             block_k=cfg.block_k, block_n=cfg.block_n, group_k=cfg.group_k,
-                             precision=precision)
+  kernel = functools.partial(
+    _tgmm_kernel,
+    k=k,
+    n=n,
+    num_groups=num_groups,
+    block_m=cfg.block_m,
+    block_k=cfg.block_k,
+    block_n=cfg.block_n,
+    group_k=cfg.group_k,
+    precision=precision,
+  )
   return pl.pallas_call(
-      kernel,
-      out_shape=jax.ShapeDtypeStruct((num_groups, k, n), out_dtype),
-      grid=(num_groups * pl.cdiv(k, cfg.block_k) * pl.cdiv(n, cfg.block_n),),
-      compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
-      interpret=interpret,
-      name="ragtune_tgmm",
+    kernel,
+    out_shape=jax.ShapeDtypeStruct((num_groups, k, n), out_dtype),
+    grid=(num_groups * pl.cdiv(k, cfg.block_k) * pl.cdiv(n, cfg.block_n),),
+    compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+    interpret=interpret,
+    name="ragtune_tgmm",
   )(starts, ends, lhs, rhs)

@@ -56,6 +56,7 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
       if d % c == 0:
         return c
     return 128
+
   tm = min(512, max(8, next_pow2(rows))) if rows < 512 else 512
   return TpuConfig(tm=tm, tk=tile(contraction), tn=tile(cols))
 

@@ -25,25 +25,30 @@ def _pad_rows(x: jax.Array, multiple: int) -> jax.Array:
   return x if pad == 0 else jnp.pad(x, ((0, pad), (0, 0)))
 
 
-def gmm(lhs, rhs, group_sizes, *, config: TpuConfig, out_dtype, transpose_rhs=False,
-        group_offset=None, interpret=False):
+def gmm(
+  lhs, rhs, group_sizes, *, config: TpuConfig, out_dtype, transpose_rhs=False, group_offset=None, interpret=False
+):
   m = lhs.shape[0]
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
   out = _megablox.gmm(
-      _pad_rows(lhs, config.tm), rhs, group_sizes.astype(jnp.int32), out_dtype,
-      tiling=config.tiling(), group_offset=offset, transpose_rhs=transpose_rhs,
-      interpret=interpret)[:m]
+    _pad_rows(lhs, config.tm),
+    rhs,
+    group_sizes.astype(jnp.int32),
+    out_dtype,
+    tiling=config.tiling(),
+    group_offset=offset,
+    transpose_rhs=transpose_rhs,
+    interpret=interpret,
+  )[:m]
   keep = common.local_row_mask(group_sizes, m, offset, rhs.shape[0])
   return jnp.where(keep[:, None], out, jnp.zeros((), out.dtype))
 
 
-def tgmm(lhs, rhs, group_sizes, *, num_groups: int, config: TpuConfig, out_dtype,
-         group_offset=None, interpret=False):
+def tgmm(lhs, rhs, group_sizes, *, num_groups: int, config: TpuConfig, out_dtype, group_offset=None, interpret=False):
   """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n]."""
   # Under vmap with group_sizes unbatched, megablox's tgmm leaves the last group's output
   # NaN (interpret mode, jax 0.10.2); batching every operand avoids it.
-  impl = functools.partial(_tgmm, num_groups=num_groups, config=config, out_dtype=out_dtype,
-                           interpret=interpret)
+  impl = functools.partial(_tgmm, num_groups=num_groups, config=config, out_dtype=out_dtype, interpret=interpret)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
   return common.broadcast_vmap(impl, lhs, rhs, group_sizes, offset)
 
@@ -53,6 +58,12 @@ def _tgmm(lhs, rhs, group_sizes, offset, *, num_groups, config, out_dtype, inter
   # Zero-padded rows lie past sum(group_sizes), so no group reduces over them.
   lhs_t = _pad_rows(lhs, config.tm).swapaxes(0, 1)
   return _megablox.tgmm(
-      lhs_t, _pad_rows(rhs, config.tm), group_sizes.astype(jnp.int32), out_dtype,
-      tiling=config.tiling(), group_offset=offset, num_actual_groups=num_groups,
-      interpret=interpret)
+    lhs_t,
+    _pad_rows(rhs, config.tm),
+    group_sizes.astype(jnp.int32),
+    out_dtype,
+    tiling=config.tiling(),
+    group_offset=offset,
+    num_actual_groups=num_groups,
+    interpret=interpret,
+  )

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 from kernels import common
 
 _TRANSPOSED_RHS = jax.lax.RaggedDotDimensionNumbers(
-    dot_dimension_numbers=(([1], [2]), ([], [])),
-    lhs_ragged_dimensions=[0],
-    rhs_group_dimensions=[0],
+  dot_dimension_numbers=(([1], [2]), ([], [])),
+  lhs_ragged_dimensions=[0],
+  rhs_group_dimensions=[0],
 )
 
 
@@ -30,10 +30,8 @@ def _with_offset(fn, group_offset, **kw):
   return lambda a, b, s, o: fn(a, b, s, o, **kw), (jnp.asarray(group_offset, jnp.int32),)
 
 
-def gmm(lhs, rhs, group_sizes, *, out_dtype, transpose_rhs=False, group_offset=None,
-        precision=None):
-  impl, extra = _with_offset(_gmm, group_offset, out_dtype=out_dtype, transpose_rhs=transpose_rhs,
-                             precision=precision)
+def gmm(lhs, rhs, group_sizes, *, out_dtype, transpose_rhs=False, group_offset=None, precision=None):
+  impl, extra = _with_offset(_gmm, group_offset, out_dtype=out_dtype, transpose_rhs=transpose_rhs, precision=precision)
   return common.broadcast_vmap(impl, lhs, rhs, group_sizes, *extra)
 
 
@@ -50,8 +48,9 @@ def _gmm(lhs, rhs, group_sizes, group_offset, *, out_dtype, transpose_rhs, preci
     sizes = local.at[0].add(starts[0]).at[-1].add(m - ends[-1])
     keep = common.local_row_mask(group_sizes, m, offset, g_local)
   if transpose_rhs:
-    out = jax.lax.ragged_dot_general(lhs, rhs, sizes, _TRANSPOSED_RHS, precision=precision,
-                                     preferred_element_type=out_dtype)
+    out = jax.lax.ragged_dot_general(
+      lhs, rhs, sizes, _TRANSPOSED_RHS, precision=precision, preferred_element_type=out_dtype
+    )
   else:
     out = jax.lax.ragged_dot(lhs, rhs, sizes, precision=precision, preferred_element_type=out_dtype)
   if keep is not None:
@@ -60,16 +59,15 @@ def _gmm(lhs, rhs, group_sizes, group_offset, *, out_dtype, transpose_rhs, preci
 
 
 _RAGGED_CONTRACTION = jax.lax.RaggedDotDimensionNumbers(
-    dot_dimension_numbers=(([0], [0]), ([], [])),
-    lhs_ragged_dimensions=[0],
-    rhs_group_dimensions=[],
+  dot_dimension_numbers=(([0], [0]), ([], [])),
+  lhs_ragged_dimensions=[0],
+  rhs_group_dimensions=[],
 )
 
 
 def tgmm(lhs, rhs, group_sizes, *, num_groups, out_dtype, group_offset=None, precision=None):
   """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n] (ragged contraction)."""
-  impl, extra = _with_offset(_tgmm, group_offset, num_groups=num_groups, out_dtype=out_dtype,
-                             precision=precision)
+  impl, extra = _with_offset(_tgmm, group_offset, num_groups=num_groups, out_dtype=out_dtype, precision=precision)
   return common.broadcast_vmap(impl, lhs, rhs, group_sizes, *extra)
 
 
@@ -82,8 +80,9 @@ def _tgmm(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype, precisi
     starts, ends = common.group_row_bounds(sizes, m, offset, num_groups)
     # Non-local rows form a leading and a trailing pseudo-group, dropped afterwards.
     sizes = jnp.concatenate([starts[:1], ends - starts, (m - ends[-1])[None]])
-  out = jax.lax.ragged_dot_general(lhs, rhs, sizes, _RAGGED_CONTRACTION, precision=precision,
-                                   preferred_element_type=jnp.float32)
+  out = jax.lax.ragged_dot_general(
+    lhs, rhs, sizes, _RAGGED_CONTRACTION, precision=precision, preferred_element_type=jnp.float32
+  )
   if sliced:
     out = out[1:-1]
   return out.astype(out_dtype)

@@ -54,6 +54,7 @@ def pythonpath(*extra: str) -> str:
 
 # --- the child's side -------------------------------------------------------------------
 
+
 class Channel:
   """The child's end of the messages. Made first thing in a child: it takes fd 1 for the
   messages, leaves Ctrl-C to the parent, and exits the child if the parent dies."""
@@ -85,6 +86,7 @@ def _watch_parent() -> None:
 
 # --- the parent's side ------------------------------------------------------------------
 
+
 class Child:
   """`python ARGS` as a child process, and the thread that turns its messages into events.
 
@@ -94,14 +96,25 @@ class Child:
   [default: its own, read with recv].
   """
 
-  def __init__(self, args: list[str], *, env: dict[str, str] | None = None, log: Path | None = None,
-               events: queue.Queue | None = None):
+  def __init__(
+    self,
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    events: queue.Queue | None = None,
+  ):
     self.events: queue.Queue = queue.Queue() if events is None else events
     self.log_path = log
     self._log = open(log, "ab") if log is not None else None
     self._log_start = self._log.tell() if self._log is not None else 0
-    self.proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=self._log, env=env or dict(os.environ, PYTHONPATH=pythonpath()))
+    self.proc = subprocess.Popen(
+      [sys.executable, *args],
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=self._log,
+      env=env or dict(os.environ, PYTHONPATH=pythonpath()),
+    )
     self.dead = False  # given up on by the parent: its last events are to be ignored
     threading.Thread(target=self._pump, daemon=True).start()
 
@@ -177,13 +190,16 @@ class Child:
   def death_note(self) -> str:
     """Why it died: signal or exit code, and the tail of its stderr, e.g. 'killed by SIGSEGV; stderr: ...'."""
     rc = self.proc.wait()
-    how = f"killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.Signals._value2member_map_ \
-        else f"exited with code {rc}"
+    how = (
+      f"killed by {signal.Signals(-rc).name}"
+      if rc < 0 and -rc in signal.Signals._value2member_map_
+      else f"exited with code {rc}"
+    )
     lines = self.stderr_lines()
     fatal = next((i for i, l in enumerate(lines) if l.startswith("Fatal Python error")), None)
     if fatal is not None:  # faulthandler: the error, then the crashing thread's innermost frames
       start = next((i for i in range(fatal, len(lines)) if lines[i].startswith("Current thread")), fatal)
-      frames = [l.strip() for l in lines[start + 1:] if l.strip().startswith("File")][:2]
+      frames = [l.strip() for l in lines[start + 1 :] if l.strip().startswith("File")][:2]
       tail = " | ".join([lines[fatal]] + frames)[:400]
     else:
       tail = " | ".join(lines[-3:])[-400:]

@@ -27,18 +27,30 @@ def report_devices() -> None:
   from ragtune.limits import device_memory_bytes
 
   d = jax.local_devices()
-  channel.send(("devices", {"platform": d[0].platform, "count": len(d), "device_kind": d[0].device_kind,
-                            "memory_bytes": device_memory_bytes()}))
+  channel.send(
+    (
+      "devices",
+      {
+        "platform": d[0].platform,
+        "count": len(d),
+        "device_kind": d[0].device_kind,
+        "memory_bytes": device_memory_bytes(),
+      },
+    )
+  )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe_devices() -> dict[str, Any]:
   """{platform, count, device_kind, memory_bytes} of this host's accelerators, asked of a
   child process (memory_bytes: the first device's limit, None where unknown). Asked once
   per process."""
-  with tempfile.TemporaryDirectory() as tmp, \
-       child.Child(["-c", "from ragtune.run import devices; devices.report_devices()"],
-                   log=Path(tmp) / "stderr.log") as probe:
+  with (
+    tempfile.TemporaryDirectory() as tmp,
+    child.Child(
+      ["-c", "from ragtune.run import devices; devices.report_devices()"], log=Path(tmp) / "stderr.log"
+    ) as probe,
+  ):
     msg = probe.recv(PROBE_TIMEOUT_S)
     if msg is None:
       raise RagtuneError(f"listing this host's devices (in a child process) took over {PROBE_TIMEOUT_S}s")

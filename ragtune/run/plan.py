@@ -49,16 +49,22 @@ def cpu_timeout_warnings(problems: list[Problem], opts: SweepOptions, limit: int
   slow = [(c, p) for c, p in slow if c > opts.timeout_s]
   if not slow:
     return []
-  lines = [f"{p.op} {p.backend} {p.dtype} {p.shape_label}: about {c:.0f}s per candidate in interpret mode, "
-           f"more than --timeout {opts.timeout_s:g}s" for c, p in sorted(slow, key=lambda x: -x[0])[:limit]]
+  lines = [
+    f"{p.op} {p.backend} {p.dtype} {p.shape_label}: about {c:.0f}s per candidate in interpret mode, "
+    f"more than --timeout {opts.timeout_s:g}s"
+    for c, p in sorted(slow, key=lambda x: -x[0])[:limit]
+  ]
   if len(slow) > limit:
     lines.append(f"... and {len(slow) - limit} more such problems")
-  lines.append(f"{len(slow)} of {len(problems)} problems will likely time out on this CPU. The CPU runs the Pallas "
-               "interpreter: use smoke-sized shapes (shapes/smoke.yaml) to check the pipeline, or raise --timeout.")
+  lines.append(
+    f"{len(slow)} of {len(problems)} problems will likely time out on this CPU. The CPU runs the Pallas "
+    "interpreter: use smoke-sized shapes (shapes/smoke.yaml) to check the pipeline, or raise --timeout."
+  )
   return lines
 
 
 # --- a budgeted search's seed from a LUT ----------------------------------------------
+
 
 def find_lut(device_kind: str) -> kernels.Lut | None:
   """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None."""
@@ -80,14 +86,16 @@ def _lut_hint(p: Problem, lut, device_kind: str | None):
 
 # --- tasks ---------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class Task:
   """One problem's work: the strategy, what is done, what the worker holds now."""
+
   p: Problem
   strategy: search_strategy.Strategy
-  configs: dict[str, Any]               # candidate id -> config
-  history: dict[Any, float | None]      # config -> seconds (None: failed), as the strategy sees it
-  planned: int                          # candidates this problem will time at most
+  configs: dict[str, Any]  # candidate id -> config
+  history: dict[Any, float | None]  # config -> seconds (None: failed), as the strategy sees it
+  planned: int  # candidates this problem will time at most
   pending: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
   rows: list[Record] = dataclasses.field(default_factory=list)  # this problem's rows, old and new
   best: Record | None = None
@@ -107,8 +115,7 @@ def by_problem(done: dict[str, Record]) -> dict[str, list[Record]]:
   return out
 
 
-def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record],
-              prior: list[Record]) -> tuple[Task, int, int]:
+def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record], prior: list[Record]) -> tuple[Task, int, int]:
   """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
   # The tuned device's kind, never this process's jax: the parent stays off the device.
   kind = opts.device_kind or devices.probe_devices()["device_kind"]
@@ -128,9 +135,23 @@ def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record],
     if limit is not None and len(cands) == limit:
       break
     (skipped if candidate_id(c) in rejected else cands).append(c)
-  skip_rows = [make_row(p, candidate_id(c), c, "compile_error", interpret=False, device={"device_kind": kind},
-                        error=rejected[candidate_id(c)])
-               for c in skipped if row_id(p.key, candidate_id(c)) not in done] if not opts.budget else []
+  skip_rows = (
+    [
+      make_row(
+        p,
+        candidate_id(c),
+        c,
+        "compile_error",
+        interpret=False,
+        device={"device_kind": kind},
+        error=rejected[candidate_id(c)],
+      )
+      for c in skipped
+      if row_id(p.key, candidate_id(c)) not in done
+    ]
+    if not opts.budget
+    else []
+  )
   seeds = [c for c in (space[:1] + ([hint] if hint is not None else [])) if c in cands] if opts.budget else []
   strategy = search_strategy.make(cands, opts.budget, seeds)
   configs = {candidate_id(c): c for c in cands}
@@ -168,6 +189,14 @@ def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
     task, n_todo, n_done = make_task(p, opts, done, grouped.get(p.key, []))
     times = per_problem.get(p.key) or everything
     est = statistics.median(times) * n_todo if times else None
-    out.append({"problem": p, "candidates": task.planned, "rejected": task.rejected, "done": n_done, "todo": n_todo,
-                "est_s": est})
+    out.append(
+      {
+        "problem": p,
+        "candidates": task.planned,
+        "rejected": task.rejected,
+        "done": n_done,
+        "todo": n_todo,
+        "est_s": est,
+      }
+    )
   return out

@@ -18,8 +18,9 @@ import datetime as dt
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ragtune.errors import RagtuneError
 from ragtune.run import child, devices
@@ -46,6 +47,7 @@ def stop_handler(signum, frame) -> None:
 
 class Progress(Protocol):
   """What the pool reports as it goes."""
+
   def problem(self, p: Problem) -> None: ...
   def row(self, row: Record, best: Record | None) -> None: ...
   def tick(self) -> None: ...  # called about once a second, for heartbeat lines
@@ -64,7 +66,7 @@ class _Worker(child.Child):
     super().__init__(["-m", "ragtune.worker"], env=devices.worker_env(index, platform), log=log, events=events)
     self.device: dict[str, Any] | None = None
     self.task: Task | None = None
-    self.current: str | None = None      # the item being measured now
+    self.current: str | None = None  # the item being measured now
     self.deadline: float | None = None
     self.purpose = "work"
 
@@ -77,8 +79,14 @@ class _Worker(child.Child):
 class Pool:
   """Shares the tasks out to one worker per device and writes every row."""
 
-  def __init__(self, opts: SweepOptions, store: ResultsStore, progress: Progress, dtypes: set[str],
-               problem_done: Callable[[Task], None]):
+  def __init__(
+    self,
+    opts: SweepOptions,
+    store: ResultsStore,
+    progress: Progress,
+    dtypes: set[str],
+    problem_done: Callable[[Task], None],
+  ):
     self.opts, self.store, self.progress, self.dtypes = opts, store, progress, dtypes
     self.problem_done = problem_done  # called with each task once its problem is done
     self.events: queue.Queue = queue.Queue()
@@ -230,18 +238,26 @@ class Pool:
     if w.device is None:  # died or hung while starting
       self.start_failures[slot] += 1
       if self.start_failures[slot] >= 3:
-        raise RagtuneError(f"the worker for device {w.index} failed to start 3 times: {note} "
-                           f"(log: {w.log_path})")
+        raise RagtuneError(f"the worker for device {w.index} failed to start 3 times: {note} (log: {w.log_path})")
     elif w.purpose == "ceilings":
       self.opts.ceilings = False  # measuring the ceilings is a nicety; never retry it
     elif t is not None and w.current is not None:
       cfg = t.configs.get(w.current)
-      self._write(t, make_row(t.p, w.current, cfg, status, interpret=self.opts.interpret, device=w.device,
-                              error=note))
+      self._write(t, make_row(t.p, w.current, cfg, status, interpret=self.opts.interpret, device=w.device, error=note))
     elif t is not None and t.pending:
       t.setup_failures += 1
       if t.setup_failures >= 2:  # the problem itself (inputs, reference) cannot be built here
         for cid, cfg in list(t.pending):
-          self._write(t, make_row(t.p, cid, cfg, status, interpret=self.opts.interpret, device=w.device,
-                                  error=f"{note} while building the problem's inputs and reference"))
+          self._write(
+            t,
+            make_row(
+              t.p,
+              cid,
+              cfg,
+              status,
+              interpret=self.opts.interpret,
+              device=w.device,
+              error=f"{note} while building the problem's inputs and reference",
+            ),
+          )
     self._spawn(slot, t)

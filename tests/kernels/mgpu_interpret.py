@@ -28,31 +28,47 @@ def _read(shared_memory, key_array, transforms, thread, logging_info):
   perms = [t.permutation for t in transforms if isinstance(t, TransposeTransform)]
   indexers = tuple(t for t in transforms if not isinstance(t, TransposeTransform))
   key = gpu_callbacks.HostAllocationKey.from_array(key_array)
-  value, _, _ = shared_memory.get_buffer_content(key, interpret_utils.to_range(indexers), thread,
-                                                 logging_info=logging_info)
+  value, _, _ = shared_memory.get_buffer_content(
+    key, interpret_utils.to_range(indexers), thread, logging_info=logging_info
+  )
   for perm in perms:  # the kernels transpose the last two dims of an already sliced tile
     value = np.transpose(value, perm)
   return value
 
 
-def _wgmma(*, token, device_id, grid_point_coords, thread_id, acc_allocation_key_as_array,
-           acc_transforms, acc_dtype, a_allocation_key_as_array, a_transforms,
-           b_allocation_key_as_array, b_transforms, source_info=None):
+def _wgmma(
+  *,
+  token,
+  device_id,
+  grid_point_coords,
+  thread_id,
+  acc_allocation_key_as_array,
+  acc_transforms,
+  acc_dtype,
+  a_allocation_key_as_array,
+  a_transforms,
+  b_allocation_key_as_array,
+  b_transforms,
+  source_info=None,
+):
   import jax
+
   device_id, thread_id = int(device_id), int(thread_id)
   coords = tuple(int(x) for x in grid_point_coords)
   shared_memory = gpu_callbacks._get_shared_memory()
   thread = shared_memory.get_global_thread_id(device_id, thread_id)
-  info = interpret_utils.GPULoggingInfo(device_id=device_id, grid_point_coords=coords,
-                                        thread_id=thread_id, source_info=source_info)
+  info = interpret_utils.GPULoggingInfo(
+    device_id=device_id, grid_point_coords=coords, thread_id=thread_id, source_info=source_info
+  )
   as_int = lambda ts: jax.tree.map(int, ts)
   a = _read(shared_memory, a_allocation_key_as_array, as_int(a_transforms), thread, info)
   b = _read(shared_memory, b_allocation_key_as_array, as_int(b_transforms), thread, info)
   acc_key = gpu_callbacks.HostAllocationKey.from_array(acc_allocation_key_as_array)
   acc_range = interpret_utils.to_range(gpu_callbacks._remove_noop_transforms(as_int(acc_transforms)))
   acc, _, _ = shared_memory.get_buffer_content(acc_key, acc_range, thread, logging_info=info)
-  shared_memory.store_buffer_content(acc_key, acc_range, acc + np.matmul(a, b, dtype=acc_dtype),
-                                     thread, logging_info=info)
+  shared_memory.store_buffer_content(
+    acc_key, acc_range, acc + np.matmul(a, b, dtype=acc_dtype), thread, logging_info=info
+  )
   return token
 
 

@@ -5,12 +5,11 @@ import subprocess
 import sys
 import typing
 
-import jax
 import jax.numpy as jnp
 import pytest
+from conftest import entry_pick, plan_of
 
 import kernels
-from conftest import entry_pick, plan_of
 from kernels import registry
 from ragtune import search_space, shapes
 
@@ -54,8 +53,17 @@ def test_kernels_import_and_run_without_absl():
   subprocess.run([sys.executable, "-c", _NO_ABSL], check=True)
 
 
-@pytest.mark.parametrize("field,value", [("block_m", 32), ("block_n", 100), ("block_k", 256),
-                                         ("max_concurrent_steps", 1), ("grid_block_n", 0), ("grid_block_n", True)])
+@pytest.mark.parametrize(
+  "field,value",
+  [
+    ("block_m", 32),
+    ("block_n", 100),
+    ("block_k", 256),
+    ("max_concurrent_steps", 1),
+    ("grid_block_n", 0),
+    ("grid_block_n", True),
+  ],
+)
 def test_mosaic_config_rejects_invalid(field, value):
   with pytest.raises(ValueError, match=f"MosaicConfig.{field}"):
     kernels.MosaicConfig(**{field: value})
@@ -71,13 +79,15 @@ def test_mosaic_smem_bounds_and_defaults():
     assert cfg.fits(op, "bfloat16", 8192, 4096, 14336, H100)
     small = kernels.registry.default_config("mosaic_gpu", op, "bfloat16", 8192, 4096, 14336, 8, device_kind="NVIDIA L4")
     assert small.fits(op, "bfloat16", 8192, 4096, 14336, "NVIDIA L4")
-  cands = search_space.candidates(shapes.Problem("drhs", "mosaic_gpu", "bfloat16", 4096, 1024, 7168, 8, "x", (512,) * 8),
-                                  device_kind=H100)
+  cands = search_space.candidates(
+    shapes.Problem("drhs", "mosaic_gpu", "bfloat16", 4096, 1024, 7168, 8, "x", (512,) * 8), device_kind=H100
+  )
   assert len(cands) > 10 and all(c.fits("drhs", "bfloat16", 4096, 1024, 7168, H100) for c in cands)
   assert all(1024 % c.block_k == 0 and 7168 % c.block_n == 0 for c in cands[1:])
 
 
 # --- Lut.choose --------------------------------------------------------------------------
+
 
 def _entry(op, backend, cfg, time_s, **shape):
   s = dict(SHAPE, **shape)
@@ -114,16 +124,25 @@ def test_choose_returns_the_fastest_backend_for_each_op(tmp_path):
 
 def test_choose_skips_configs_that_do_not_fit_and_ranks_untimed_last():
   huge = M(256, 256, 128, 8, 1)  # ~1 MiB of shared memory for a long k
-  lut = kernels.Lut(H100, [_entry("fwd", "mosaic_gpu", huge, 1e-6),
-                           _entry("fwd", "pallas_gpu", G(64, 64, 128, 4, 3), None),
-                           _entry("fwd", "xla", None, 5e-4)])
+  lut = kernels.Lut(
+    H100,
+    [
+      _entry("fwd", "mosaic_gpu", huge, 1e-6),
+      _entry("fwd", "pallas_gpu", G(64, 64, 128, 4, 3), None),
+      _entry("fwd", "xla", None, 5e-4),
+    ],
+  )
   assert entry_pick(lut.query("fwd", SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"], "bfloat16"))[0] == "xla"
 
 
 def test_xla_entry_with_a_config_is_refused():
-  bad = {"op": "fwd", "backend": "xla", "dtype": "bfloat16", "m": 8, "k": 8, "n": 8, "g": 1,
-         "config": {"block_m": 64}}
-  data = {"schema": kernels.lut.SCHEMA, "schema_version": kernels.lut.SCHEMA_VERSION, "device_kind": H100, "entries": [bad]}
+  bad = {"op": "fwd", "backend": "xla", "dtype": "bfloat16", "m": 8, "k": 8, "n": 8, "g": 1, "config": {"block_m": 64}}
+  data = {
+    "schema": kernels.lut.SCHEMA,
+    "schema_version": kernels.lut.SCHEMA_VERSION,
+    "device_kind": H100,
+    "entries": [bad],
+  }
   with pytest.raises(kernels.LutError, match="has no config"):
     kernels.Lut.from_dict(data)
 
@@ -140,6 +159,7 @@ def test_resolve_plan_explicit_backend_and_configs_under_auto(monkeypatch):
   with pytest.raises(TypeError, match="must be a MosaicConfig"):
     plan_of("mosaic_gpu", G(), *s)
   from kernels.ragged_dot import default_interpret
+
   assert default_interpret("mosaic_gpu") and not default_interpret("xla")
   monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
   assert not default_interpret("mosaic_gpu") and not default_interpret("pallas_gpu")

@@ -14,16 +14,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import np_ragged_dot, np_ragged_dot_grads, rand
 
 import kernels
-from conftest import np_ragged_dot, np_ragged_dot_grads, rand
 from kernels import common, registry
 
 HI = jax.lax.Precision.HIGHEST
 TOL = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 2e-2}
 # Mosaic GPU's smallest tiles, cheapest to interpret; the other backends run their defaults.
-CONFIGS = {"mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2,
-                                              grid_block_n=2)}
+CONFIGS = {
+  "mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, grid_block_n=2)
+}
 
 
 @pytest.fixture(params=list(registry.REGISTRY))
@@ -34,6 +35,7 @@ def backend(request):
     return
   pytest.importorskip("absl", reason="jax's Mosaic GPU interpreter needs absl-py")
   from mgpu_interpret import transposed_wgmma
+
   with transposed_wgmma():
     yield request.param
 
@@ -44,17 +46,20 @@ def _widest(backend: str) -> str:
 
 
 def _ragged_dot(backend, lhs, rhs, gs, **kw):
-  return kernels.ragged_dot(lhs, rhs, gs, precision=HI, backend=backend, config=CONFIGS.get(backend),
-                            interpret=True, **kw)
+  return kernels.ragged_dot(
+    lhs, rhs, gs, precision=HI, backend=backend, config=CONFIGS.get(backend), interpret=True, **kw
+  )
 
 
 def _fwd_and_grads(backend: str, transpose_rhs: bool = False):
   """jit (lhs, rhs, group_sizes, dout, group_offset) -> (out, dlhs, drhs): all three ops in
   one compile, which serves any group sizes and offset (they are traced)."""
+
   def f(lhs, rhs, gs, dout, offset=None):
     kw = {} if offset is None else {"group_offset": offset}
     out, vjp = jax.vjp(lambda a, b: _ragged_dot(backend, a, b, gs, transpose_rhs=transpose_rhs, **kw), lhs, rhs)
     return (out, *vjp(dout))
+
   return jax.jit(f)
 
 
@@ -77,8 +82,11 @@ def _close(got, want, dtype, what=""):
 
 def _operands(seed, m, k, n, g, dtype, transpose_rhs=False):
   """lhs [m,k], rhs [g,k,n] ([g,n,k] transposed) and a cotangent [m,n], fresh per seed."""
-  return (rand(seed, (m, k), dtype), rand(seed + 1, (g, n, k) if transpose_rhs else (g, k, n), dtype),
-          rand(seed + 2, (m, n), dtype))
+  return (
+    rand(seed, (m, k), dtype),
+    rand(seed + 1, (g, n, k) if transpose_rhs else (g, k, n), dtype),
+    rand(seed + 2, (m, n), dtype),
+  )
 
 
 def _refuses(backend, dtype):
@@ -97,10 +105,13 @@ def _check(backend, dtype, m, k, n, group_sizes, transpose_rhs=False, seed=0):
     lax_out = jax.lax.ragged_dot(lhs, jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs, gs, precision=HI)
     assert out.shape == lax_out.shape and out.dtype == lax_out.dtype
     assert dlhs.shape == lhs.shape and drhs.shape == rhs.shape and dlhs.dtype == drhs.dtype == lhs.dtype
-    np_want = (np_ragged_dot(lhs, rhs, gs, transpose_rhs=transpose_rhs),
-               *np_ragged_dot_grads(lhs, rhs, gs, dout, transpose_rhs=transpose_rhs))
-    for name, got, want, want64 in zip(("out", "dlhs", "drhs"), (out, dlhs, drhs),
-                                       _lax(lhs, rhs, gs, dout, transpose_rhs), np_want):
+    np_want = (
+      np_ragged_dot(lhs, rhs, gs, transpose_rhs=transpose_rhs),
+      *np_ragged_dot_grads(lhs, rhs, gs, dout, transpose_rhs=transpose_rhs),
+    )
+    for name, got, want, want64 in zip(
+      ("out", "dlhs", "drhs"), (out, dlhs, drhs), _lax(lhs, rhs, gs, dout, transpose_rhs), np_want
+    ):
       _close(got, want, dtype, f"{name} vs lax, group sizes {sizes}")
       _close(got, want64, dtype, f"{name} vs NumPy, group sizes {sizes}")
     routed = sum(sizes)
@@ -111,10 +122,10 @@ def _check(backend, dtype, m, k, n, group_sizes, transpose_rhs=False, seed=0):
 
 
 GROUP_SIZES = [
-    [9, 0, 13, 0, 6],   # empty groups, sum < m
-    [0, 0, 37, 0, 0],   # every row in one group
-    [0, 0, 0, 0, 0],    # nothing routed
-    [7, 8, 9, 6, 7],    # every group, every row
+  [9, 0, 13, 0, 6],  # empty groups, sum < m
+  [0, 0, 37, 0, 0],  # every row in one group
+  [0, 0, 0, 0, 0],  # nothing routed
+  [7, 8, 9, 6, 7],  # every group, every row
 ]
 
 
@@ -125,9 +136,9 @@ def test_group_sizes(backend, transpose_rhs):
 
 
 SHAPES = {
-    # name: (m, k, n, group_sizes)
-    "tiny_k8_n16": (19, 8, 16, [4, 10, 5]),
-    "single_group": (21, 16, 40, [21]),
+  # name: (m, k, n, group_sizes)
+  "tiny_k8_n16": (19, 8, 16, [4, 10, 5]),
+  "single_group": (21, 16, 40, [21]),
 }
 
 
@@ -149,8 +160,15 @@ def test_dtypes(backend, dtype):
     _ragged_dot(backend, lhs, rhs, jnp.array(sizes, jnp.int32))
 
 
-@pytest.mark.parametrize("lhs_dt,rhs_dt,pet", [("bfloat16", "float32", None), ("bfloat16", "bfloat16", "float32"),
-                                               ("float16", "float32", None), ("bfloat16", "float16", None)])
+@pytest.mark.parametrize(
+  "lhs_dt,rhs_dt,pet",
+  [
+    ("bfloat16", "float32", None),
+    ("bfloat16", "bfloat16", "float32"),
+    ("float16", "float32", None),
+    ("bfloat16", "float16", None),
+  ],
+)
 def test_mixed_dtypes_follow_lax(backend, lhs_dt, rhs_dt, pet):
   """Inputs promote as lax promotes them, and the output takes lax's dtype; a backend that
   lacks the promoted dtype refuses it."""
@@ -178,10 +196,10 @@ def test_group_offset_shards(backend, transpose_rhs):
   f = _fwd_and_grads(backend, transpose_rhs)
   shards = {}
   for off in range(len(sizes) - local + 1):
-    out, dlhs, drhs = shards[off] = f(lhs, rhs[off:off + local], gs, dout, jnp.int32(off))
+    out, dlhs, drhs = shards[off] = f(lhs, rhs[off : off + local], gs, dout, jnp.int32(off))
     kw = dict(transpose_rhs=transpose_rhs, group_offset=off)
-    _close(out, np_ragged_dot(lhs, rhs[off:off + local], gs, **kw), dtype)
-    for got, want in zip((dlhs, drhs), np_ragged_dot_grads(lhs, rhs[off:off + local], gs, dout, **kw)):
+    _close(out, np_ragged_dot(lhs, rhs[off : off + local], gs, **kw), dtype)
+    for got, want in zip((dlhs, drhs), np_ragged_dot_grads(lhs, rhs[off : off + local], gs, dout, **kw)):
       _close(got, want, dtype)
   split = [shards[off] for off in range(0, len(sizes), local)]
   whole = _lax(lhs, rhs, gs, dout, transpose_rhs)

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import rand
 
 import kernels
-from conftest import rand
 
 rd = importlib.import_module("kernels.ragged_dot")  # the module; kernels.ragged_dot is the op
 
@@ -18,13 +18,15 @@ rd = importlib.import_module("kernels.ragged_dot")  # the module; kernels.ragged
 def _configs(*args):
   return {op: c.config for op, c in rd.resolve(*args).items()}
 
+
 KIND = jax.devices()[0].device_kind
 TUNED = kernels.TritonConfig(16, 32, 16, 2, 2)
 
 
 def _lut():
-  return kernels.Lut(KIND, [kernels.Entry("fwd", "pallas_gpu", "bfloat16", 64, 256, 512, 8, TUNED)],
-                     source="/tmp/some-lut.json")
+  return kernels.Lut(
+    KIND, [kernels.Entry("fwd", "pallas_gpu", "bfloat16", 64, 256, 512, 8, TUNED)], source="/tmp/some-lut.json"
+  )
 
 
 def test_explain_sources():
@@ -32,13 +34,20 @@ def test_explain_sources():
   exact = kernels.explain((64, 256), (8, 256, 512), jnp.bfloat16, backend="pallas_gpu")
   assert set(exact) == {"fwd", "dlhs", "drhs"}
   f = exact["fwd"]
-  assert (f.backend, f.config, f.source, f.tuned_shape, f.distance) == ("pallas_gpu", TUNED, "lut-exact", (64, 256, 512, 8), 0.0)
+  assert (f.backend, f.config, f.source, f.tuned_shape, f.distance) == (
+    "pallas_gpu",
+    TUNED,
+    "lut-exact",
+    (64, 256, 512, 8),
+    0.0,
+  )
   assert f.lut == "/tmp/some-lut.json"
   # No dlhs/drhs entries: the heuristic, the same config ragged_dot would pick.
   for op in ("dlhs", "drhs"):
     assert exact[op].source == "heuristic" and exact[op].tuned_shape is None
-    assert exact[op].config == kernels.registry.default_config("pallas_gpu", op, "bfloat16", 64, 256, 512, 8,
-                                                      device_kind=KIND)
+    assert exact[op].config == kernels.registry.default_config(
+      "pallas_gpu", op, "bfloat16", 64, 256, 512, 8, device_kind=KIND
+    )
 
   near = kernels.explain((100, 256), (8, 512, 256), "bfloat16", transpose_rhs=True, backend="pallas_gpu")["fwd"]
   assert near.source == "lut-nearest" and near.config == TUNED and near.tuned_shape == (64, 256, 512, 8)
@@ -58,10 +67,12 @@ def test_explain_sources():
 def test_debug_log_once_per_shape(caplog):
   kernels.lut.set_active_lut(_lut())
   rd._logged.clear()
-  f = lambda m: jax.eval_shape(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"),
-                               jax.ShapeDtypeStruct((m, 256), jnp.bfloat16),
-                               jax.ShapeDtypeStruct((8, 256, 512), jnp.bfloat16),
-                               jax.ShapeDtypeStruct((8,), jnp.int32))
+  f = lambda m: jax.eval_shape(
+    lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"),
+    jax.ShapeDtypeStruct((m, 256), jnp.bfloat16),
+    jax.ShapeDtypeStruct((8, 256, 512), jnp.bfloat16),
+    jax.ShapeDtypeStruct((8,), jnp.int32),
+  )
   with caplog.at_level(logging.DEBUG, logger="kernels"):
     f(64), f(64), f(64), f(100)
   lines = [r.getMessage() for r in caplog.records if r.name == "kernels"]

@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import np_ragged_dot, np_ragged_dot_grads
 
 import kernels
-from conftest import np_ragged_dot, np_ragged_dot_grads
 from ragtune import search_space
 from ragtune.shapes import Problem
 
@@ -27,10 +27,10 @@ BACKENDS = ["pallas_gpu"] + (["mosaic_gpu"] if ON_GPU and HOPPER else [])
 TOL = {jnp.bfloat16: 2e-2, jnp.float16: 5e-3}
 
 CASES = {
-    # name: (m, k, n, group_sizes): each has an empty group; some leave rows past sum(group_sizes)
-    "ragged_mkn_sum_lt_m": (1000, 520, 776, [130, 0, 301, 77, 0, 250, 64, 90]),
-    "block_multiples": (2048, 1024, 2048, [512, 256, 0, 768, 128, 384]),
-    "decode_many_empty": (48, 1024, 512, [0] * 20 + [5, 0, 11, 3] + [0] * 6 + [20, 9]),
+  # name: (m, k, n, group_sizes): each has an empty group; some leave rows past sum(group_sizes)
+  "ragged_mkn_sum_lt_m": (1000, 520, 776, [130, 0, 301, 77, 0, 250, 64, 90]),
+  "block_multiples": (2048, 1024, 2048, [512, 256, 0, 768, 128, 384]),
+  "decode_many_empty": (48, 1024, 512, [0] * 20 + [5, 0, 11, 3] + [0] * 6 + [20, 9]),
 }
 if INTERPRET:  # the interpreter is slow: one small case
   CASES = {"ragged_mkn_sum_lt_m": (200, 72, 136, [30, 0, 61, 17, 0, 50])}
@@ -82,7 +82,7 @@ def test_compiled_fwd_and_vjp_match_numpy(case, backend, dtype):
     out, vjp = jax.vjp(f, lhs, rhs)
     dl, dr = vjp(dout)
     _close(out, ref, dtype, "fwd " + what)
-    assert not np.any(np.asarray(out, np.float32)[sum(sizes):]), "rows past sum(group_sizes) must be 0: " + what
+    assert not np.any(np.asarray(out, np.float32)[sum(sizes) :]), "rows past sum(group_sizes) must be 0: " + what
     _close(dl, ref_dl, dtype, "dlhs " + what)
     _close(dr, ref_dr, dtype, "drhs " + what)
 

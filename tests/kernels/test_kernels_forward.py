@@ -5,10 +5,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st, HealthCheck
+from conftest import np_ragged_dot, rand
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import kernels
-from conftest import np_ragged_dot, rand
 
 HI = jax.lax.Precision.HIGHEST
 TOL = 2e-5
@@ -30,9 +31,16 @@ def test_many_groups_g512(backend):
   _check(out, lhs, rhs, sizes)
 
 
-_jit_gpu = jax.jit(lambda a, b, gs: kernels.ragged_dot(
-    a, b, gs, precision=HI, backend="pallas_gpu",
-    config=kernels.TritonConfig(block_m=16, block_k=16, block_n=16, num_warps=4, num_stages=2, group_m=3)))
+_jit_gpu = jax.jit(
+  lambda a, b, gs: kernels.ragged_dot(
+    a,
+    b,
+    gs,
+    precision=HI,
+    backend="pallas_gpu",
+    config=kernels.TritonConfig(block_m=16, block_k=16, block_n=16, num_warps=4, num_stages=2, group_m=3),
+  )
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,7 +56,8 @@ def test_hypothesis_group_sizes_pallas_gpu(sizes):
 
 def test_shard_map_expert_parallel():
   """Experts split over a 2-device mesh; each shard uses its group_offset; psum rebuilds the whole."""
-  from jax.sharding import AxisType, PartitionSpec as P
+  from jax.sharding import AxisType
+  from jax.sharding import PartitionSpec as P
 
   mesh = jax.make_mesh((2,), ("ep",), axis_types=(AxisType.Auto,))
   m, k, n, sizes = 32, 16, 16, [6, 0, 10, 7]
@@ -63,25 +72,41 @@ def test_shard_map_expert_parallel():
   np.testing.assert_allclose(jax.jit(f)(lhs, rhs, gs), jax.lax.ragged_dot(lhs, rhs, gs, precision=HI), atol=1e-5)
 
 
-@pytest.mark.parametrize("call,exc,match", [
+@pytest.mark.parametrize(
+  "call,exc,match",
+  [
     (lambda x, w, g: kernels.ragged_dot(x[0], w, g), ValueError, "lhs must be a 2-D"),
     (lambda x, w, g: kernels.ragged_dot(x, w[0], g), ValueError, "rhs must be a 3-D"),
     (lambda x, w, g: kernels.ragged_dot(x, w, g[:2]), ValueError, "group count mismatch"),
     (lambda x, w, g: kernels.ragged_dot(x, w, g.astype(jnp.float32)), TypeError, "group_sizes must be an integer"),
     (lambda x, w, g: kernels.ragged_dot(x[:, :5], w, g), ValueError, "contraction mismatch"),
     (lambda x, w, g: kernels.ragged_dot(x, w, g, backend="cuda"), ValueError, "backend must be one of"),
-    (lambda x, w, g: kernels.ragged_dot(x, w, g, backend="pallas_gpu", config=kernels.TpuConfig()), TypeError,
-     "must be a TritonConfig"),
+    (
+      lambda x, w, g: kernels.ragged_dot(x, w, g, backend="pallas_gpu", config=kernels.TpuConfig()),
+      TypeError,
+      "must be a TritonConfig",
+    ),
     (lambda x, w, g: kernels.ragged_dot(x, w, g, config={"bwd": None}), ValueError, "config keys"),
-])
+  ],
+)
 def test_bad_arguments_are_named(call, exc, match):
   x, w, g = rand(1, (8, 16), jnp.float32), rand(2, (3, 16, 4), jnp.float32), jnp.array([2, 3, 3], jnp.int32)
   with pytest.raises(exc, match=match):
     call(x, w, g)
 
 
-@pytest.mark.parametrize("field,value", [("block_m", 48), ("block_k", 8), ("block_n", 512), ("num_warps", 3),
-                                         ("num_stages", 0), ("group_m", 0), ("group_k", 2000)])
+@pytest.mark.parametrize(
+  "field,value",
+  [
+    ("block_m", 48),
+    ("block_k", 8),
+    ("block_n", 512),
+    ("num_warps", 3),
+    ("num_stages", 0),
+    ("group_m", 0),
+    ("group_k", 2000),
+  ],
+)
 def test_gpu_config_rejects_invalid(field, value):
   with pytest.raises(ValueError, match=f"TritonConfig.{field}"):
     kernels.TritonConfig(**{field: value})

@@ -7,12 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from conftest import np_ragged_dot, rand
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kernels
-from conftest import np_ragged_dot, rand
 from kernels import common
-from kernels.pallas_gpu import gmm as gpu_gmm, tgmm as gpu_tgmm
+from kernels.pallas_gpu import gmm as gpu_gmm
+from kernels.pallas_gpu import tgmm as gpu_tgmm
 
 HI = jax.lax.Precision.HIGHEST
 
@@ -56,19 +58,27 @@ def test_program_tile_runs_on_ints_numpy_and_traced_int32():
 
 
 @settings(max_examples=20, deadline=None)
-@given(sizes=st.lists(st.integers(0, 70), min_size=1, max_size=8), slack=st.integers(0, 40),
-       block_m=st.sampled_from([16, 32]), num_cols=st.integers(1, 5), group_m=st.integers(1, 6))
-def test_launch_cell_covers_every_scheduled_tile_once_and_keeps_bands_in_a_group(sizes, slack, block_m,
-                                                                                 num_cols, group_m):
+@given(
+  sizes=st.lists(st.integers(0, 70), min_size=1, max_size=8),
+  slack=st.integers(0, 40),
+  block_m=st.sampled_from([16, 32]),
+  num_cols=st.integers(1, 5),
+  group_m=st.integers(1, 6),
+)
+def test_launch_cell_covers_every_scheduled_tile_once_and_keeps_bands_in_a_group(
+  sizes, slack, block_m, num_cols, group_m
+):
   m = max(1, sum(sizes) + slack)
   g = len(sizes)
   starts, ends = common.segment_bounds(jnp.asarray(sizes, jnp.int32), m, jnp.int32(0), g)
-  sched = common.TileSchedule(*(np.asarray(a) for a in common.tile_schedule(
-      starts, ends, block_m, common.num_tiles_bound(m, block_m, g))))
+  sched = common.TileSchedule(
+    *(np.asarray(a) for a in common.tile_schedule(starts, ends, block_m, common.num_tiles_bound(m, block_m, g)))
+  )
   active = int(sched.active[0])
   pids = np.arange(active * num_cols)
-  tile, col = gpu_gmm.launch_cell(pids, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles,
-                                  num_cols, group_m)
+  tile, col = gpu_gmm.launch_cell(
+    pids, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles, num_cols, group_m
+  )
   assert sorted(zip(tile.tolist(), col.tolist())) == list(itertools.product(range(active), range(num_cols)))
   # Segments run in row order, so the slots of a band never hold tiles of two segments.
   assert (np.diff(sched.tile_segment[tile]) >= 0).all()
@@ -86,11 +96,12 @@ def test_gmm_gives_the_same_numbers_for_every_band(group_m, transpose_rhs):
   rhs = rand(2, (g, n, k) if transpose_rhs else (g, k, n), jnp.float32)
   gs = jnp.array(sizes, jnp.int32)
   cfg = kernels.TritonConfig(**CFG, group_m=group_m)
-  out = gpu_gmm.gmm(lhs, rhs, gs, config=cfg, out_dtype=jnp.float32, transpose_rhs=transpose_rhs,
-                    precision=(HI, HI), interpret=True)
+  out = gpu_gmm.gmm(
+    lhs, rhs, gs, config=cfg, out_dtype=jnp.float32, transpose_rhs=transpose_rhs, precision=(HI, HI), interpret=True
+  )
   ref = np_ragged_dot(lhs, rhs, sizes, transpose_rhs=transpose_rhs)
   np.testing.assert_allclose(np.asarray(out, np.float64), ref, atol=1e-4, rtol=1e-4)
-  assert not np.asarray(out)[sum(sizes):].any()
+  assert not np.asarray(out)[sum(sizes) :].any()
 
 
 @pytest.mark.parametrize("group_k", [1, 2, 5])
@@ -99,8 +110,9 @@ def test_tgmm_gives_the_same_numbers_for_every_band(group_k):
   lhs, dout = rand(3, (m, k), jnp.float32), rand(4, (m, n), jnp.float32)
   gs = jnp.array(sizes, jnp.int32)
   cfg = kernels.TritonConfig(**CFG, group_k=group_k)
-  out = gpu_tgmm.tgmm(lhs, dout, gs, num_groups=4, config=cfg, out_dtype=jnp.float32, precision=(HI, HI),
-                      interpret=True)
+  out = gpu_tgmm.tgmm(
+    lhs, dout, gs, num_groups=4, config=cfg, out_dtype=jnp.float32, precision=(HI, HI), interpret=True
+  )
   _, vjp = jax.vjp(lambda a, b: jax.lax.ragged_dot(a, b, gs, precision=HI), lhs, jnp.zeros((4, k, n)))
   np.testing.assert_allclose(out, vjp(dout)[1], atol=1e-4, rtol=1e-4)
   assert not np.asarray(out)[1].any(), "an empty group's gradient is 0"

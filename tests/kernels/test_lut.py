@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import entry_config, rand, selected_config
 
 import kernels
-from conftest import rand, entry_config, selected_config
 
 KIND = jax.devices()[0].device_kind
 
@@ -18,11 +18,11 @@ def _lut(kind=KIND):
   G = kernels.TritonConfig
   T = kernels.TpuConfig
   entries = [
-      kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(128, 64, 128, 8, 3), {"time_s": 1e-3}),
-      kernels.Entry("fwd", "pallas_gpu", "bfloat16", 64, 4096, 14336, 8, G(16, 128, 64, 4, 3), {"time_s": 1e-4}),
-      kernels.Entry("dlhs", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(64, 64, 128, 4, 3)),
-      kernels.Entry("fwd", "pallas_tpu", "bfloat16", 512, 1024, 2048, 8, T(256, 512, 1024)),
-      kernels.Entry("dlhs", "pallas_tpu", "bfloat16", 512, 1024, 2048, 8, T(128, 1024, 512)),
+    kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(128, 64, 128, 8, 3), {"time_s": 1e-3}),
+    kernels.Entry("fwd", "pallas_gpu", "bfloat16", 64, 4096, 14336, 8, G(16, 128, 64, 4, 3), {"time_s": 1e-4}),
+    kernels.Entry("dlhs", "pallas_gpu", "bfloat16", 4096, 4096, 14336, 8, G(64, 64, 128, 4, 3)),
+    kernels.Entry("fwd", "pallas_tpu", "bfloat16", 512, 1024, 2048, 8, T(256, 512, 1024)),
+    kernels.Entry("dlhs", "pallas_tpu", "bfloat16", 512, 1024, 2048, 8, T(128, 1024, 512)),
   ]
   return kernels.Lut(kind, entries, meta={"jax_version": jax.__version__})
 
@@ -40,7 +40,9 @@ def test_round_trip_file_and_folder(tmp_path):
 
 def test_exact_and_nearest_lookup():
   lut = _lut()
-  assert entry_config(lut.query("fwd", 4096, 4096, 14336, 8, "bfloat16", backend="pallas_gpu")) == kernels.TritonConfig(128, 64, 128, 8, 3)
+  assert entry_config(lut.query("fwd", 4096, 4096, 14336, 8, "bfloat16", backend="pallas_gpu")) == kernels.TritonConfig(
+    128, 64, 128, 8, 3
+  )
   # Nearest in m for the same (k, n): 100 rows is closer to 64 than to 4096.
   assert entry_config(lut.query("fwd", 100, 4096, 14336, 8, jnp.bfloat16, backend="pallas_gpu")).block_m == 16
   assert entry_config(lut.query("fwd", 3000, 4096, 14336, 8, "bfloat16", backend="pallas_gpu")).block_m == 128
@@ -61,8 +63,12 @@ def test_fit_uses_the_luts_own_device():
   # A100 163 KiB, and an unknown GPU gets the 99 KiB that every sm_80+ part allows.
   cfg = kernels.TritonConfig(128, 64, 256, 8, 4)
   assert cfg.smem_bytes("fwd", "bfloat16", 4096, 4096, 4096) == 192 * 1024
-  for kind, fits in (("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", True), ("NVIDIA A100-SXM4-80GB", False),
-                     ("NVIDIA L4", False)):
+  for kind, fits in (
+    ("NVIDIA H100 80GB HBM3", True),
+    ("NVIDIA H200", True),
+    ("NVIDIA A100-SXM4-80GB", False),
+    ("NVIDIA L4", False),
+  ):
     lut = kernels.Lut(kind, [kernels.Entry("fwd", "pallas_gpu", "bfloat16", 4096, 4096, 4096, 8, cfg)])
     assert (entry_config(lut.query("fwd", 4096, 4096, 4096, 8, "bfloat16")) == cfg) is fits, kind
 
@@ -70,10 +76,34 @@ def test_fit_uses_the_luts_own_device():
 def test_older_schema_is_refused(tmp_path):
   """A LUT from before the launch-order knobs (schema 1, grid_order) gets the clear error."""
   path = tmp_path / "old.json"
-  path.write_text(json.dumps({"schema": "ragtune-lut", "schema_version": 1, "device_kind": KIND, "entries": [
-      {"op": "fwd", "backend": "pallas_gpu", "dtype": "bfloat16", "m": 8, "k": 8, "n": 8, "g": 1,
-       "config": {"block_m": 16, "block_k": 16, "block_n": 16, "num_warps": 4, "num_stages": 2,
-                  "grid_order": "m_fastest"}}]}))
+  path.write_text(
+    json.dumps(
+      {
+        "schema": "ragtune-lut",
+        "schema_version": 1,
+        "device_kind": KIND,
+        "entries": [
+          {
+            "op": "fwd",
+            "backend": "pallas_gpu",
+            "dtype": "bfloat16",
+            "m": 8,
+            "k": 8,
+            "n": 8,
+            "g": 1,
+            "config": {
+              "block_m": 16,
+              "block_k": 16,
+              "block_n": 16,
+              "num_warps": 4,
+              "num_stages": 2,
+              "grid_order": "m_fastest",
+            },
+          }
+        ],
+      }
+    )
+  )
   with pytest.raises(kernels.LutError, match="schema_version 1 is not supported"):
     kernels.load_lut(path)
 
@@ -89,7 +119,9 @@ def test_lut_fn_uses_megablox_frames():
 
 def test_lut_fn_drives_megablox_gmm():
   mb = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
-  lut = kernels.Lut(KIND, [kernels.Entry("fwd", "pallas_tpu", "float32", 64, 128, 128, 2, kernels.TpuConfig(16, 128, 128))])
+  lut = kernels.Lut(
+    KIND, [kernels.Entry("fwd", "pallas_tpu", "float32", 64, 128, 128, 2, kernels.TpuConfig(16, 128, 128))]
+  )
   lhs, rhs, gs = rand(1, (64, 128), jnp.float32), rand(2, (2, 128, 128), jnp.float32), jnp.array([30, 34], jnp.int32)
   out = mb.gmm(lhs, rhs, gs, jnp.float32, tiling=lut.lut_fn("fwd"), interpret=True)
   np.testing.assert_allclose(out, jax.lax.ragged_dot(lhs, rhs, gs, precision="highest"), atol=1e-4)
@@ -101,8 +133,11 @@ def test_ragged_dot_uses_active_lut():
   assert selected_config("fwd", "pallas_gpu", 40, 32, 48, 3, jnp.float32) != cfg
   kernels.lut.set_active_lut(lut)
   assert selected_config("fwd", "pallas_gpu", 40, 32, 48, 3, jnp.float32) == cfg
-  jaxpr = str(jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
-      jnp.ones((40, 32)), jnp.ones((3, 32, 48)), jnp.array([10, 10, 20], jnp.int32)))
+  jaxpr = str(
+    jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
+      jnp.ones((40, 32)), jnp.ones((3, 32, 48)), jnp.array([10, 10, 20], jnp.int32)
+    )
+  )
   assert "num_warps=2" in jaxpr and "num_stages=2" in jaxpr
 
 
@@ -122,15 +157,21 @@ def test_no_lut_anywhere_gives_empty_lut(monkeypatch):
   assert len(lut) == 0 and lut.source is None and lut.device_kind == KIND
 
 
-@pytest.mark.parametrize("content,match", [
+@pytest.mark.parametrize(
+  "content,match",
+  [
     ("{not json", "invalid JSON"),
     ('{"schema": "ragtune-lut", "schema_version": 99, "device_kind": "cpu", "entries": []}', "schema_version 99"),
     ('{"schema": "other", "schema_version": 1}', "not a ragtune LUT"),
     ('[1, 2]', "not a ragtune LUT"),
     ('{"schema": "ragtune-lut", "schema_version": 2, "device_kind": "cpu", "entries": [{"op": "fwd"}]}', "missing key"),
-    ('{"schema": "ragtune-lut", "schema_version": 2, "device_kind": "cpu", "entries": [{"op": "fwd", "backend": '
-     '"pallas_gpu", "dtype": "bfloat16", "m": 1, "k": 1, "n": 1, "g": 1, "config": {"block_m": 33}}]}', "block_m"),
-])
+    (
+      '{"schema": "ragtune-lut", "schema_version": 2, "device_kind": "cpu", "entries": [{"op": "fwd", "backend": '
+      '"pallas_gpu", "dtype": "bfloat16", "m": 1, "k": 1, "n": 1, "g": 1, "config": {"block_m": 33}}]}',
+      "block_m",
+    ),
+  ],
+)
 def test_corrupt_or_unknown_lut(tmp_path, content, match):
   path = tmp_path / "bad.json"
   path.write_text(content)

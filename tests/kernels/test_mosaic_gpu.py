@@ -23,10 +23,12 @@ from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 
 pytest.importorskip("absl", reason="jax's Mosaic GPU package needs absl-py")
 
-import kernels  # noqa: E402
 from conftest import plan_of, rand  # noqa: E402
-from kernels.mosaic_gpu import gmm as mgpu_gmm, tgmm as mgpu_tgmm  # noqa: E402
 from mgpu_interpret import transposed_wgmma  # noqa: E402
+
+import kernels  # noqa: E402
+from kernels.mosaic_gpu import gmm as mgpu_gmm  # noqa: E402
+from kernels.mosaic_gpu import tgmm as mgpu_tgmm
 
 rd = importlib.import_module("kernels.ragged_dot")  # the module; kernels.ragged_dot is the op
 
@@ -48,9 +50,11 @@ def export_for_h100(f, *args):
 
 # --- export for CUDA ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("op", ["fwd", "dlhs", "drhs"])
-@pytest.mark.parametrize("m,k,n", [(37, 40, 24), (300, 72, 200), (1024, 512, 768)],
-                         ids=["smaller_than_blocks", "ragged", "block_multiples"])
+@pytest.mark.parametrize(
+  "m,k,n", [(37, 40, 24), (300, 72, 200), (1024, 512, 768)], ids=["smaller_than_blocks", "ragged", "block_multiples"]
+)
 def test_each_op_exports_to_one_mosaic_kernel(op, m, k, n):
   g, bf = 5, jnp.bfloat16
   cfg = kernels.registry.default_config("mosaic_gpu", op, "bfloat16", m, k, n, g, device_kind=H100)
@@ -75,21 +79,25 @@ def test_grad_through_mosaic_exports_three_kernels(transpose_rhs):
   m, k, n, g = 200, 128, 96, 4
 
   def loss(x, w, s, off):
-    y = kernels.ragged_dot(x, w, s, backend="mosaic_gpu", group_offset=off, transpose_rhs=transpose_rhs,
-                           interpret=False)
+    y = kernels.ragged_dot(
+      x, w, s, backend="mosaic_gpu", group_offset=off, transpose_rhs=transpose_rhs, interpret=False
+    )
     return jnp.sum(y.astype(jnp.float32) ** 2)
 
   w = S((g, n, k) if transpose_rhs else (g, k, n), jnp.float16)
-  mod = export_for_h100(jax.grad(loss, argnums=(0, 1)), S((m, k), jnp.float16), w, S((8,), jnp.int32),
-                        S((), jnp.int32))
+  mod = export_for_h100(jax.grad(loss, argnums=(0, 1)), S((m, k), jnp.float16), w, S((8,), jnp.int32), S((), jnp.int32))
   assert mod.count(MOSAIC) == 3  # fwd gmm, dlhs gmm (transposed read), drhs tgmm
 
 
 def test_f32_output_and_sm_count_fallback_export():
   assert mgpu_gmm.num_sms() == mgpu_gmm.FALLBACK_NUM_SMS  # CPU host: no GPU to ask
   bf = jnp.bfloat16
-  mod = export_for_h100(lambda x, w, s: mgpu_gmm.gmm(x, w, s, config=SMALL, out_dtype=jnp.float32),
-                        S((64, 64), bf), S((2, 64, 64), bf), S((2,), jnp.int32))
+  mod = export_for_h100(
+    lambda x, w, s: mgpu_gmm.gmm(x, w, s, config=SMALL, out_dtype=jnp.float32),
+    S((64, 64), bf),
+    S((2, 64, 64), bf),
+    S((2,), jnp.int32),
+  )
   assert mod.count(MOSAIC) == 1
 
 
@@ -99,8 +107,15 @@ def test_f32_inputs_are_refused_explicitly():
   with pytest.raises(TypeError, match="one dtype among"):
     rd.forward(x, w, gs, backend="mosaic_gpu", config=SMALL, out_dtype=jnp.float32)
   with pytest.raises(TypeError, match="one dtype among"):
-    rd.grad_rhs(x.astype(jnp.bfloat16), rand(2, (8, 8), jnp.float16), gs, num_groups=1, backend="mosaic_gpu",
-                     config=SMALL, out_dtype=jnp.float32)
+    rd.grad_rhs(
+      x.astype(jnp.bfloat16),
+      rand(2, (8, 8), jnp.float16),
+      gs,
+      num_groups=1,
+      backend="mosaic_gpu",
+      config=SMALL,
+      out_dtype=jnp.float32,
+    )
 
 
 # --- numerics in the interpreter ------------------------------------------------------------
@@ -118,19 +133,32 @@ def test_tgmm_larger_tiles_in_interpreter():
   m, k, n, sizes = 90, 128, 72, [30, 0, 41]
   a, b = rand(8, (m, k), jnp.bfloat16), rand(9, (m, n), jnp.bfloat16)
   with transposed_wgmma():
-    out = mgpu_tgmm.tgmm(a, b, jnp.array(sizes, jnp.int32), num_groups=3, block_m=128, tile_a=128, tile_b=64,
-                         grid_block_n=1, max_concurrent_steps=3, out_dtype=jnp.float32, interpret=True)
+    out = mgpu_tgmm.tgmm(
+      a,
+      b,
+      jnp.array(sizes, jnp.int32),
+      num_groups=3,
+      block_m=128,
+      tile_a=128,
+      tile_b=64,
+      grid_block_n=1,
+      max_concurrent_steps=3,
+      out_dtype=jnp.float32,
+      interpret=True,
+    )
   a64, b64, ref, start = np.asarray(a, np.float64), np.asarray(b, np.float64), np.zeros((3, k, n)), 0
   for i, size in enumerate(sizes):
-    ref[i] = a64[start:start + size].T @ b64[start:start + size]
+    ref[i] = a64[start : start + size].T @ b64[start : start + size]
     start += size
   _check(out, ref, jnp.bfloat16)
 
 
 # --- pure helpers ----------------------------------------------------------------------------
 
+
 def test_band_snake_matches_planar_snake_and_is_a_bijection():
   from jax.experimental.pallas import mosaic_gpu as plgpu
+
   for rows, cols, band in [(5, 7, 2), (1, 1, 1), (6, 4, 4), (2, 3, 16)]:
     idx = jnp.arange(rows * cols, dtype=jnp.int32)
     r, c = (np.asarray(x) for x in mgpu_gmm.band_snake(idx, rows, cols, band))
@@ -151,21 +179,27 @@ def test_pad_to_multiple_pads_only_when_needed():
 
 # --- backend="auto" following a LUT that mixes backends ---------------------------------------
 
+
 def _custom_calls(mod):
   return {"pallas_gpu": mod.count(TRITON), "mosaic_gpu": mod.count(MOSAIC)}
 
 
-@pytest.mark.parametrize("winners", [
+@pytest.mark.parametrize(
+  "winners",
+  [
     {"fwd": "pallas_gpu", "dlhs": "mosaic_gpu", "drhs": "xla"},
     {"fwd": "mosaic_gpu", "dlhs": "xla", "drhs": "pallas_gpu"},
     {"fwd": "xla", "dlhs": "pallas_gpu", "drhs": "mosaic_gpu"},
-], ids=lambda w: "-".join(w.values()))
+  ],
+  ids=lambda w: "-".join(w.values()),
+)
 def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
   """What this proves: given a GPU platform and the active LUT, "auto" picks each op's
   backend with Lut.query and each op lowers to that backend's kernel (Triton, Mosaic GPU,
   or plain XLA). The target is faked for resolve_plan, which runs outside the export's
   abstract H100 mesh; on a real GPU kernels.target says "gpu" by itself."""
   from test_backends import SHAPE, _mixed_lut
+
   monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
   kernels.lut.set_active_lut(_mixed_lut(winners))
   m, k, n, g = SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"]
@@ -173,7 +207,9 @@ def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
   plan = plan_of("auto", None, m, k, n, g, bf)
   assert {op: name for op, (name, _) in plan.items()} == winners
 
-  fwd = export_for_h100(lambda x, w, s: kernels.ragged_dot(x, w, s), S((m, k), bf), S((g, k, n), bf), S((g,), jnp.int32))
+  fwd = export_for_h100(
+    lambda x, w, s: kernels.ragged_dot(x, w, s), S((m, k), bf), S((g, k, n), bf), S((g,), jnp.int32)
+  )
   expect = {name: int(winners["fwd"] == name) for name in ("pallas_gpu", "mosaic_gpu")}
   assert _custom_calls(fwd) == expect
 
@@ -198,6 +234,7 @@ def test_auto_without_an_applicable_entry_falls_back_to_pallas_gpu(monkeypatch):
   assert _custom_calls(auto) == {"pallas_gpu": 3, "mosaic_gpu": 0}
   # An explicit backend means that backend, whatever the LUT says.
   from test_backends import _mixed_lut
+
   kernels.lut.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
   explicit = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "mosaic_gpu"), argnums=(0, 1)), *args)
   assert _custom_calls(explicit) == {"pallas_gpu": 0, "mosaic_gpu": 3}

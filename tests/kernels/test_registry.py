@@ -4,7 +4,6 @@ follows each backend's priority, and use_lut scopes a LUT to a block."""
 import shutil
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
@@ -87,8 +86,14 @@ def test_a_new_backend_is_one_folder_and_one_registry_line(tmp_path):
   text = reg.read_text()
   assert text.count('    "kernels.xla",\n') == 1
   reg.write_text(text.replace('    "kernels.xla",\n', '    "kernels.xla",\n    "kernels.toy",\n'))
-  r = subprocess.run([sys.executable, "-c", _USE], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                     env={"PYTHONPATH": str(tmp_path), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+  r = subprocess.run(
+    [sys.executable, "-c", _USE],
+    cwd=tmp_path,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={"PYTHONPATH": str(tmp_path), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+  )
   assert r.returncode == 0 and "toy backend ok" in r.stdout, r.stderr[-3000:]
 
 
@@ -103,11 +108,17 @@ def test_auto_falls_back_by_priority_on_each_platform():
 
 
 def _lut(block_m: int) -> kernels.Lut:
-  cfg = {"block_m": block_m, "block_k": 32, "block_n": 64, "num_warps": 4, "num_stages": 2, "group_m": 1,
-         "group_k": 1}
-  return kernels.Lut.from_dict({"schema": "ragtune-lut", "schema_version": 2, "device_kind": "cpu", "entries": [
-      {"op": "fwd", "backend": "pallas_gpu", "dtype": "float32", "m": 64, "k": 32, "n": 48, "g": 3,
-       "config": cfg}]})
+  cfg = {"block_m": block_m, "block_k": 32, "block_n": 64, "num_warps": 4, "num_stages": 2, "group_m": 1, "group_k": 1}
+  return kernels.Lut.from_dict(
+    {
+      "schema": "ragtune-lut",
+      "schema_version": 2,
+      "device_kind": "cpu",
+      "entries": [
+        {"op": "fwd", "backend": "pallas_gpu", "dtype": "float32", "m": 64, "k": 32, "n": 48, "g": 3, "config": cfg}
+      ],
+    }
+  )
 
 
 def _block_m() -> int:
@@ -134,11 +145,19 @@ def test_auto_asks_the_lut_on_a_tpu_too(monkeypatch):
   """On a TPU, "auto" takes each op's fastest correct entry, XLA's included, as on a GPU."""
   monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("tpu", "TPU v5 lite", None))
   entry = {"dtype": "bfloat16", "m": 512, "k": 256, "n": 384, "g": 4}
-  lut = kernels.Lut.from_dict({"schema": "ragtune-lut", "schema_version": 2, "device_kind": "TPU v5 lite", "entries": [
-      {"op": "fwd", "backend": "pallas_tpu", "config": {"tm": 128, "tk": 128, "tn": 128}, "time_s": 2e-3, **entry},
-      {"op": "fwd", "backend": "xla", "config": {}, "time_s": 1e-3, **entry},
-      {"op": "dlhs", "backend": "pallas_tpu", "config": {"tm": 256, "tk": 128, "tn": 128}, "time_s": 1e-3, **entry},
-      {"op": "dlhs", "backend": "xla", "config": {}, "time_s": 2e-3, **entry}]})
+  lut = kernels.Lut.from_dict(
+    {
+      "schema": "ragtune-lut",
+      "schema_version": 2,
+      "device_kind": "TPU v5 lite",
+      "entries": [
+        {"op": "fwd", "backend": "pallas_tpu", "config": {"tm": 128, "tk": 128, "tn": 128}, "time_s": 2e-3, **entry},
+        {"op": "fwd", "backend": "xla", "config": {}, "time_s": 1e-3, **entry},
+        {"op": "dlhs", "backend": "pallas_tpu", "config": {"tm": 256, "tk": 128, "tn": 128}, "time_s": 1e-3, **entry},
+        {"op": "dlhs", "backend": "xla", "config": {}, "time_s": 2e-3, **entry},
+      ],
+    }
+  )
   with kernels.use_lut(lut):
     got = kernels.explain((512, 256), (4, 256, 384), jnp.bfloat16)
   assert (got["fwd"].backend, got["fwd"].source) == ("xla", "lut-exact")

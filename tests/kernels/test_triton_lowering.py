@@ -6,7 +6,8 @@ import pytest
 from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 
 import kernels
-from kernels.pallas_gpu import gmm as gpu_gmm, tgmm as gpu_tgmm
+from kernels.pallas_gpu import gmm as gpu_gmm
+from kernels.pallas_gpu import tgmm as gpu_tgmm
 
 S = jax.ShapeDtypeStruct
 TRITON = "__gpu$xla.gpu.triton"
@@ -16,26 +17,42 @@ def export_for_h100(f, *args):
   dev = AbstractDevice(device_kind="NVIDIA H100 80GB HBM3", num_cores=None, platform="cuda")
   mesh = AbstractMesh((1,), ("x",), axis_types=(AxisType.Auto,), abstract_device=dev)
   with jax.sharding.use_abstract_mesh(mesh):
-    exp = jax.export.export(jax.jit(f), platforms=["cuda"],
-                            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON)])(*args)
+    exp = jax.export.export(
+      jax.jit(f), platforms=["cuda"], disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON)]
+    )(*args)
   return exp.mlir_module()
 
 
-CONFIGS = [kernels.TritonConfig(64, 32, 64, 4, 3, group_m=1, group_k=3), kernels.TritonConfig(128, 64, 128, 8, 4, group_m=64, group_k=1),
-           kernels.TritonConfig(16, 16, 16, 1, 1)]
+CONFIGS = [
+  kernels.TritonConfig(64, 32, 64, 4, 3, group_m=1, group_k=3),
+  kernels.TritonConfig(128, 64, 128, 8, 4, group_m=64, group_k=1),
+  kernels.TritonConfig(16, 16, 16, 1, 1),
+]
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.block_m}x{c.block_k}x{c.block_n}w{c.num_warps}s{c.num_stages}")
+@pytest.mark.parametrize(
+  "cfg", CONFIGS, ids=lambda c: f"{c.block_m}x{c.block_k}x{c.block_n}w{c.num_warps}s{c.num_stages}"
+)
 def test_gmm_and_tgmm_lower_to_triton(cfg, dtype):
   m, k, n, g = 300, 72, 200, 5
   gs = S((g,), jnp.int32)
   mods = [
-      export_for_h100(lambda x, w, s: gpu_gmm.gmm(x, w, s, config=cfg, out_dtype=dtype), S((m, k), dtype), S((g, k, n), dtype), gs),
-      export_for_h100(lambda x, w, s: gpu_gmm.gmm(x, w, s, config=cfg, out_dtype=dtype, transpose_rhs=True),
-                      S((m, k), dtype), S((g, n, k), dtype), gs),
-      export_for_h100(lambda x, d, s: gpu_tgmm.tgmm(x, d, s, num_groups=g, config=cfg, out_dtype=dtype),
-                      S((m, k), dtype), S((m, n), dtype), gs),
+    export_for_h100(
+      lambda x, w, s: gpu_gmm.gmm(x, w, s, config=cfg, out_dtype=dtype), S((m, k), dtype), S((g, k, n), dtype), gs
+    ),
+    export_for_h100(
+      lambda x, w, s: gpu_gmm.gmm(x, w, s, config=cfg, out_dtype=dtype, transpose_rhs=True),
+      S((m, k), dtype),
+      S((g, n, k), dtype),
+      gs,
+    ),
+    export_for_h100(
+      lambda x, d, s: gpu_tgmm.tgmm(x, d, s, num_groups=g, config=cfg, out_dtype=dtype),
+      S((m, k), dtype),
+      S((m, n), dtype),
+      gs,
+    ),
   ]
   for mod in mods:
     assert mod.count(TRITON) == 1
@@ -48,8 +65,13 @@ def test_full_vjp_with_group_offset_lowers_to_triton():
     y = kernels.ragged_dot(x, w, s, backend="pallas_gpu", group_offset=off, interpret=False)
     return jnp.sum(y.astype(jnp.float32) ** 2)
 
-  mod = export_for_h100(jax.grad(loss, argnums=(0, 1)), S((m, k), jnp.bfloat16), S((g, k, n), jnp.bfloat16),
-                        S((8,), jnp.int32), S((), jnp.int32))
+  mod = export_for_h100(
+    jax.grad(loss, argnums=(0, 1)),
+    S((m, k), jnp.bfloat16),
+    S((g, k, n), jnp.bfloat16),
+    S((8,), jnp.int32),
+    S((), jnp.int32),
+  )
   assert mod.count(TRITON) == 3  # fwd gmm, dlhs gmm (transposed read), drhs tgmm
 
 
@@ -62,12 +84,18 @@ def test_family_defaults_lower_on_block_multiples(device_kind, op):
   assert cfg.fits(op, "bfloat16", m, k, n, device_kind)
   bf, gs = jnp.bfloat16, S((g,), jnp.int32)
   if op == "drhs":
-    mod = export_for_h100(lambda x, d, s: gpu_tgmm.tgmm(x, d, s, num_groups=g, config=cfg, out_dtype=bf),
-                          S((m, k), bf), S((m, n), bf), gs)
+    mod = export_for_h100(
+      lambda x, d, s: gpu_tgmm.tgmm(x, d, s, num_groups=g, config=cfg, out_dtype=bf), S((m, k), bf), S((m, n), bf), gs
+    )
   elif op == "dlhs":
-    mod = export_for_h100(lambda d, w, s: gpu_gmm.gmm(d, w, s, config=cfg, out_dtype=bf, transpose_rhs=True),
-                          S((m, n), bf), S((g, k, n), bf), gs)
+    mod = export_for_h100(
+      lambda d, w, s: gpu_gmm.gmm(d, w, s, config=cfg, out_dtype=bf, transpose_rhs=True),
+      S((m, n), bf),
+      S((g, k, n), bf),
+      gs,
+    )
   else:
-    mod = export_for_h100(lambda x, w, s: gpu_gmm.gmm(x, w, s, config=cfg, out_dtype=bf),
-                          S((m, k), bf), S((g, k, n), bf), gs)
+    mod = export_for_h100(
+      lambda x, w, s: gpu_gmm.gmm(x, w, s, config=cfg, out_dtype=bf), S((m, k), bf), S((g, k, n), bf), gs
+    )
   assert mod.count(TRITON) == 1

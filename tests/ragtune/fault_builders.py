@@ -28,19 +28,25 @@ def build(p, backend, config, interpret):
   fn = measure.build_op(p, backend, config, interpret)
   role = _role(p, config)
   if role == "hang":
+
     def hang(*a):
       while True:  # never returns; only killing the process stops it
         time.sleep(1)
+
     return hang
   if role == "segv":
+
     def segv(*a):
       os.kill(os.getpid(), signal.SIGSEGV)
+
     return segv
   if role == "wrong":
     return lambda *a: fn(*a) * 1.05
   if role == "poison":
+
     def poison(*a):
       raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered")
+
     return jax.jit(lambda *a: jax.pure_callback(poison, jax.ShapeDtypeStruct((p.m, p.n), p.dtype), *a))
   if role == "nan":
     return lambda *a: fn(*a).at[0, 0].set(float("nan"))
@@ -52,6 +58,7 @@ def compile_faults(target, p, config):
   word saying what to do."""
   import os
   import time
+
   if config == "crash":
     os._exit(3)
   if config == "hang":

@@ -40,14 +40,22 @@ def test_anchor_run_writes_rows_and_targets(tmp_path, capsys):
   lut_file = tmp_path / f"{kernels.device_slug(lut.device_kind)}.json"
   lut_file.write_text(json.dumps(lut.to_dict()))
   out_csv = tmp_path / "anchors.csv"
-  assert anchors.main(["--only", "dsv3-decode", "--ops", "fwd", "--lut", str(lut_file), "--samples", "3",
-                       "--csv", str(out_csv)]) == 0
+  assert (
+    anchors.main(
+      ["--only", "dsv3-decode", "--ops", "fwd", "--lut", str(lut_file), "--samples", "3", "--csv", str(out_csv)]
+    )
+    == 0
+  )
   out = capsys.readouterr().out
   assert "NOTE: CPU host" in out and "timer: wallclock-median" in out
   rows = list(csv.DictReader(out_csv.open()))
   variants = [r["variant"] for r in rows]
-  assert variants == ["pallas_gpu default [interpret]", "pallas_gpu tuned [interpret]", "xla ragged_dot",
-                      "dense matmul, same FLOPs"], variants
+  assert variants == [
+    "pallas_gpu default [interpret]",
+    "pallas_gpu tuned [interpret]",
+    "xla ragged_dot",
+    "dense matmul, same FLOPs",
+  ], variants
   assert all(r["status"] == "ok" and float(r["ms"]) > 0 for r in rows), rows
   assert rows[1]["config"] != rows[0]["config"] and "block_n=16" in rows[1]["config"]
   dense = rows[3]  # its GB/s counts one k x n matrix, not every expert's weights
@@ -66,12 +74,12 @@ def test_summary_takes_the_best_kernel_per_problem_and_flags_failures():
   anchors = _anchors()
   R = anchors.Row
   rows = [
-      R("mixtral-8x7b", "s", "fwd", "pallas_gpu default", "", ms=2.0, tflops=500.0, vs_xla=4.0),
-      R("mixtral-8x7b", "s", "fwd", "mosaic_gpu default", "", ms=1.0, tflops=1000.0, vs_xla=8.0),
-      R("mixtral-8x7b", "s", "fwd", "xla ragged_dot", "", ms=8.0, tflops=125.0, vs_xla=1.0),
-      R("dsv3-up", "s", "fwd", "pallas_gpu default", "", ms=4.0, tflops=300.0, vs_xla=2.0),
-      R("dsv3-down", "s", "fwd", "pallas_gpu default", "", status="wrong: max err 1.0"),
-      R("dsv3-decode", "s", "fwd", "pallas_gpu default", "", ms=1.0, gbps=2000.0, pct_copy_bw=66.0, vs_xla=0.5),
+    R("mixtral-8x7b", "s", "fwd", "pallas_gpu default", "", ms=2.0, tflops=500.0, vs_xla=4.0),
+    R("mixtral-8x7b", "s", "fwd", "mosaic_gpu default", "", ms=1.0, tflops=1000.0, vs_xla=8.0),
+    R("mixtral-8x7b", "s", "fwd", "xla ragged_dot", "", ms=8.0, tflops=125.0, vs_xla=1.0),
+    R("dsv3-up", "s", "fwd", "pallas_gpu default", "", ms=4.0, tflops=300.0, vs_xla=2.0),
+    R("dsv3-down", "s", "fwd", "pallas_gpu default", "", status="wrong: max err 1.0"),
+    R("dsv3-decode", "s", "fwd", "pallas_gpu default", "", ms=1.0, gbps=2000.0, pct_copy_bw=66.0, vs_xla=0.5),
   ]
   lines = anchors.target_summary(rows)
   assert lines[0].startswith("geomean speedup vs XLA over prefill problems: 4.00x")  # sqrt(8 * 2)

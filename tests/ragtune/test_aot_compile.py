@@ -49,16 +49,19 @@ pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABL
 # shapes/anchors.yaml's problems (Mixtral 8x7B prefill; DeepSeek-V3 decode, prefill up and
 # down) and a ragged shape no block divides.
 ANCHORS = {
-    "mixtral": (8192, 4096, 14336, 8),
-    "dsv3_decode": (512, 7168, 2048, 256),
-    "dsv3_up": (131072, 7168, 2048, 256),
-    "dsv3_down": (131072, 2048, 7168, 256),
-    "ragged": (1000, 1000, 1000, 8),
+  "mixtral": (8192, 4096, 14336, 8),
+  "dsv3_decode": (512, 7168, 2048, 256),
+  "dsv3_up": (131072, 7168, 2048, 256),
+  "dsv3_down": (131072, 2048, 7168, 256),
+  "ragged": (1000, 1000, 1000, 8),
 }
 GPU_BACKENDS = ("pallas_gpu", "mosaic_gpu")
 
 
-def _assert_clean(report, *, smem_limit=gpu_smem_limit(H100), mma="wgmma", kernels_expected=None):
+H100_SMEM = gpu_smem_limit(H100)
+
+
+def _assert_clean(report, *, smem_limit=H100_SMEM, mma="wgmma", kernels_expected=None):
   assert report.ok, f"{report.outcome}: {report.error}"
   assert report.kernels, "no ragtune kernel found in the machine code"
   if kernels_expected is not None:
@@ -116,10 +119,10 @@ def test_h100_search_space_draws_compile_clean(backend, chunk):
 
 # (rule, op, config it prunes, what the compiler must show). Mixtral's shape.
 PRUNED = [
-    ("acc > 128/thread", "fwd", kernels.TritonConfig(128, 64, 256, 4, 3), "spill"),
-    ("acc > 128/thread", "drhs", kernels.TritonConfig(64, 256, 128, 4, 3), "spill"),
-    ("2 warps, tile >= 64x64", "fwd", kernels.TritonConfig(64, 64, 128, 2, 3), "mma.sync"),
-    ("mosaic acc > 128x192", "fwd", kernels.MosaicConfig(128, 256, 64, 3, 4), "spill"),
+  ("acc > 128/thread", "fwd", kernels.TritonConfig(128, 64, 256, 4, 3), "spill"),
+  ("acc > 128/thread", "drhs", kernels.TritonConfig(64, 256, 128, 4, 3), "spill"),
+  ("2 warps, tile >= 64x64", "fwd", kernels.TritonConfig(64, 64, 128, 2, 3), "mma.sync"),
+  ("mosaic acc > 128x192", "fwd", kernels.MosaicConfig(128, 256, 64, 3, 4), "spill"),
 ]
 
 
@@ -143,8 +146,11 @@ def test_the_economy_rules_prune_configs_that_compile_clean():
   """Rules 3 and 4 of search_space._gpu_config_ok are about the timing budget, not the
   compiler, as their comment says: what they prune compiles clean (wgmma, no spill)."""
   m, k, n, g = ANCHORS["dsv3_up"]
-  for op, cfg in (("fwd", kernels.TritonConfig(64, 64, 256, 4, 3)), ("drhs", kernels.TritonConfig(64, 64, 256, 4, 3)),
-                  ("fwd", kernels.TritonConfig(64, 64, 64, 8, 3))):
+  for op, cfg in (
+    ("fwd", kernels.TritonConfig(64, 64, 256, 4, 3)),
+    ("drhs", kernels.TritonConfig(64, 64, 256, 4, 3)),
+    ("fwd", kernels.TritonConfig(64, 64, 64, 8, 3)),
+  ):
     p = Problem(op, "pallas_gpu", BF16, m, k, n, g, "explicit", (m,) + (0,) * (g - 1))
     assert cfg not in search_space.candidates(p, device_kind=H100)
     _assert_clean(aot.compile_op("h100", "pallas_gpu", op, BF16, m, k, n, g, cfg), kernels_expected=1)
@@ -165,6 +171,7 @@ def test_mosaic_k_loop_waits_for_the_previous_wgmma():
 
 def test_the_wait_check_sees_a_missing_wait(monkeypatch):
   from jax.experimental.pallas import mosaic_gpu as plgpu
+
   monkeypatch.setattr(plgpu, "wgmma_wait", lambda n: None)
   m, k, n, g = ANCHORS["mixtral"]
   cfg = kernels.registry.default_config("mosaic_gpu", "fwd", BF16, m, k, n, g, device_kind=H100)
@@ -173,10 +180,13 @@ def test_the_wait_check_sees_a_missing_wait(monkeypatch):
   assert not r.kernels[0].loops_wait_one
 
 
-@pytest.mark.parametrize("backend,cfg", [
+@pytest.mark.parametrize(
+  "backend,cfg",
+  [
     ("pallas_gpu", kernels.TritonConfig(256, 256, 256, 8, 4)),
     ("mosaic_gpu", kernels.MosaicConfig(256, 256, 128, 8, 1)),
-])
+  ],
+)
 def test_a_config_over_shared_memory_is_a_clean_no_fit(backend, cfg):
   m, k, n, g = ANCHORS["mixtral"]
   assert not cfg.fits("fwd", BF16, m, k, n, H100)
@@ -197,8 +207,12 @@ def test_b200_pallas_gpu_compiles_and_mosaic_gpu_is_refused_clearly():
   mesh, _ = aot._mesh(text)
   S = jax.ShapeDtypeStruct
   with jax.set_mesh(mesh), pytest.raises(ValueError, match="hopper GPUs only"):
-    jax.eval_shape(lambda a, b, s: kernels.ragged_dot(a, b, s, backend="mosaic_gpu", interpret=False),
-                   S((64, 128), jnp.bfloat16), S((2, 128, 128), jnp.bfloat16), S((2,), jnp.int32))
+    jax.eval_shape(
+      lambda a, b, s: kernels.ragged_dot(a, b, s, backend="mosaic_gpu", interpret=False),
+      S((64, 128), jnp.bfloat16),
+      S((2, 128, 128), jnp.bfloat16),
+      S((2,), jnp.int32),
+    )
 
 
 def test_b200_auto_with_a_mosaic_lut_entry_falls_back_to_pallas_gpu():
@@ -219,7 +233,9 @@ def test_serialized_wgmma_is_seen():
   slower; the reader must flag it. jax's own warp-specialized Hopper matmul at 128x256
   tiles per warpgroup hits it (and spills); at 128x128 it is clean."""
   from jax.experimental import serialize_executable
-  from jax.sharding import NamedSharding, PartitionSpec as P
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec as P
+
   hm = pytest.importorskip("jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu")
   mesh, _ = aot._mesh(aot.target_text("h100")[1])
   spec = lambda s: jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=NamedSharding(mesh, P()))
@@ -230,8 +246,11 @@ def test_serialized_wgmma_is_seen():
     except TypeError as e:
       pytest.skip(f"this jax's hopper_matmul_mgpu.TuningConfig differs: {e}")
     with jax.set_mesh(mesh):
-      c = jax.jit(lambda a, b, o: hm.matmul(a, b, o, cfg)).lower(
-          spec((4096, 4096)), spec((4096, 4096)), spec((4096, 4096))).compile()
+      c = (
+        jax.jit(lambda a, b, o: hm.matmul(a, b, o, cfg))
+        .lower(spec((4096, 4096)), spec((4096, 4096)), spec((4096, 4096)))
+        .compile()
+      )
     (k,) = machine_code.read_executable(serialize_executable.serialize(c)[0], only=b"mosaic")
     flags[tile_n] = k.serialized_wgmma
   assert flags == {256: True, 128: False}

@@ -17,7 +17,10 @@ def test_bench_times_pallas_interpret_beside_xla(capsys):
   bench.main(["--m", "48", "--k", "32", "--n", "32", "--g", "2", "--dtype", "float32", "--warmup", "1", "--iters", "2"])
   out = capsys.readouterr().out
   rows = {line.split("  ")[0].strip() for line in out.splitlines()[-3:]}
-  assert rows == {"pallas_gpu [INTERPRET mode, CPU emulation: not GPU/TPU speed]", "xla ragged_dot",
-                  "dense matmul, same FLOPs"}, out
+  assert rows == {
+    "pallas_gpu [INTERPRET mode, CPU emulation: not GPU/TPU speed]",
+    "xla ragged_dot",
+    "dense matmul, same FLOPs",
+  }, out
   assert "NOTE: no pallas_gpu hardware here" in out and "check vs lax: PASS" in out
   assert "config: fwd: pallas_gpu TritonConfig(" in out and "<- heuristic" in out

@@ -17,33 +17,51 @@ runner = CliRunner()
 GOOD_SHAPE = "shapes:\n  - {m: 16, k: 16, n: 16, g: 2}\n"
 
 YAML_CASES = {
-    "malformed": ("shapes: [\n  {m: 1, k: 2\n", "malformed YAML"),
-    "empty": ("", "empty shapes file"),
-    "non_list_shapes": ("shapes: 5\n", ":1: shapes"),
-    "unknown_key": ("dtype: bfloat16\nshapes:\n  - {m: 8, k: 8, n: 8, g: 2, foo: 1}\n", ":3: shapes[0].foo: unknown key"),
-    "unknown_top_key": ("shape:\n  - {m: 8, k: 8, n: 8, g: 2}\n", "shape: unknown key"),
-    "non_numeric_dim": ("shapes:\n  - {m: 8, k: abc, n: 8, g: 2}\n", ":2: shapes[0].k"),
-    "non_positive_dim": ("shapes:\n  - m: 8\n    k: 8\n    n: 0\n    g: 2\n", ":4: shapes[0].n"),
-    "unknown_dtype": ("dtype: int8\n" + GOOD_SHAPE, ":1: dtype"),
-    "unknown_backend": ("backends: [cuda]\n" + GOOD_SHAPE, ":1: backends[0]"),
-    "unknown_op": ("ops: [fwd, bwd]\n" + GOOD_SHAPE, ":1: ops[1]"),
-    "sizes_exceed_m": ("shapes:\n  - {m: 10, k: 8, n: 8, g: 2, group_sizes: [6, 5]}\n", "sum to 11, more than m=10"),
-    "python_tag": ("shapes: !!python/object/apply:os.system ['touch PWNED']\n", "unsupported YAML tag"),
-    "unknown_model": ("models:\n  - {model: gpt-5, tokens: [1]}\n", "unknown model 'gpt-5'"),
-    "nothing_to_tune": ("dtype: float32\n", "at least one entry"),
-    "duplicate_top_key": (GOOD_SHAPE + "name: x\nshapes: []\n", ":4: duplicate key 'shapes' (first given on line 1)"),
-    "duplicate_inner_key": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, m: 3}\n", ":2: duplicate key 'm' (first given on line 2)"),
-    "zipf_alpha": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {dist: zipf, alpha: -1}}\n",
-                   "shapes[0].group_sizes.alpha: Input should be greater than 0"),
-    "fill": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {fill: 2}}\n", "shapes[0].group_sizes.fill: Input should be less than"),
-    "empty_fraction": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {dist: zipf, empty_fraction: 1}}\n",
-                       "shapes[0].group_sizes.empty_fraction: Input should be less than 1"),
-    "seed": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {seed: x}}\n", "shapes[0].group_sizes.seed: Input should be a valid integer"),
-    "model_knob": ("models:\n  - {model: olmoe-1b-7b, tokens: [2], group_sizes: {dist: zipf, alpha: 0}}\n",
-                   ":2: models[0].group_sizes.alpha: Input should be greater than 0"),
-    "zero_groups": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 0}\n", ":2: shapes[0].g: Input should be greater than 0"),
-    "int32_overflow": ("backends: [pallas_tpu]\nshapes:\n  - {m: 70000, k: 70000, n: 16, g: 2}\n",
-                       "lhs [m,k] has 4,900,000,000 elements, beyond pallas_tpu's int32 indexing (2,147,483,647); the problem needs 29,426,880,000 bytes"),
+  "malformed": ("shapes: [\n  {m: 1, k: 2\n", "malformed YAML"),
+  "empty": ("", "empty shapes file"),
+  "non_list_shapes": ("shapes: 5\n", ":1: shapes"),
+  "unknown_key": ("dtype: bfloat16\nshapes:\n  - {m: 8, k: 8, n: 8, g: 2, foo: 1}\n", ":3: shapes[0].foo: unknown key"),
+  "unknown_top_key": ("shape:\n  - {m: 8, k: 8, n: 8, g: 2}\n", "shape: unknown key"),
+  "non_numeric_dim": ("shapes:\n  - {m: 8, k: abc, n: 8, g: 2}\n", ":2: shapes[0].k"),
+  "non_positive_dim": ("shapes:\n  - m: 8\n    k: 8\n    n: 0\n    g: 2\n", ":4: shapes[0].n"),
+  "unknown_dtype": ("dtype: int8\n" + GOOD_SHAPE, ":1: dtype"),
+  "unknown_backend": ("backends: [cuda]\n" + GOOD_SHAPE, ":1: backends[0]"),
+  "unknown_op": ("ops: [fwd, bwd]\n" + GOOD_SHAPE, ":1: ops[1]"),
+  "sizes_exceed_m": ("shapes:\n  - {m: 10, k: 8, n: 8, g: 2, group_sizes: [6, 5]}\n", "sum to 11, more than m=10"),
+  "python_tag": ("shapes: !!python/object/apply:os.system ['touch PWNED']\n", "unsupported YAML tag"),
+  "unknown_model": ("models:\n  - {model: gpt-5, tokens: [1]}\n", "unknown model 'gpt-5'"),
+  "nothing_to_tune": ("dtype: float32\n", "at least one entry"),
+  "duplicate_top_key": (GOOD_SHAPE + "name: x\nshapes: []\n", ":4: duplicate key 'shapes' (first given on line 1)"),
+  "duplicate_inner_key": (
+    "shapes:\n  - {m: 8, k: 8, n: 8, g: 2, m: 3}\n",
+    ":2: duplicate key 'm' (first given on line 2)",
+  ),
+  "zipf_alpha": (
+    "shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {dist: zipf, alpha: -1}}\n",
+    "shapes[0].group_sizes.alpha: Input should be greater than 0",
+  ),
+  "fill": (
+    "shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {fill: 2}}\n",
+    "shapes[0].group_sizes.fill: Input should be less than",
+  ),
+  "empty_fraction": (
+    "shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {dist: zipf, empty_fraction: 1}}\n",
+    "shapes[0].group_sizes.empty_fraction: Input should be less than 1",
+  ),
+  "seed": (
+    "shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {seed: x}}\n",
+    "shapes[0].group_sizes.seed: Input should be a valid integer",
+  ),
+  "model_knob": (
+    "models:\n  - {model: olmoe-1b-7b, tokens: [2], group_sizes: {dist: zipf, alpha: 0}}\n",
+    ":2: models[0].group_sizes.alpha: Input should be greater than 0",
+  ),
+  "zero_groups": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 0}\n", ":2: shapes[0].g: Input should be greater than 0"),
+  "int32_overflow": (
+    "backends: [pallas_tpu]\nshapes:\n  - {m: 70000, k: 70000, n: 16, g: 2}\n",
+    "lhs [m,k] has 4,900,000,000 elements, beyond pallas_tpu's int32 indexing (2,147,483,647); "
+    "the problem needs 29,426,880,000 bytes",
+  ),
 }
 
 
@@ -99,16 +117,35 @@ def test_missing_file_and_empty_results(tmp_path):
 
 
 def _lut_text(kind, version=kernels.lut.SCHEMA_VERSION):
-  return json.dumps({"schema": "ragtune-lut", "schema_version": version, "device_kind": kind, "entries": [
-      {"op": "fwd", "backend": "pallas_gpu", "dtype": "float32", "m": 16, "k": 16, "n": 16, "g": 2,
-       "config": {"block_m": 16, "block_k": 16, "block_n": 16, "num_warps": 4, "num_stages": 2}}]})
+  return json.dumps(
+    {
+      "schema": "ragtune-lut",
+      "schema_version": version,
+      "device_kind": kind,
+      "entries": [
+        {
+          "op": "fwd",
+          "backend": "pallas_gpu",
+          "dtype": "float32",
+          "m": 16,
+          "k": 16,
+          "n": 16,
+          "g": 2,
+          "config": {"block_m": 16, "block_k": 16, "block_n": 16, "num_warps": 4, "num_stages": 2},
+        }
+      ],
+    }
+  )
 
 
-@pytest.mark.parametrize("text,expected", [
+@pytest.mark.parametrize(
+  "text,expected",
+  [
     ("{corrupt", "invalid JSON"),
     (_lut_text(kernels.lut.current_device_kind(), version=7), "schema_version 7 is not supported"),
     (_lut_text("NVIDIA H100 80GB HBM3"), "tuned on 'NVIDIA H100 80GB HBM3'"),
-])
+  ],
+)
 def test_verify_refuses_bad_luts(tmp_path, text, expected):
   path = tmp_path / "lut.json"
   path.write_text(text)
@@ -131,7 +168,9 @@ def _tree(root):
 UNWRITABLE = "/sys/ragtune-test"  # sysfs refuses new entries, even to root
 
 
-@pytest.mark.parametrize("cmd,expected", [
+@pytest.mark.parametrize(
+  "cmd,expected",
+  [
     (["sweep", "{spec}", "-o", "{file}"], "{file}: is a file, but the results folder must be a folder"),
     (["sweep", "{spec}", "-o", "{file}/sub"], "{file} is a file, so it cannot hold the results folder"),
     (["sweep", "{spec}", "-o", "{res}/records.jsonl/x"], "is a file, so it cannot hold"),
@@ -144,7 +183,8 @@ UNWRITABLE = "/sys/ragtune-test"  # sysfs refuses new entries, even to root
     (["show", "{res}", "--csv", "{dir}"], "{dir}: is a folder, but the --csv file must be a file"),
     (["show", "{res}", "--csv", "{file}/x.csv"], "is a file, so it cannot hold the --csv file"),
     (["show", "{res}", "--csv", UNWRITABLE + "/x.csv"], "cannot write the --csv file"),
-])
+  ],
+)
 def test_bad_output_paths(tmp_path, monkeypatch, cmd, expected):
   if os.path.exists(UNWRITABLE) or not os.path.isdir("/sys"):
     pytest.skip("needs a Linux /sys")
@@ -154,8 +194,12 @@ def test_bad_output_paths(tmp_path, monkeypatch, cmd, expected):
   (tmp_path / "adir").mkdir()
   (tmp_path / "res").mkdir()
   (tmp_path / "res" / "records.jsonl").write_text("{}\n")
-  names = {"spec": str(tmp_path / "spec.yaml"), "file": str(tmp_path / "afile"), "dir": str(tmp_path / "adir"),
-           "res": str(tmp_path / "res")}
+  names = {
+    "spec": str(tmp_path / "spec.yaml"),
+    "file": str(tmp_path / "afile"),
+    "dir": str(tmp_path / "adir"),
+    "res": str(tmp_path / "res"),
+  }
   if "{dir}.json" in cmd:
     (tmp_path / "adir.json").mkdir()
   before = _tree(tmp_path)
@@ -167,8 +211,10 @@ def test_bad_output_paths(tmp_path, monkeypatch, cmd, expected):
 
 def test_write_atomic_cleans_up(tmp_path, monkeypatch):
   target = tmp_path / "out.json"
+
   def fail(*a):
     raise OSError(28, "No space left on device")
+
   monkeypatch.setattr(os, "replace", fail)
   with pytest.raises(RagtuneError, match="out.json: cannot write \\(No space left on device\\)"):
     store.write_atomic(target, "data")
@@ -213,6 +259,7 @@ def test_problems_too_big_for_the_device_are_skipped_with_a_warning(tmp_path, mo
 
 def test_kernels_need_a_group():
   import jax.numpy as jnp
+
   with pytest.raises(ValueError, match="at least one group"):
     kernels.ragged_dot(jnp.ones((8, 4)), jnp.ones((0, 4, 4)), jnp.zeros((0,), jnp.int32), backend="xla")
   with pytest.raises(ValueError, match="at least one group"):
@@ -226,7 +273,9 @@ def test_full_expert_weights_past_int32_are_not_refused_on_wide_indexing_backend
 
   problems = shapes.expand(shapes.load_shape_set(Path(__file__).resolve().parents[2] / "shapes" / "moe.yaml"))
   big = [p for p in problems if p.g * p.k * p.n > limits.INT32_MAX]
-  assert any(p.source.startswith("deepseek-v3:") for p in big) and any(p.source.startswith("llama-4-maverick:") for p in big)
+  assert any(p.source.startswith("deepseek-v3:") for p in big) and any(
+    p.source.startswith("llama-4-maverick:") for p in big
+  )
   limits.check_fits(problems, memory=1 << 50)  # every backend moe.yaml sweeps: no refusal
   tpu = [dataclasses.replace(big[0], backend="pallas_tpu")]
   with pytest.raises(RagtuneError, match="rhs \\[g,k,n\\] has 3,758,096,384 elements, beyond pallas_tpu's int32"):

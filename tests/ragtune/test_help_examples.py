@@ -41,7 +41,7 @@ def test_every_help_example_runs(tmp_path, monkeypatch):
     found = [l.strip().removeprefix("Example: ") for l in _help(cmd).splitlines() if l.strip().startswith("Example: ")]
     assert len(found) == 1, (cmd, found)
     examples[cmd] = found[0]
-  for cmd, example in examples.items():
+  for example in examples.values():
     for part in example.split("&&"):
       args = shlex.split(part)
       assert args[0] == "ragtune", example
@@ -61,7 +61,13 @@ def test_no_file_cites_outside_the_repository():
   # Facts cite public sources (model configs, papers, repositories), never a local file
   # beside the clone. The pattern is split so this file does not match itself.
   outside = re.compile("|".join([r"\.\./" + "shared", "shared/" + "ANCHORS", "ANCHORS" + r"\.md"]))
-  files = [p for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts
-           and p.suffix in (".py", ".md", ".yaml", ".sh", ".toml", ".txt", ".cfg", "")]
+  files = [
+    p
+    for p in ROOT.rglob("*")
+    if p.is_file()
+    and ".git" not in p.parts
+    and "__pycache__" not in p.parts
+    and p.suffix in (".py", ".md", ".yaml", ".sh", ".toml", ".txt", ".cfg", "")
+  ]
   hits = [str(p.relative_to(ROOT)) for p in files if outside.search(p.read_text(errors="ignore"))]
   assert not hits, hits

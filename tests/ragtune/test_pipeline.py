@@ -10,10 +10,10 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+from conftest import entry_config, entry_pick, selected_config
 from typer.testing import CliRunner
 
 import kernels
-from conftest import entry_config, entry_pick, selected_config
 from ragtune import export, shapes, store, sweep
 from ragtune.cli import app
 
@@ -58,7 +58,11 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   r = runner.invoke(app, ["verify", str(out), "--full"])
   assert r.exit_code == 0, r.output
   # Each kernel's entry, and an xla entry where XLA beat the (interpreted) kernel.
-  assert f"{len(expected)} passed, 0 failed" in r.output and "NumericsResult(PASS)" in r.output and "regions (2x2)" in r.output
+  assert (
+    f"{len(expected)} passed, 0 failed" in r.output
+    and "NumericsResult(PASS)" in r.output
+    and "regions (2x2)" in r.output
+  )
 
   r = runner.invoke(app, ["export-lut", str(out), "-o", str(luts), "--format", "python"])
   assert r.exit_code == 0, r.output
@@ -73,14 +77,28 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   chosen = selected_config("fwd", "pallas_gpu", 48, 32, 40, 3, jnp.bfloat16)
   assert chosen == kernels.registry.config_from_dict("pallas_gpu", fwd["config"])
   assert chosen == entry_config(lut.query("fwd", 48, 32, 40, 3, "bfloat16", backend="pallas_gpu"))
-  assert entry_pick(lut.query("fwd", 48, 32, 40, 3, "bfloat16")) == (("xla", None) if "fwd" in xla_wins else ("pallas_gpu", chosen))
-  jaxpr = str(jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
-      jnp.ones((48, 32), jnp.bfloat16), jnp.ones((3, 32, 40), jnp.bfloat16), jnp.array([10, 20, 18], jnp.int32)))
+  assert entry_pick(lut.query("fwd", 48, 32, 40, 3, "bfloat16")) == (
+    ("xla", None) if "fwd" in xla_wins else ("pallas_gpu", chosen)
+  )
+  jaxpr = str(
+    jax.make_jaxpr(lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"))(
+      jnp.ones((48, 32), jnp.bfloat16), jnp.ones((3, 32, 40), jnp.bfloat16), jnp.array([10, 20, 18], jnp.int32)
+    )
+  )
   assert f"num_warps={chosen.num_warps}" in jaxpr and f"num_stages={chosen.num_stages}" in jaxpr
 
   # The python-format LUT works with kernels alone.
-  py = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(luts)!r}); import {lut_file.stem.replace('-', '_')} as m; "
-                       "print(len(m.load()))"], capture_output=True, text=True, cwd=ROOT)
+  py = subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      f"import sys; sys.path.insert(0, {str(luts)!r}); import {lut_file.stem.replace('-', '_')} as m; "
+      "print(len(m.load()))",
+    ],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+  )
   assert py.returncode == 0 and py.stdout.strip() == str(len(expected)), py.stderr
 
   r = runner.invoke(app, ["show", str(out), "--csv", str(tmp_path / "best.csv")])
@@ -108,8 +126,13 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
   out = tmp_path / "res"
   records = out / "records.jsonl"
   env = dict(os.environ, PYTHONUNBUFFERED="1")
-  proc = subprocess.Popen([sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out)],
-                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    [sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out)],
+    cwd=ROOT,
+    env=env,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
   deadline = time.time() + 120
   while time.time() < deadline:
     if records.exists() and records.read_text().count("\n") >= 4:
@@ -127,7 +150,7 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
   after = store.ResultsStore(out).rows()
   ids = [row.id for row in after]
   assert len(ids) == len(set(ids)) == total
-  assert [row.to_dict() for row in after[:len(before)]] == before, "finished rows are kept as they were"
+  assert [row.to_dict() for row in after[: len(before)]] == before, "finished rows are kept as they were"
 
 
 def test_merging_folders_is_order_independent(tmp_path):

@@ -23,8 +23,9 @@ def test_shards_partition_the_problems_exactly(tmp_path):
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
     shuffled = problems[:]
     random.Random(n).shuffle(shuffled)
-    assert [{p.key for p in planning.shard(shuffled, i, n)} for i in range(n)] == [{p.key for p in part} for part in parts], \
-        "a shard does not depend on the order of the shape file"
+    assert [{p.key for p in planning.shard(shuffled, i, n)} for i in range(n)] == [
+      {p.key for p in part} for part in parts
+    ], "a shard does not depend on the order of the shape file"
 
 
 def test_bad_shard_and_devices_are_one_error_line(tmp_path):
@@ -53,8 +54,9 @@ def test_plan_and_dry_run_count_done_and_estimate(tmp_path):
   cands = search_space.candidates(fwd)
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
   rows = []
-  for cid, cfg, t in [("baseline:xla", None, 2.0), ("baseline:dense", None, 2.0)] + \
-      [(store.candidate_id(c), c, 4.0) for c in cands[:3]]:
+  for cid, cfg, t in [("baseline:xla", None, 2.0), ("baseline:dense", None, 2.0)] + [
+    (store.candidate_id(c), c, 4.0) for c in cands[:3]
+  ]:
     r = store.make_row(fwd, cid, cfg, "ok", interpret=True, device=dev, time_s=1e-3)
     rows.append(dataclasses.replace(r, elapsed_s=t))
   out.mkdir()
@@ -92,10 +94,15 @@ def test_the_search_space_is_the_probed_devices_not_the_parents(tmp_path, monkey
   h100 = "NVIDIA H100 80GB HBM3"
   monkeypatch.setattr(kernels.lut, "current_device_kind", lambda: "cpu")  # what a parent kept on the CPU sees
   monkeypatch.setattr(search_space, "current_device_kind", lambda: "cpu")
-  (p,) = [q for q in shapes.expand(shapes.load_shape_set("shapes/anchors.yaml"))
-          if (q.op, q.backend, q.m) == ("fwd", "pallas_gpu", 8192)]
+  (p,) = [
+    q
+    for q in shapes.expand(shapes.load_shape_set("shapes/anchors.yaml"))
+    if (q.op, q.backend, q.m) == ("fwd", "pallas_gpu", 8192)
+  ]
   opts = sweep.SweepOptions(out_dir=tmp_path, device_kind=h100)
   (row,) = planning.plan([p], opts)
   space = search_space.candidates(p, device_kind=h100)
   assert row["candidates"] == len(space) > len(search_space.candidates(p, device_kind="cpu"))
-  assert space[0] == kernels.registry.default_config("pallas_gpu", "fwd", "bfloat16", p.m, p.k, p.n, p.g, device_kind=h100)
+  assert space[0] == kernels.registry.default_config(
+    "pallas_gpu", "fwd", "bfloat16", p.m, p.k, p.n, p.g, device_kind=h100
+  )

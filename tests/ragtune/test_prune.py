@@ -5,12 +5,12 @@ import json
 
 import jax
 import pytest
+from test_aot_compile import _UNAVAILABLE
 from typer.testing import CliRunner
 
 from ragtune import aot, prune, search_space, shapes, store, sweep
 from ragtune.cli import app
 from ragtune.run import plan as planning
-from test_aot_compile import _UNAVAILABLE
 
 runner = CliRunner()
 TINY = """
@@ -25,9 +25,18 @@ KIND = jax.devices()[0].device_kind
 
 def _reject(out, p, cfg, outcome="spill", error="ragtune_gmm: 8 B/thread spilled"):
   out.mkdir(parents=True, exist_ok=True)
-  row = {"id": f"{prune.shape_key(KIND, p)}|{store.candidate_id(cfg)}", "kind": "compile",
-         "candidate": store.candidate_id(cfg), **p.fields(), "config": cfg.to_dict(), "outcome": outcome,
-         "error": error, "compile_s": 1.0, "kernels": [], "device_kind": KIND}
+  row = {
+    "id": f"{prune.shape_key(KIND, p)}|{store.candidate_id(cfg)}",
+    "kind": "compile",
+    "candidate": store.candidate_id(cfg),
+    **p.fields(),
+    "config": cfg.to_dict(),
+    "outcome": outcome,
+    "error": error,
+    "compile_s": 1.0,
+    "kernels": [],
+    "device_kind": KIND,
+  }
   with open(out / prune.COMPILE_RECORDS, "a") as f:
     f.write(json.dumps(row) + "\n")
 
@@ -64,9 +73,11 @@ def test_a_sweep_skips_and_records_what_the_compile_rejected(tmp_path):
 
 
 def test_launch_order_knobs_share_one_compile():
-  from kernels import TritonConfig, MosaicConfig
-  assert prune.compile_class(TritonConfig(64, 64, 128, 4, 3, group_m=16, group_k=4)) == \
-      prune.compile_class(TritonConfig(64, 64, 128, 4, 3, group_m=1, group_k=16))
+  from kernels import MosaicConfig, TritonConfig
+
+  assert prune.compile_class(TritonConfig(64, 64, 128, 4, 3, group_m=16, group_k=4)) == prune.compile_class(
+    TritonConfig(64, 64, 128, 4, 3, group_m=1, group_k=16)
+  )
   assert prune.compile_class(MosaicConfig(128, 128, 64, 4, 8)) == prune.compile_class(MosaicConfig(128, 128, 64, 4, 1))
   assert prune.compile_class(TritonConfig(64, 64, 128, 4, 3)) != prune.compile_class(TritonConfig(64, 64, 128, 4, 4))
 
@@ -108,26 +119,36 @@ def test_compile_command_prints_each_kernel_and_fails_on_what_does_not_compile(t
 
 
 @pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
-@pytest.mark.parametrize("a,b", [
+@pytest.mark.parametrize(
+  "a,b",
+  [
     ("pallas_gpu", (dict(group_m=1, group_k=1), dict(group_m=64, group_k=16))),
     ("mosaic_gpu", (dict(grid_block_n=1), dict(grid_block_n=16))),
-], ids=["pallas_gpu", "mosaic_gpu"])
+  ],
+  ids=["pallas_gpu", "mosaic_gpu"],
+)
 def test_launch_order_knobs_compile_alike(a, b):
   """What compile_class assumes: configs that differ only in launch order get the same
   registers, spills, shared memory and instructions kinds (Mixtral fwd, H100)."""
   import dataclasses
+
   import kernels
+
   m, k, n, g = 8192, 4096, 14336, 8
   base = kernels.registry.default_config(a, "fwd", "bfloat16", m, k, n, g, device_kind="NVIDIA H100 80GB HBM3")
   reps = [aot.compile_op("h100", a, "fwd", "bfloat16", m, k, n, g, dataclasses.replace(base, **knobs)) for knobs in b]
-  facts = [[(kr.registers, kr.spill_bytes, kr.smem_bytes, kr.mma, kr.copy, kr.serialized_wgmma) for kr in r.kernels]
-           for r in reps]
+  facts = [
+    [(kr.registers, kr.spill_bytes, kr.smem_bytes, kr.mma, kr.copy, kr.serialized_wgmma) for kr in r.kernels]
+    for r in reps
+  ]
   assert all(r.ok for r in reps) and facts[0] == facts[1], facts
 
 
 def test_compile_many_survives_a_crash_and_a_hang_and_stops_on_a_broken_toolchain():
   import fault_builders
+
   from ragtune.errors import RagtuneError
+
   p = None  # the stand-in ignores the problem
   items = [(p, w) for w in ("ok", "crash", "ok", "hang", "ok", "ok")]
   got = dict(prune.compile_many("h100", items, jobs=2, timeout_s=3, fn=fault_builders.compile_faults))

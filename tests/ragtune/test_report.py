@@ -20,10 +20,21 @@ def _results(tmp_path):
   decode = Problem("fwd", "pallas_gpu", "bfloat16", 16, 4096, 14336, 8, "multinomial(seed=0)", (2,) * 8)
   for p, scale in ((prefill, 1.0), (decode, 0.01)):
     rows.append(store.make_row(p, "baseline:xla", None, "ok", interpret=False, device=DEV, time_s=9.123456e-3 * scale))
-    rows.append(store.make_row(p, "baseline:dense", None, "ok", interpret=False, device=DEV, time_s=1.2345678e-3 * scale))
+    rows.append(
+      store.make_row(p, "baseline:dense", None, "ok", interpret=False, device=DEV, time_s=1.2345678e-3 * scale)
+    )
     for i, c in enumerate(search_space.candidates(p, 12)):
-      rows.append(store.make_row(p, store.candidate_id(c), c, "ok", interpret=False, device=DEV,
-                                 time_s=(1.5e-3 + i * 1.37e-4 + 1.11111e-7) * scale))
+      rows.append(
+        store.make_row(
+          p,
+          store.candidate_id(c),
+          c,
+          "ok",
+          interpret=False,
+          device=DEV,
+          time_s=(1.5e-3 + i * 1.37e-4 + 1.11111e-7) * scale,
+        )
+      )
   broken = Problem("drhs", "pallas_gpu", "bfloat16", 64, 128, 128, 2, "multinomial(seed=0)", (32, 32))
   for c, s in zip(search_space.candidates(broken, 3), ("timeout", "timeout", "crash")):
     rows.append(store.make_row(broken, store.candidate_id(c), c, s, interpret=False, device=DEV, error="x"))

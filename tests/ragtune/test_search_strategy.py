@@ -32,7 +32,7 @@ def _surface(space, seed):
     for f in names:
       t *= 1 + weights[f] * (r(c, f) - r(target, f)) ** 2 * 4
     d01 = (r(c, names[0]) - r(target, names[0])) - (r(c, names[1]) - r(target, names[1]))
-    return 1e-3 * t * (1 + 0.3 * d01 ** 2)
+    return 1e-3 * t * (1 + 0.3 * d01**2)
 
   return cost
 
@@ -57,8 +57,9 @@ def test_failed_candidates_do_not_stop_the_search():
   _, space = _space()
   cost = _surface(space, 7)
   bad = set(space[1::3])  # a third of the space fails (wrong, timeout, ...)
-  history = search_strategy.run_offline(search_strategy.Staged(space, len(space) // 5),
-                                        lambda c: None if c in bad else cost(c))
+  history = search_strategy.run_offline(
+    search_strategy.Staged(space, len(space) // 5), lambda c: None if c in bad else cost(c)
+  )
   ok = [t for t in history.values() if t is not None]
   assert ok and min(ok) <= 1.03 * min(cost(c) for c in space if c not in bad)
 

@@ -8,7 +8,9 @@ from ragtune import search_space, shapes
 
 
 def test_model_preset_expands_up_and_down():
-  spec = shapes.ShapeSet.model_validate({"ops": ["fwd", "drhs"], "models": [{"model": "Mixtral-8x7B", "tokens": [16, 4096]}]})
+  spec = shapes.ShapeSet.model_validate(
+    {"ops": ["fwd", "drhs"], "models": [{"model": "Mixtral-8x7B", "tokens": [16, 4096]}]}
+  )
   probs = shapes.expand(spec)
   dims = {(p.op, p.m, p.k, p.n, p.g) for p in probs}
   assert ("fwd", 32, 4096, 14336, 8) in dims and ("fwd", 32, 14336, 4096, 8) in dims  # up, down; m = tokens*top_k
@@ -36,7 +38,9 @@ def test_shipped_shape_files_load():
 
 
 def test_backend_lists_in_yaml_and_on_the_command_line(tmp_path):
-  spec = shapes.ShapeSet.model_validate({"backends": ["pallas_gpu", "mosaic_gpu"], "shapes": [{"m": 64, "k": 32, "n": 32, "g": 2}]})
+  spec = shapes.ShapeSet.model_validate(
+    {"backends": ["pallas_gpu", "mosaic_gpu"], "shapes": [{"m": 64, "k": 32, "n": 32, "g": 2}]}
+  )
   assert [p.backend for p in shapes.expand(spec)] == ["pallas_gpu", "mosaic_gpu"]
   from typer.testing import CliRunner
 

@@ -33,7 +33,10 @@ def test_profiler_failure_falls_back_to_the_wall_clock_and_says_why(monkeypatch)
   monkeypatch.setattr(tune_jax, "tune", broken)
   before = tune_jax.CONFIG.allow_fallback_timing
   times, timer = measure.time_variants(_variants(), on_device=True)
-  assert timer.startswith("wallclock-median(") and "tune-jax failed: RuntimeError: profiler produced no device plane" in timer
+  assert (
+    timer.startswith("wallclock-median(")
+    and "tune-jax failed: RuntimeError: profiler produced no device plane" in timer
+  )
   assert set(times) == {"one", "three"} and all(t > 0 for t in times.values())
   assert tune_jax.CONFIG.allow_fallback_timing == before  # tune-jax's config is restored
 
@@ -45,7 +48,9 @@ def test_tune_jax_own_fallback_is_not_taken_silently(monkeypatch):
 
   monkeypatch.setattr(tuning, "_time_with_profiler", lambda *a, **k: {})
   _, timer = measure.time_variants(_variants(), on_device=True)
-  assert timer.startswith("wallclock-median(") and "tune-jax failed: RuntimeError: Could not find profiler results" in timer, timer
+  assert (
+    timer.startswith("wallclock-median(") and "tune-jax failed: RuntimeError: Could not find profiler results" in timer
+  ), timer
 
 
 def test_host_timer_on_cpu_hosts():

@@ -22,9 +22,11 @@ def _write_lut(path, entries):
 
 
 def _entries():
-  return [kernels.Entry("fwd", "pallas_gpu", "float32", 40, 32, 24, 3, G(16, 16, 16, 4, 2)),
-          kernels.Entry("drhs", "pallas_gpu", "float32", 40, 32, 24, 3, G(16, 16, 16, 4, 2)),
-          kernels.Entry("dlhs", "pallas_gpu", "float32", 24, 16, 32, 2, G(16, 16, 32, 4, 2))]
+  return [
+    kernels.Entry("fwd", "pallas_gpu", "float32", 40, 32, 24, 3, G(16, 16, 16, 4, 2)),
+    kernels.Entry("drhs", "pallas_gpu", "float32", 40, 32, 24, 3, G(16, 16, 16, 4, 2)),
+    kernels.Entry("dlhs", "pallas_gpu", "float32", 24, 16, 32, 2, G(16, 16, 32, 4, 2)),
+  ]
 
 
 def test_one_line_per_entry_and_filters(tmp_path):
@@ -48,7 +50,7 @@ def test_one_line_per_entry_and_filters(tmp_path):
 
 def test_failure_prints_its_report(monkeypatch):
   build = measure.build_op
-  monkeypatch.setattr(measure, "build_op", lambda *a: (lambda *x: build(*a)(*x) * 1.1))
+  monkeypatch.setattr(measure, "build_op", lambda *a: lambda *x: build(*a)(*x) * 1.1)
   e = _entries()[0]
   res = verify.verify_entry(e, interpret=True)  # in this process: no timeout, no worker
   assert not res.passed and res.n_passed == 0 and {d.status for d in res.draws} == {"wrong"}
@@ -81,9 +83,13 @@ def test_timed_out_draw_is_killed(tmp_path):
 
 
 def test_select_is_shared_with_sweep():
-  spec = shapes.ShapeSet.model_validate({"ops": ["fwd", "dlhs"], "shapes": [{"m": 8, "k": 8, "n": 8, "g": 2}],
-                                         "models": [{"model": "olmoe-1b-7b", "tokens": [2]},
-                                                    {"model": "mixtral-8x7b", "tokens": [2]}]})
+  spec = shapes.ShapeSet.model_validate(
+    {
+      "ops": ["fwd", "dlhs"],
+      "shapes": [{"m": 8, "k": 8, "n": 8, "g": 2}],
+      "models": [{"model": "olmoe-1b-7b", "tokens": [2]}, {"model": "mixtral-8x7b", "tokens": [2]}],
+    }
+  )
   probs = shapes.expand(spec)
   olmoe = shapes.select(probs, models=["OLMoE-1B-7B"])
   assert len(olmoe) == 4 and all(p.source.startswith("olmoe-1b-7b:") for p in olmoe)
@@ -96,8 +102,10 @@ def test_select_is_shared_with_sweep():
 
 def test_sweep_selectors(tmp_path):
   spec = tmp_path / "two.yaml"
-  spec.write_text("ops: [fwd, drhs]\nmax_candidates: 1\nshapes:\n  - {m: 24, k: 16, n: 16, g: 2}\n"
-                  "  - {m: 40, k: 16, n: 32, g: 2}\nmodels:\n  - {model: olmoe-1b-7b, tokens: [2]}\n")
+  spec.write_text(
+    "ops: [fwd, drhs]\nmax_candidates: 1\nshapes:\n  - {m: 24, k: 16, n: 16, g: 2}\n"
+    "  - {m: 40, k: 16, n: 32, g: 2}\nmodels:\n  - {model: olmoe-1b-7b, tokens: [2]}\n"
+  )
   out = tmp_path / "res"
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--op", "fwd", "--shape", "40,16,32"])
   assert r.exit_code == 0, r.output

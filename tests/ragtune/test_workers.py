@@ -46,9 +46,26 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   spec, out = tmp_path / "f.yaml", tmp_path / "res"
   spec.write_text(FAULTS)
   t0 = time.time()
-  proc = subprocess.run([sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out),
-                         "--builder", "fault_builders:build", "--timeout", "10"],
-                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=150)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "ragtune",
+      "sweep",
+      str(spec),
+      "-o",
+      str(out),
+      "--builder",
+      "fault_builders:build",
+      "--timeout",
+      "10",
+    ],
+    cwd=ROOT,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=150,
+  )
   assert proc.returncode == 0, proc.stderr
   assert time.time() - t0 < 150, "the sweep ends once its summary is printed"
   rows = store.ResultsStore(out).rows()
@@ -61,8 +78,9 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   assert status == ["ok", "timeout", "crash", "wrong", "nan", "run_error", "ok"], status
   poisoned = by_cand[store.candidate_id(cands[5])]
   assert "ILLEGAL_ADDRESS" in poisoned.error
-  assert by_cand[store.candidate_id(cands[6])].worker_pid != poisoned.worker_pid, \
-      "after a fault that can poison a device context, a fresh worker takes over"
+  assert by_cand[store.candidate_id(cands[6])].worker_pid != poisoned.worker_pid, (
+    "after a fault that can poison a device context, a fresh worker takes over"
+  )
   crash = by_cand[store.candidate_id(cands[2])]
   assert "SIGSEGV" in crash.error
   hung = by_cand[store.candidate_id(cands[1])]
@@ -80,22 +98,28 @@ def test_faulty_candidates_are_recorded_killed_and_never_exported(tmp_path):
   # CPU that depends on jax (0.11's interpreter is faster), so the recorded times decide.
   kernel_best = min(by_cand[store.candidate_id(c)].time_s for c in (cands[0], cands[6]))
   xla_won = by_cand["baseline:xla"].time_s < kernel_best
-  assert [(e.backend, e.config) for e in lut.entries() if e.backend != "pallas_gpu"] == ([("xla", None)] if xla_won else [])
+  assert [(e.backend, e.config) for e in lut.entries() if e.backend != "pallas_gpu"] == (
+    [("xla", None)] if xla_won else []
+  )
 
   # The device's ceilings were measured once, by a worker, and kept beside the records.
   xla = by_cand["baseline:xla"]
   device = {"device_kind": xla.device_kind, "jax_version": xla.jax_version}
   (entry,) = ceilings.load([out]).values()
   assert entry["matmul_tflops"]["bfloat16"] > 0 and entry["copy_gbps"] > 0
-  assert ceilings.missing(out, device, ["bfloat16"]) == set() and ceilings.missing(out, device, ["float32"]) == {"float32"}
+  assert ceilings.missing(out, device, ["bfloat16"]) == set() and ceilings.missing(out, device, ["float32"]) == {
+    "float32"
+  }
 
 
 def test_no_passing_candidate_says_why(tmp_path):
   p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 48, 32, 40, 3, "x", (16, 16, 16))
   cands = search_space.candidates(p, 3)
   dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
-  rows = [store.make_row(p, store.candidate_id(c), c, s, interpret=True, device=dev)
-          for c, s in zip(cands, ["timeout", "timeout", "crash"])]
+  rows = [
+    store.make_row(p, store.candidate_id(c), c, s, interpret=True, device=dev)
+    for c, s in zip(cands, ["timeout", "timeout", "crash"])
+  ]
   (s,) = sweep.summarize([p], rows)
   assert s.best is None and s.why == "no correct candidate: 2 timeout, 1 crash"
 
@@ -105,9 +129,26 @@ def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path,
   spec, out = tmp_path / "f.yaml", tmp_path / "res"
   spec.write_text(FAULTS.replace("max_candidates: 7", "max_candidates: 3"))
   records = out / "records.jsonl"
-  proc = subprocess.Popen([sys.executable, "-m", "ragtune", "sweep", str(spec), "-o", str(out),
-                           "--builder", "fault_builders:build", "--timeout", "60"],
-                          cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = subprocess.Popen(
+    [
+      sys.executable,
+      "-m",
+      "ragtune",
+      "sweep",
+      str(spec),
+      "-o",
+      str(out),
+      "--builder",
+      "fault_builders:build",
+      "--timeout",
+      "60",
+    ],
+    cwd=ROOT,
+    env=_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
   deadline = time.time() + 90
   while time.time() < deadline and not (records.exists() and records.read_text().count("\n") >= 3):
     time.sleep(0.1)
@@ -127,9 +168,18 @@ def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path,
 def test_second_sweep_into_a_locked_folder_stops_at_once_naming_the_holder(tmp_path):
   spec, out = tmp_path / "s.yaml", tmp_path / "res"
   spec.write_text("backends: [xla]\nshapes:\n  - {m: 16, k: 16, n: 16, g: 2}\n")
-  holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from ragtune.lock import sweep_lock\n"
-                             f"with sweep_lock({str(out)!r}):\n  print('held', flush=True); time.sleep(60)"],
-                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True)
+  holder = subprocess.Popen(
+    [
+      sys.executable,
+      "-c",
+      "import sys, time; from ragtune.lock import sweep_lock\n"
+      f"with sweep_lock({str(out)!r}):\n  print('held', flush=True); time.sleep(60)",
+    ],
+    cwd=ROOT,
+    env=_env(),
+    stdout=subprocess.PIPE,
+    text=True,
+  )
   try:
     assert holder.stdout.readline().strip() == "held"
     t0 = time.time()
@@ -163,8 +213,10 @@ def test_duplicate_ids_in_older_files_are_read_once(tmp_path):
 
 def test_two_devices_cover_every_problem_once_within_the_budget(tmp_path):
   spec, out = tmp_path / "d.yaml", tmp_path / "res"
-  spec.write_text("ops: [fwd]\nbackends: [pallas_gpu]\nmax_candidates: 1\nshapes:\n"
-                  "  - {m: 32, k: 32, n: 32, g: 2}\n  - {m: 48, k: 32, n: 32, g: 3}\n  - {m: 40, k: 32, n: 32, g: 2}\n")
+  spec.write_text(
+    "ops: [fwd]\nbackends: [pallas_gpu]\nmax_candidates: 1\nshapes:\n"
+    "  - {m: 32, k: 32, n: 32, g: 2}\n  - {m: 48, k: 32, n: 32, g: 3}\n  - {m: 40, k: 32, n: 32, g: 2}\n"
+  )
   problems = shapes.expand(shapes.load_shape_set(spec))
   opts = sweep.SweepOptions(out_dir=out, interpret=True, budget=2, devices=(0, 1), ceilings=False)
   sweep.run_sweep(problems, opts)
@@ -205,8 +257,14 @@ def test_a_problem_that_kills_every_worker_is_recorded_and_the_sweep_ends(tmp_pa
   spec = tmp_path / "s.yaml"
   spec.write_text(FAULTS.replace("max_candidates: 7", "max_candidates: 1"))
   problems = shapes.expand(shapes.load_shape_set(spec))
-  opts = sweep.SweepOptions(out_dir=tmp_path / "res", interpret=True, max_candidates=1, timeout_s=60,
-                            builder="segv_in_worker:build", ceilings=False)
+  opts = sweep.SweepOptions(
+    out_dir=tmp_path / "res",
+    interpret=True,
+    max_candidates=1,
+    timeout_s=60,
+    builder="segv_in_worker:build",
+    ceilings=False,
+  )
   (s,) = sweep.run_sweep(problems, opts)
   rows = store.ResultsStore(tmp_path / "res").rows()
   assert [r.status for r in rows] == ["crash"] * 3, "two baselines and the candidate, once each"

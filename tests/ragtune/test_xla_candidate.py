@@ -5,20 +5,20 @@ import dataclasses
 import json
 
 import pytest
+from conftest import entry_config, entry_pick
 from rich.console import Console
 from typer.testing import CliRunner
 
 import kernels
-from conftest import entry_config, entry_pick
 from ragtune import export, report, search_space, store, summary, sweep
 from ragtune.cli import app
-from ragtune.views import summary_table
 from ragtune.shapes import Problem
+from ragtune.views import summary_table
 
 runner = CliRunner()
 DEV = {"device_kind": "NVIDIA H100 80GB HBM3", "platform": "gpu", "jax_version": "0.0.1"}
-XLA_WINS = (256, 128, 128, 4)      # xla 1.0 ms, mosaic_gpu 1.5, pallas_gpu 2.0
-MOSAIC_WINS = (512, 256, 384, 4)   # mosaic_gpu 1.0 ms, pallas_gpu 1.31, xla 3.0
+XLA_WINS = (256, 128, 128, 4)  # xla 1.0 ms, mosaic_gpu 1.5, pallas_gpu 2.0
+MOSAIC_WINS = (512, 256, 384, 4)  # mosaic_gpu 1.0 ms, pallas_gpu 1.31, xla 3.0
 
 
 def _problem(backend, shape):
@@ -36,22 +36,28 @@ def _rows(backend, shape, best_s, xla_s, stamp="2026-01-01T00:00:00+00:00"):
   (best_s) and a slower one; a third config is fast but wrong."""
   p = _problem(backend, shape)
   mk = lambda cand, cfg, status, t=None: dataclasses.replace(
-      store.make_row(p, cand, cfg, status, interpret=False, device=DEV, time_s=t), timestamp=stamp)
+    store.make_row(p, cand, cfg, status, interpret=False, device=DEV, time_s=t), timestamp=stamp
+  )
   default, slower, wrong = search_space.candidates(p, 3, device_kind=DEV["device_kind"])
   assert default == _cfg(backend, shape)
-  return [mk("baseline:xla", None, "ok", xla_s), mk("baseline:dense", None, "ok", xla_s / 2),
-          mk(store.candidate_id(default), default, "ok", best_s),
-          mk(store.candidate_id(slower), slower, "ok", best_s * 1.7),
-          mk(store.candidate_id(wrong), wrong, "wrong", None)]
+  return [
+    mk("baseline:xla", None, "ok", xla_s),
+    mk("baseline:dense", None, "ok", xla_s / 2),
+    mk(store.candidate_id(default), default, "ok", best_s),
+    mk(store.candidate_id(slower), slower, "ok", best_s * 1.7),
+    mk(store.candidate_id(wrong), wrong, "wrong", None),
+  ]
 
 
 def _folders(tmp_path):
   """Folder a: the pallas_gpu problems; folder b: the mosaic_gpu ones. Each times XLA itself:
   on XLA_WINS both folders measured XLA at exactly 1.0 ms (a tie broken by folder, not order)."""
-  a = _rows("pallas_gpu", XLA_WINS, 2.0e-3, 1.0e-3, "2026-01-01T00:00:00+00:00") + \
-      _rows("pallas_gpu", MOSAIC_WINS, 1.31e-3, 3.2e-3)
-  b = _rows("mosaic_gpu", XLA_WINS, 1.5e-3, 1.0e-3, "2026-02-02T00:00:00+00:00") + \
-      _rows("mosaic_gpu", MOSAIC_WINS, 1.0e-3, 3.0e-3)
+  a = _rows("pallas_gpu", XLA_WINS, 2.0e-3, 1.0e-3, "2026-01-01T00:00:00+00:00") + _rows(
+    "pallas_gpu", MOSAIC_WINS, 1.31e-3, 3.2e-3
+  )
+  b = _rows("mosaic_gpu", XLA_WINS, 1.5e-3, 1.0e-3, "2026-02-02T00:00:00+00:00") + _rows(
+    "mosaic_gpu", MOSAIC_WINS, 1.0e-3, 3.0e-3
+  )
   dirs = []
   for name, rows in (("a", a), ("b", b)):
     d = tmp_path / name
@@ -65,8 +71,13 @@ def test_export_writes_xla_where_it_is_fastest_and_choose_follows(tmp_path):
   a, b = _folders(tmp_path)
   (lut,) = export.build_luts(store.load_results([a, b])).values()
   kinds = {(e.backend, (e.m, e.k, e.n, e.g)) for e in lut.entries()}
-  assert kinds == {("pallas_gpu", XLA_WINS), ("mosaic_gpu", XLA_WINS), ("xla", XLA_WINS),
-                   ("pallas_gpu", MOSAIC_WINS), ("mosaic_gpu", MOSAIC_WINS)}, "xla only where it wins"
+  assert kinds == {
+    ("pallas_gpu", XLA_WINS),
+    ("mosaic_gpu", XLA_WINS),
+    ("xla", XLA_WINS),
+    ("pallas_gpu", MOSAIC_WINS),
+    ("mosaic_gpu", MOSAIC_WINS),
+  }, "xla only where it wins"
   xla = next(e for e in lut.entries() if e.backend == "xla")
   assert xla.config is None and xla.to_dict()["config"] == {} and xla.extra["time_s"] == 1.0e-3
   assert xla.extra["runner_up"] == {"backend": "mosaic_gpu", "time_s": 1.5e-3, "speedup": 1.5}
