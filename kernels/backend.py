@@ -90,12 +90,14 @@ class Backend:
       raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; valid: {sorted(fields)}")
     return cls(**d)
 
-  def check_device(self, platform: str, device_kind: str) -> None:
-    """Raise ValueError when this backend's kernels cannot compile for the device."""
+  def check_device(self, platform: str, device_kind: str, alternatives: tuple[str, ...] = ()) -> None:
+    """Raise ValueError when this backend's kernels cannot compile for the device; the
+    message names `alternatives`."""
     if self.families and platform in self.platforms and gpu_family(device_kind) not in self.families:
+      hint = f"use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else "use another backend"
       raise ValueError(
         f"backend {self.name!r} compiles for {'/'.join(self.families)} GPUs only, not "
-        f"{device_kind!r} ({gpu_family(device_kind)}); use another backend"
+        f"{device_kind!r} ({gpu_family(device_kind)}); {hint}"
       )
 
   def runs_on(self, platform: str, device_kind: str) -> bool:

@@ -419,7 +419,7 @@ def ragged_dot(
   if compiled:
     dev = target.current()
     for name in compiled:
-      registry.get(name).check_device(dev.platform, dev.device_kind)
+      registry.check_device(name, dev.platform, dev.device_kind)
   plan = _Plan(
     names,
     choices["fwd"].config,

@@ -84,6 +84,12 @@ def check_dtype(name: str, lhs_dtype, rhs_dtype, compute_dtype: str) -> None:
   b.check_dtype(lhs_dtype, rhs_dtype, compute_dtype, others)
 
 
+def check_device(name: str, platform: str, device_kind: str) -> None:
+  """ValueError unless backend `name` compiles for this device, naming those that run there."""
+  others = tuple(b.name for b in REGISTRY.values() if b.name != name and b.runs_on(platform, device_kind))
+  get(name).check_device(platform, device_kind, others)
+
+
 def megablox_backend() -> str | None:
   """The backend whose configs are megablox tilings (Lut.lut_fn serves them)."""
   return next((b.name for b in REGISTRY.values() if b.megablox_lut_fn), None)
