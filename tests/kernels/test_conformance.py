@@ -240,12 +240,16 @@ def test_vmap_one_operand_batched(backend, batched):
       _close(batch[i], want, dtype)
 
 
-@pytest.mark.parametrize("batched", ["rhs", "group_sizes"])
-def test_vmap_transposed_shard(backend, batched):
-  """The other forms under vmap: rhs [g,n,k] holding groups 1 and 2 of 3 (group_offset)."""
-  dtype, got, examples = _vmapped(backend, batched, transpose_rhs=True, group_offset=1)
+@pytest.mark.parametrize(
+  "batched,transpose_rhs,group_offset",
+  [("rhs", True, None), ("group_sizes", False, 1)],
+  ids=["rhs_nk", "group_sizes_offset"],
+)
+def test_vmap_other_forms(backend, batched, transpose_rhs, group_offset):
+  """rhs [g,n,k] batched; group sizes batched for rhs holding groups 1 and 2 of 3."""
+  dtype, got, examples = _vmapped(backend, batched, transpose_rhs, group_offset)
+  kw = dict(transpose_rhs=transpose_rhs, group_offset=group_offset or 0)
   for i, (lhs, rhs, gs, dout) in enumerate(examples):
-    kw = dict(transpose_rhs=True, group_offset=1)
     want = (np_ragged_dot(lhs, rhs, gs, **kw), *np_ragged_dot_grads(lhs, rhs, gs, dout, **kw))
     for batch, w in zip(got, want):
       _close(batch[i], w, dtype)
