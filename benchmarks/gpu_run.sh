@@ -46,7 +46,7 @@ ok() {
 
 [ -d "$SITE/pydantic" ] || bash benchmarks/gpu_wheels.sh --install "$SITE" || exit 2
 export PYTHONPATH=$PWD:$SITE
-SLUG=$(python3 -c "import kernels; print(kernels.device_slug(kernels.current_device_kind()))") || exit 2
+SLUG=$(python3 -c "import kernels; print(kernels.device_slug(kernels.lut.current_device_kind()))") || exit 2
 RES=results/$SLUG
 mkdir -p "$RES"
 pack() {

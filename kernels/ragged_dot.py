@@ -91,7 +91,7 @@ class Choice:
   """What `ragged_dot` runs for one op, and where that config came from.
 
   source: "lut-exact" (an entry for this very (m, k, n, g)), "lut-nearest" (the closest
-    tuned shape, in `tuned_shape`, at `distance` by the rule of `Lut.nearest`),
+    tuned shape, in `tuned_shape`, at `distance` by the rule of `Lut.query`),
     "heuristic" (the backend's default), "explicit" (passed as config=), or "none" (a backend
     with no knobs, such as xla).
   """
@@ -406,7 +406,7 @@ def ragged_dot(
   ).dtype
   compute_dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
   if backend != "auto":
-    registry.get(backend).check_dtype(lhs.dtype, rhs.dtype, compute_dtype.name)
+    registry.check_dtype(backend, lhs.dtype, rhs.dtype, compute_dtype.name)
   m, k = lhs.shape
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
   choices = resolve(config, backend, m, k, n, rhs.shape[0], compute_dtype)

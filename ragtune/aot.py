@@ -34,7 +34,7 @@ from ragtune.errors import RagtuneError
 TARGETS_DIR = Path(__file__).parent / "targets"
 # Target names -> device facts files. A path to any GpuTargetConfigProto text file works too.
 TARGETS = {"h100": "h100_sxm.txtpb", "h200": "h200.txtpb", "b200": "b200.txtpb"}
-# Our kernels' names in the machine code (kernels/gpu_*.py, kernels/mgpu_*.py).
+# Our kernels' names in the machine code (kernels/<backend>/gmm.py, tgmm.py).
 KERNEL_PREFIX = "ragtune_"
 # Outcomes, in the order a report names them.
 OK, NO_FIT, SPILL, SERIALIZED, UNSUPPORTED, ERROR = (
@@ -261,7 +261,7 @@ def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n
   name, text = target_text(target)
   _, dev = _mesh(text)
   try:
-    kernels.registry.REGISTRY[backend].check_device("gpu", dev.device_kind)
+    kernels.registry.check_device(backend, "gpu", dev.device_kind)
   except ValueError as e:
     return CompileReport(name, dev.device_kind, UNSUPPORTED, str(e), 0.0)
   hint = (lambda _name: config.smem_bytes(op, dtype, m, k, n)) if isinstance(config, kernels.MosaicConfig) else None

@@ -453,7 +453,10 @@ def plan(
       "spills or overflows. Needs the gpu-compile extra.",
     ),
   ] = None,
-  jobs: Jobs = None,
+  jobs: Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", min=1, metavar="N", help="Compile processes with --target [default: all cores]."),
+  ] = None,
 ):
   """List each problem with its candidate count after pruning, how many are done in the
   results folder, and an estimated time once some timings exist. Measures nothing (a child

@@ -73,7 +73,6 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
     p, best, base = s.problem, s.best, s.baselines
     t = best.time_s if best else None
     pct, bound = ceilings_mod.pct_of_peak(best, ceil or {}) if best else (None, "")
-    statuses = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
     out.append(
       {
         "device_kind": s.device_kind,
@@ -93,7 +92,7 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
         "runner_up": s.runner_up,
         "ok": len(s.ranked),
         "failed": sum(s.counts.values()) - len(s.ranked),
-        "statuses": statuses,
+        "statuses": s.statuses,
         "best_config": short_config(best.config) if best else s.why,
         "problem": p.key,
       }

@@ -309,7 +309,7 @@ def make_row(
 ) -> Record:
   """The record of one outcome. device: Record's device fields (device_kind, and from a
   worker platform, jax_version, device_index, worker_pid)."""
-  ok_time = time_s is not None and math.isfinite(time_s) and time_s > 0
+  ok_time = _seconds(time_s) is not None
   return Record(
     problem=p,
     config=dict(sorted(config.to_dict().items())) if config is not None else None,

@@ -50,6 +50,11 @@ class ProblemSummary:
     }
 
   @property
+  def statuses(self) -> str:
+    """Candidate counts by status, ok first: 'ok=5 crash=1 timeout=2'."""
+    return " ".join(f"{k}={v}" for k, v in sorted(self.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
+
+  @property
   def why(self) -> str:
     """Why there is no best config, e.g. 'no correct candidate: 3 timeout, 1 crash'."""
     if self.best is not None:

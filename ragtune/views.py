@@ -45,7 +45,6 @@ def summary_table(summaries, ceil=None) -> Table:
   for s in summaries:
     p, b, base = s.problem, s.best, s.baselines
     pct, bound = ceilings_mod.pct_of_peak(b, ceil or {}) if b else (None, "")
-    statuses = " ".join(f"{k}={v}" for k, v in sorted(s.counts.items(), key=lambda kv: (kv[0] != "ok", kv[0])))
     t.add_row(
       p.op,
       p.backend,
@@ -59,7 +58,7 @@ def summary_table(summaries, ceil=None) -> Table:
       f"{base['xla'] / b.time_s:.2f}x" if b and base["xla"] else "-",
       f"{base['default'] / b.time_s:.2f}x" if b and base["default"] else "-",
       s.winner,
-      statuses or "-",
+      s.statuses or "-",
       short_config(b.config) if b else s.why,
     )
   return t

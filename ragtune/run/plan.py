@@ -80,7 +80,8 @@ def _lut_hint(p: Problem, lut, device_kind: str | None):
   """The nearest LUT entry's config for p, if there is one (a stage-1 seed)."""
   if lut is None:
     return None
-  cfg = lut.lookup(p.op, p.m, p.k, p.n, p.g, p.dtype, backend=p.backend)
+  e = lut.query(p.op, p.m, p.k, p.n, p.g, p.dtype, backend=p.backend)
+  cfg = e.config if e is not None else None
   return cfg if cfg is not None and cfg.fits(p.op, p.dtype, p.m, p.k, p.n, device_kind) else None
 
 

@@ -1,4 +1,4 @@
-"""The backend registry, Lut.choose over backends, and backend="auto" following it op by op."""
+"""The backend registry, Lut.query over backends, and backend="auto" following it op by op."""
 
 import json
 import subprocess
@@ -86,7 +86,7 @@ def test_mosaic_smem_bounds_and_defaults():
   assert all(1024 % c.block_k == 0 and 7168 % c.block_n == 0 for c in cands[1:])
 
 
-# --- Lut.choose --------------------------------------------------------------------------
+# --- Lut.query across backends --------------------------------------------------------------------------
 
 
 def _entry(op, backend, cfg, time_s, **shape):
@@ -106,7 +106,7 @@ def _mixed_lut(winners):
   return kernels.Lut(H100, entries)
 
 
-def test_choose_returns_the_fastest_backend_for_each_op(tmp_path):
+def test_query_returns_the_fastest_backend_for_each_op(tmp_path):
   winners = {"fwd": "pallas_gpu", "dlhs": "mosaic_gpu", "drhs": "xla"}
   lut = _mixed_lut(winners)
   path = tmp_path / "lut.json"
@@ -122,7 +122,7 @@ def test_choose_returns_the_fastest_backend_for_each_op(tmp_path):
   assert entry_pick(lut.query("fwd", 512, 1 << 20, 1 << 20, 4, "bfloat16")) is None  # too far
 
 
-def test_choose_skips_configs_that_do_not_fit_and_ranks_untimed_last():
+def test_query_skips_configs_that_do_not_fit_and_ranks_untimed_last():
   huge = M(256, 256, 128, 8, 1)  # ~1 MiB of shared memory for a long k
   lut = kernels.Lut(
     H100,
@@ -147,13 +147,13 @@ def test_xla_entry_with_a_config_is_refused():
     kernels.Lut.from_dict(data)
 
 
-def test_resolve_plan_explicit_backend_and_configs_under_auto(monkeypatch):
+def test_resolve_explicit_backend_and_configs_under_auto(monkeypatch):
   s = (SHAPE["m"], SHAPE["k"], SHAPE["n"], SHAPE["g"], jnp.bfloat16)
   kernels.lut.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
   # On this CPU host "auto" is xla, except for an op given a config of another backend.
   plan = plan_of("auto", {"fwd": M()}, *s)
   assert plan == {"fwd": ("mosaic_gpu", M()), "dlhs": ("xla", None), "drhs": ("xla", None)}
-  # An explicit backend takes its own LUT entries (lookup), not the per-shape winner.
+  # An explicit backend takes its own LUT entries (query with a backend), not the per-shape winner.
   plan = plan_of("mosaic_gpu", None, *s)
   assert all(name == "mosaic_gpu" and cfg == M(64, 128, 64, 2, 1) for name, cfg in plan.values())
   with pytest.raises(TypeError, match="must be a MosaicConfig"):

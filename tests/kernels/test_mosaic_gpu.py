@@ -196,7 +196,7 @@ def _custom_calls(mod):
 def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
   """What this proves: given a GPU platform and the active LUT, "auto" picks each op's
   backend with Lut.query and each op lowers to that backend's kernel (Triton, Mosaic GPU,
-  or plain XLA). The target is faked for resolve_plan, which runs outside the export's
+  or plain XLA). The target is faked for resolve, which runs outside the export's
   abstract H100 mesh; on a real GPU kernels.target says "gpu" by itself."""
   from test_backends import SHAPE, _mixed_lut
 

@@ -6,6 +6,7 @@ import random
 
 from typer.testing import CliRunner
 
+import kernels
 from ragtune import search_space, shapes, store, sweep
 from ragtune.cli import app
 from ragtune.run import plan as planning
@@ -106,3 +107,29 @@ def test_the_search_space_is_the_probed_devices_not_the_parents(tmp_path, monkey
   assert space[0] == kernels.registry.default_config(
     "pallas_gpu", "fwd", "bfloat16", p.m, p.k, p.n, p.g, device_kind=h100
   )
+
+
+def test_a_budgeted_search_starts_from_the_devices_lut(tmp_path, monkeypatch):
+  """--budget seeds its first stage with the LUT a model here would use (RAGTUNE_LUT): the
+  nearest entry of the problem's backend, when it fits the device, even one the search
+  space prunes."""
+  p = shapes.Problem("fwd", "pallas_gpu", "float32", 64, 32, 48, 3, "x", (20, 20, 24))
+  tuned = kernels.TritonConfig(16, 16, 16, 1, 1, group_m=1, group_k=1)  # 1 warp: outside the space
+  assert tuned not in search_space.candidates(p, device_kind="cpu")
+  lut = kernels.Lut("cpu", [kernels.Entry("fwd", "pallas_gpu", "float32", 60, 32, 48, 3, tuned)])
+  (tmp_path / "cpu.json").write_text(json.dumps(lut.to_dict()))
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(tmp_path))
+  found = planning.find_lut("cpu")
+  assert found is not None and len(found) == 1
+  assert planning._lut_hint(p, found, "cpu") == tuned
+  assert planning._lut_hint(dataclasses.replace(p, backend="mosaic_gpu"), found, "cpu") is None
+  opts = sweep.SweepOptions(out_dir=tmp_path / "res", budget=4, device_kind="cpu", lut=found)
+  task, _, _ = planning.make_task(p, opts, {}, [])
+  assert tuned in task.configs.values()  # outside the pruned space: there for the LUT alone
+  timed = [c for _, c in task.pending if c is not None]  # the default first
+  while tuned not in timed and len(timed) < opts.budget:
+    task.history.update({c: 1e-3 for c in timed})
+    batch = [c for _, c in task.next_batch()]
+    assert batch, timed
+    timed += batch
+  assert tuned in timed, "a seed of the first stage, within the budget"

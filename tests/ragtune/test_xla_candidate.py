@@ -1,5 +1,5 @@
 """XLA as a candidate backend: export-lut writes an xla entry where XLA's own op is fastest,
-Lut.choose follows it, merging stays order-independent, and the tables name the winner."""
+Lut.query follows it, merging stays order-independent, and the tables name the winner."""
 
 import dataclasses
 import json
