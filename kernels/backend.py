@@ -55,6 +55,9 @@ class Backend:
   auto_priority: backend="auto" falls back to the highest-priority backend that runs
           compiled on the platform; 0: never a fallback.
   megablox_lut_fn: its config is megablox's (tm, tk, tn) tiling, served by Lut.lut_fn.
+  smem_at_launch: its kernels set their shared memory at launch, so a compiled program
+          does not record it; the config's smem_bytes gives it (ragtune's deviceless compile
+          report reads it there).
   """
 
   name: str
@@ -72,6 +75,7 @@ class Backend:
   abbrev: dict[str, str] = dataclasses.field(default_factory=dict)
   auto_priority: int = 0
   megablox_lut_fn: bool = False
+  smem_at_launch: bool = False
 
   def default_config(self, op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None):
     op_dims(op, m, k, n)  # validates op

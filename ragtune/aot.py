@@ -56,9 +56,9 @@ class KernelReport:
   """One ragtune kernel of a compiled op.
 
   smem_bytes: shared memory per block at launch. For Triton kernels, XLA's own launch
-  figure (its thunk sequence); Mosaic GPU sets its own at launch, so there it is the
-  kernel config's allocation (MosaicConfig.smem_bytes), which Mosaic's lowering checked
-  against the device's bound (smem_source says which)."""
+  figure (its thunk sequence); a backend whose kernels set their own at launch
+  (Backend.smem_at_launch: Mosaic GPU) gets the config's allocation (its smem_bytes), which
+  its lowering checked against the device's bound (smem_source says which)."""
 
   name: str
   registers: int
@@ -264,7 +264,8 @@ def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n
     kernels.registry.check_device(backend, "gpu", dev.device_kind)
   except ValueError as e:
     return CompileReport(name, dev.device_kind, UNSUPPORTED, str(e), 0.0)
-  hint = (lambda _name: config.smem_bytes(op, dtype, m, k, n)) if isinstance(config, kernels.MosaicConfig) else None
+  sets_own = kernels.registry.get(backend).smem_at_launch
+  hint = (lambda _name: config.smem_bytes(op, dtype, m, k, n)) if sets_own else None
   return compile_fn(target, fn, *op_arg_shapes(op, m, k, n, g, dtype), smem_hint=hint)
 
 
@@ -298,11 +299,11 @@ def compile_ragged_dot(
       plan = {op: (c.backend, c.config) for op, c in resolve(config, backend, m, k, n, g, dt).items()}
     except (TypeError, ValueError) as e:  # a backend the target lacks, or a bad config
       return CompileReport(name, dev.device_kind, _classify(e), _first_lines(e), 0.0)
-  mosaic = {op: cfg for op, (b, cfg) in plan.items() if isinstance(cfg, kernels.MosaicConfig)}
+  own = {op: cfg for op, (b, cfg) in plan.items() if kernels.registry.get(b).smem_at_launch}
 
   def hint(kname: str) -> int | None:  # fwd and dlhs share the gmm kernel: the larger allocation
-    ops = ("drhs",) if kname.startswith("ragtune_mgpu_tgmm") else ("fwd", "dlhs")
-    sizes = [mosaic[op].smem_bytes(op, dtype, m, k, n) for op in ops if op in mosaic]
+    ops = ("drhs",) if "tgmm" in kname else ("fwd", "dlhs")
+    sizes = [own[op].smem_bytes(op, dtype, m, k, n) for op in ops if op in own]
     return max(sizes) if sizes else None
 
   return compile_fn(target, fn, ((m, k), dt), ((g, k, n), dt), ((g,), jnp.int32), ((m, n), dt), smem_hint=hint)

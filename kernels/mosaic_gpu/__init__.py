@@ -65,7 +65,8 @@ def grad_rhs(
 
 # wgmma takes 16-bit inputs here. wgmma is sm_90a only: Blackwell (sm_100) has tcgen05
 # instead, and Ampere neither, so the kernels are Hopper's. TMA loads take 64-bit
-# addresses: wide indexing.
+# addresses: wide indexing. Mosaic sets a kernel's shared memory at launch, outside the compiled
+# program: smem_at_launch.
 BACKEND = Backend(
   name="mosaic_gpu",
   forward=forward,
@@ -79,4 +80,5 @@ BACKEND = Backend(
   launch_key=config.launch_key,
   wide_indexing=True,
   abbrev=config.ABBREV,
+  smem_at_launch=True,
 )
