@@ -250,31 +250,10 @@ def _log_choices(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dty
 # --- the three ops, each from its backend's folder (kernels/registry.py) ------------------
 
 
-def forward(
-  lhs,
-  rhs,
-  group_sizes,
-  *,
-  backend: str,
-  config: KernelConfig | None,
-  out_dtype,
-  transpose_rhs: bool = False,
-  group_offset=None,
-  precision=None,
-  interpret: bool = False,
-):
-  """out[m,n]: grouped matmul of lhs [m,k] with rhs [g,k,n] ([g,n,k] if transpose_rhs)."""
-  return registry.get(backend).forward(
-    lhs,
-    rhs,
-    group_sizes,
-    config=config,
-    out_dtype=out_dtype,
-    transpose_rhs=transpose_rhs,
-    group_offset=group_offset,
-    precision=precision,
-    interpret=interpret,
-  )
+def forward(lhs, rhs, group_sizes, *, backend: str, **kw):
+  """out[m,n]: grouped matmul of lhs [m,k] with rhs [g,k,n] ([g,n,k] if transpose_rhs).
+  kw: config, out_dtype, transpose_rhs, group_offset, precision, interpret (Backend.forward)."""
+  return registry.get(backend).forward(lhs, rhs, group_sizes, **kw)
 
 
 def grad_lhs(dout, rhs, group_sizes, *, backend: str, transpose_rhs: bool = False, **kw):
@@ -285,34 +264,10 @@ def grad_lhs(dout, rhs, group_sizes, *, backend: str, transpose_rhs: bool = Fals
   return forward(dout, rhs, group_sizes, backend=backend, transpose_rhs=not transpose_rhs, **kw)
 
 
-def grad_rhs(
-  lhs,
-  dout,
-  group_sizes,
-  *,
-  num_groups: int,
-  backend: str,
-  config: KernelConfig | None,
-  out_dtype,
-  transpose_rhs: bool = False,
-  group_offset=None,
-  precision=None,
-  interpret: bool = False,
-):
+def grad_rhs(lhs, dout, group_sizes, *, backend: str, **kw):
   """drhs[g,k,n] = lhs[group]^T @ dout[group] (or [g,n,k] with transpose_rhs); the config
-  is in the [g,k,n] frame."""
-  return registry.get(backend).grad_rhs(
-    lhs,
-    dout,
-    group_sizes,
-    num_groups=num_groups,
-    config=config,
-    out_dtype=out_dtype,
-    transpose_rhs=transpose_rhs,
-    group_offset=group_offset,
-    precision=precision,
-    interpret=interpret,
-  )
+  is in the [g,k,n] frame. kw: num_groups and those of forward (Backend.grad_rhs)."""
+  return registry.get(backend).grad_rhs(lhs, dout, group_sizes, **kw)
 
 
 # --- differentiation ------------------------------------------------------------------

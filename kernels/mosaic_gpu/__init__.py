@@ -11,55 +11,28 @@ from kernels.mosaic_gpu import config
 from kernels.mosaic_gpu.config import MosaicConfig
 
 
-def forward(
-  lhs, rhs, group_sizes, *, config, out_dtype, transpose_rhs=False, group_offset=None, precision=None, interpret=False
-):
-  gmm = importlib.import_module("kernels.mosaic_gpu.gmm")
-  return gmm.gmm(
-    lhs,
-    rhs,
-    group_sizes,
-    config=config,
-    out_dtype=out_dtype,
-    transpose_rhs=transpose_rhs,
-    group_offset=group_offset,
-    precision=precision,
-    interpret=interpret,
-  )
+def forward(lhs, rhs, group_sizes, **kw):
+  return importlib.import_module("kernels.mosaic_gpu.gmm").gmm(lhs, rhs, group_sizes, **kw)
 
 
-def grad_rhs(
-  lhs,
-  dout,
-  group_sizes,
-  *,
-  num_groups,
-  config,
-  out_dtype,
-  transpose_rhs=False,
-  group_offset=None,
-  precision=None,
-  interpret=False,
-):
+def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, precision=None, **kw):
   """drhs in the config's [g,k,n] frame: the output tile is [block_k, block_n] of [k, n]
   (with transpose_rhs, [block_n, block_k] of [n, k]); block_m rows are reduced a step."""
-  del precision
+  del precision  # wgmma on 16-bit inputs has one precision
   tgmm = importlib.import_module("kernels.mosaic_gpu.tgmm")
   a, b = (dout, lhs) if transpose_rhs else (lhs, dout)
   tile_a, tile_b = (config.block_n, config.block_k) if transpose_rhs else (config.block_k, config.block_n)
+  steps = config.max_concurrent_steps
   return tgmm.tgmm(
     a,
     b,
     group_sizes,
-    num_groups=num_groups,
     block_m=config.block_m,
     tile_a=tile_a,
     tile_b=tile_b,
     grid_block_n=config.grid_block_n,
-    max_concurrent_steps=config.max_concurrent_steps,
-    out_dtype=out_dtype,
-    group_offset=group_offset,
-    interpret=interpret,
+    max_concurrent_steps=steps,
+    **kw,
   )
 
 

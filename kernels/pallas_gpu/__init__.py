@@ -7,50 +7,16 @@ from kernels.pallas_gpu import config, gmm, tgmm
 from kernels.pallas_gpu.config import TritonConfig
 
 
-def forward(
-  lhs, rhs, group_sizes, *, config, out_dtype, transpose_rhs=False, group_offset=None, precision=None, interpret=False
-):
-  return gmm.gmm(
-    lhs,
-    rhs,
-    group_sizes,
-    config=config,
-    out_dtype=out_dtype,
-    transpose_rhs=transpose_rhs,
-    group_offset=group_offset,
-    precision=precision,
-    interpret=interpret,
-  )
+def forward(lhs, rhs, group_sizes, **kw):
+  return gmm.gmm(lhs, rhs, group_sizes, **kw)
 
 
-def grad_rhs(
-  lhs,
-  dout,
-  group_sizes,
-  *,
-  num_groups,
-  config,
-  out_dtype,
-  transpose_rhs=False,
-  group_offset=None,
-  precision=None,
-  interpret=False,
-):
+def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, **kw):
   # The config is in the [g,k,n] frame; with transpose_rhs the output is [g,n,k].
-  a, b = (dout, lhs) if transpose_rhs else (lhs, dout)
   if transpose_rhs:
+    lhs, dout = dout, lhs
     config = dataclasses.replace(config, block_k=config.block_n, block_n=config.block_k)
-  return tgmm.tgmm(
-    a,
-    b,
-    group_sizes,
-    num_groups=num_groups,
-    config=config,
-    out_dtype=out_dtype,
-    group_offset=group_offset,
-    precision=precision,
-    interpret=interpret,
-  )
+  return tgmm.tgmm(lhs, dout, group_sizes, config=config, **kw)
 
 
 # Pallas's Triton lowering makes pointer offsets int64 for any array over 4 GiB

@@ -8,49 +8,17 @@ from kernels.pallas_tpu import config, gmm
 from kernels.pallas_tpu.config import TpuConfig
 
 
-def forward(
-  lhs, rhs, group_sizes, *, config, out_dtype, transpose_rhs=False, group_offset=None, precision=None, interpret=False
-):
-  del precision
-  return gmm.gmm(
-    lhs,
-    rhs,
-    group_sizes,
-    config=config,
-    out_dtype=out_dtype,
-    transpose_rhs=transpose_rhs,
-    group_offset=group_offset,
-    interpret=interpret,
-  )
+def forward(lhs, rhs, group_sizes, *, precision=None, **kw):
+  del precision  # megablox picks its own
+  return gmm.gmm(lhs, rhs, group_sizes, **kw)
 
 
-def grad_rhs(
-  lhs,
-  dout,
-  group_sizes,
-  *,
-  num_groups,
-  config,
-  out_dtype,
-  transpose_rhs=False,
-  group_offset=None,
-  precision=None,
-  interpret=False,
-):
+def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, precision=None, **kw):
   del precision
-  a, b = (dout, lhs) if transpose_rhs else (lhs, dout)
   if transpose_rhs:  # the config is in the [g,k,n] frame
+    lhs, dout = dout, lhs
     config = dataclasses.replace(config, tk=config.tn, tn=config.tk)
-  return gmm.tgmm(
-    a,
-    b,
-    group_sizes,
-    num_groups=num_groups,
-    config=config,
-    out_dtype=out_dtype,
-    group_offset=group_offset,
-    interpret=interpret,
-  )
+  return gmm.tgmm(lhs, dout, group_sizes, config=config, **kw)
 
 
 # megablox has no float16 matmul, and indexes with int32 element counts.

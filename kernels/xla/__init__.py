@@ -4,39 +4,15 @@ from kernels.backend import Backend
 from kernels.xla import ops
 
 
-def forward(
-  lhs, rhs, group_sizes, *, config, out_dtype, transpose_rhs=False, group_offset=None, precision=None, interpret=False
-):
-  del config, interpret
-  return ops.gmm(
-    lhs,
-    rhs,
-    group_sizes,
-    out_dtype=out_dtype,
-    transpose_rhs=transpose_rhs,
-    group_offset=group_offset,
-    precision=precision,
-  )
+def forward(lhs, rhs, group_sizes, *, config=None, interpret=False, **kw):
+  del config, interpret  # no knobs; XLA compiles it
+  return ops.gmm(lhs, rhs, group_sizes, **kw)
 
 
-def grad_rhs(
-  lhs,
-  dout,
-  group_sizes,
-  *,
-  num_groups,
-  config,
-  out_dtype,
-  transpose_rhs=False,
-  group_offset=None,
-  precision=None,
-  interpret=False,
-):
+def grad_rhs(lhs, dout, group_sizes, *, config=None, interpret=False, transpose_rhs=False, **kw):
   del config, interpret
   a, b = (dout, lhs) if transpose_rhs else (lhs, dout)
-  return ops.tgmm(
-    a, b, group_sizes, num_groups=num_groups, out_dtype=out_dtype, group_offset=group_offset, precision=precision
-  )
+  return ops.tgmm(a, b, group_sizes, **kw)
 
 
 # XLA picks 64-bit indexing itself: wide indexing.
