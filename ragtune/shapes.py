@@ -13,6 +13,17 @@ A file (loaded with yaml.safe_load semantics only; tags are never executed)::
   models:
     - {model: mixtral-8x7b, tokens: [16, 8192]}          # up (k->n) and down (n->k)
     - {model: deepseek-v3, tokens: [64], top_k: 8, projections: [up]}
+    - {model: qwen3-30b-a3b, tokens: [4096], ep: 8, tp: 2, fused_gate_up: true}
+    - {name: my-moe, hidden: 2048, intermediate: 768, experts: 128, top_k: 8, tokens: [64]}
+
+A model entry is laid out over ep x tp ranks and tuned as one rank's local problem, the one
+`kernels.ragged_dot` looks up there (m = lhs rows, g = rhs.shape[0], k and n of the local rhs):
+  ep: each rank holds experts/ep experts and the ceil(tokens*top_k/ep) rows that balanced
+      routing sends it (rounded up: where the share is not whole, the ranks with one row
+      more set the step time); its group sizes follow the routing weights of its experts,
+      taken from those of all the experts (see GroupDist.draw_shard);
+  tp: splits the intermediate dim: up n/tp (column parallel), down k/tp (row parallel);
+  fused_gate_up: the up projection computes gate and up at once, n = 2 x intermediate.
 """
 
 from __future__ import annotations
@@ -21,18 +32,30 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import (
+  AfterValidator,
+  BaseModel,
+  ConfigDict,
+  Field,
+  PositiveInt,
+  ValidationError,
+  field_validator,
+  model_validator,
+)
 
 from kernels import registry
 from kernels.common import DTYPES, OPS
 from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError
-from ragtune.presets import MODEL_PRESETS
+from ragtune.presets import MODEL_PRESETS, MoePreset
 
 Op = Literal["fwd", "dlhs", "drhs"]
 Backend = Literal[BACKENDS]  # type: ignore[valid-type]  # the registry's names
@@ -64,23 +87,51 @@ class GroupDist(BaseModel):
     return core if self.fill == 1 else f"{core},fill={self.fill}"
 
   def draw(self, m: int, g: int) -> np.ndarray:
+    return self.draw_shard(m, g, 1)[0]
+
+  def draw_shard(self, m: int, g: int, ep: int) -> tuple[np.ndarray, int]:
+    """The sizes of one of ep ranks that hold g/ep experts each, and that rank: m rows (times
+    fill) over its experts by their share of the routing weights of all g experts, so zipf's
+    hot and empty experts stay. The rank is the one with the most weight (the first on a tie),
+    the rank an expert-parallel step waits for. ep=1 is the plain draw over g."""
     rows = int(round(m * self.fill))
+    g_local = g // ep
     rng = np.random.default_rng(self.seed)
     if self.dist == "uniform":
-      sizes = np.full(g, rows // g)
-      sizes[: rows % g] += 1
-    elif self.dist == "multinomial":
-      sizes = rng.multinomial(rows, np.full(g, 1.0 / g))
-    else:
-      weights = 1.0 / np.arange(1, g + 1) ** self.alpha
-      rng.shuffle(weights)
-      n_empty = min(g - 1, int(round(g * self.empty_fraction)))
-      weights[rng.choice(g, n_empty, replace=False)] = 0.0
-      sizes = rng.multinomial(rows, weights / weights.sum())
-    return sizes.astype(np.int32)
+      sizes = np.full(g_local, rows // g_local)
+      sizes[: rows % g_local] += 1
+      return sizes.astype(np.int32), 0
+    if self.dist == "multinomial":
+      return rng.multinomial(rows, np.full(g_local, 1.0 / g_local)).astype(np.int32), 0
+    weights = 1.0 / np.arange(1, g + 1) ** self.alpha
+    rng.shuffle(weights)
+    n_empty = min(g - 1, int(round(g * self.empty_fraction)))
+    weights[rng.choice(g, n_empty, replace=False)] = 0.0
+    rank = int(np.argmax(weights.reshape(ep, g_local).sum(axis=1)))
+    local = weights[rank * g_local : (rank + 1) * g_local]
+    return rng.multinomial(rows, local / local.sum()).astype(np.int32), rank
 
 
 GroupSizesField = list[int] | GroupDist
+
+
+class At(ValueError):
+  """A cross-field error of one key (or entry): `loc` below the model that raised it, so the
+  message names that key and its line rather than the whole entry."""
+
+  def __init__(self, loc: tuple[str | int, ...], msg: str):
+    super().__init__(msg)
+    self.loc = loc
+
+
+def _no_repeats(values: list) -> list:
+  repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+  if repeated is not None:
+    raise ValueError(f"{repeated!r} is given twice")
+  return values
+
+
+Once = AfterValidator(_no_repeats)  # a list whose items are distinct
 
 
 class ShapeSpec(BaseModel):
@@ -97,20 +148,33 @@ class ShapeSpec(BaseModel):
     gs = self.group_sizes
     if isinstance(gs, list):
       if len(gs) != self.g:
-        raise ValueError(f"group_sizes has {len(gs)} entries but g={self.g}")
+        raise At(("group_sizes",), f"{len(gs)} entries, but g={self.g}")
       if any(s < 0 for s in gs):
-        raise ValueError("group_sizes must be non-negative")
+        raise At(("group_sizes",), "sizes must be non-negative")
       if sum(gs) > self.m:
-        raise ValueError(f"group_sizes sum to {sum(gs)}, more than m={self.m}")
+        raise At(("group_sizes",), f"sizes sum to {sum(gs)}, more than m={self.m}")
     return self
 
 
+_LAYER_KEYS = ("hidden", "intermediate", "experts", "top_k")
+
+
 class ModelSpec(BaseModel):
+  """A MoE layer at some token counts: a preset (`model:`) or given explicitly (`name:` with
+  hidden, intermediate, experts and top_k), tuned as one rank's problem under ep x tp."""
+
   model_config = ConfigDict(extra="forbid")
-  model: str
-  tokens: list[PositiveInt] = Field(min_length=1)
+  model: str | None = None
+  name: str | None = None
+  hidden: PositiveInt | None = None
+  intermediate: PositiveInt | None = None
+  experts: PositiveInt | None = None
   top_k: PositiveInt | None = None
-  projections: list[Literal["up", "down"]] = ["up", "down"]
+  tokens: Annotated[list[PositiveInt], Once] = Field(min_length=1)
+  projections: Annotated[list[Literal["up", "down"]], Once] = Field(["up", "down"], min_length=1)
+  fused_gate_up: bool = False
+  ep: PositiveInt = 1
+  tp: PositiveInt = 1
   dtype: Dtype | None = None
   group_sizes: GroupDist | None = None
 
@@ -121,13 +185,55 @@ class ModelSpec(BaseModel):
       raise ValueError(f"unknown model {v!r}; presets: {', '.join(sorted(MODEL_PRESETS))}")
     return v.lower()
 
+  @field_validator("name")
+  @classmethod
+  def _plain_name(cls, v: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v):  # ':' would split a problem's `source`
+      raise ValueError(f"{v!r}: use letters, digits, '.', '_' and '-'")
+    return v.lower()  # as presets and --model are
+
+  @model_validator(mode="after")
+  def _layer_fits(self):
+    if (self.model is None) == (self.name is None):
+      either = "give either model: (a preset) or name: (a layer with hidden, intermediate, experts and top_k)"
+      raise At(("name",), either) if self.name is not None else ValueError(either)
+    if self.model is not None:
+      given = next((key for key in _LAYER_KEYS[:3] if getattr(self, key) is not None), None)
+      if given:
+        raise At((given,), f"set by the preset {self.model}; for other values use name: instead of model:")
+    else:
+      missing = [key for key in _LAYER_KEYS if getattr(self, key) is None]
+      if missing:
+        raise At(("name",), f"an explicit layer needs {', '.join(_LAYER_KEYS)}; missing: {', '.join(missing)}")
+    layer = self.layer()
+    if layer.top_k > layer.experts:
+      raise At(("top_k",), f"{layer.top_k} is more than the {layer.experts} experts of {self.label}")
+    if layer.experts % self.ep:
+      raise At(("ep",), f"{self.ep} does not divide the {layer.experts} experts of {self.label}")
+    if layer.intermediate % self.tp:
+      raise At(("tp",), f"{self.tp} does not divide the intermediate size {layer.intermediate} of {self.label}")
+    if self.fused_gate_up and "up" not in self.projections:
+      raise At(("fused_gate_up",), "fuses gate into the up projection, but projections leaves up out")
+    return self
+
+  @property
+  def label(self) -> str:
+    return self.model or self.name
+
+  def layer(self) -> MoePreset:
+    """The whole layer (before ep and tp): the preset's, with a top_k override, or the explicit one."""
+    if self.model is not None:
+      pre = MODEL_PRESETS[self.model]
+      return pre._replace(top_k=self.top_k or pre.top_k)
+    return MoePreset(self.hidden, self.intermediate, self.experts, self.top_k)
+
 
 class ShapeSet(BaseModel):
   model_config = ConfigDict(extra="forbid")
   name: str | None = None
   dtype: Dtype = "bfloat16"
-  ops: list[Op] = Field(default_factory=lambda: ["fwd"], min_length=1)
-  backends: list[Backend] = Field(default_factory=lambda: [registry.tunable()[0]], min_length=1)
+  ops: Annotated[list[Op], Once] = Field(default_factory=lambda: ["fwd"], min_length=1)
+  backends: Annotated[list[Backend], Once] = Field(default_factory=lambda: [registry.tunable()[0]], min_length=1)
   group_sizes: GroupDist = Field(default_factory=GroupDist)
   max_candidates: PositiveInt | None = None
   shapes: list[ShapeSpec] = []
@@ -137,6 +243,15 @@ class ShapeSet(BaseModel):
   def _not_empty(self):
     if not self.shapes and not self.models:
       raise ValueError("a shape set needs at least one entry under 'shapes' or 'models'")
+    return self
+
+  @model_validator(mode="after")
+  def _no_repeated_entries(self):
+    for key in ("shapes", "models"):  # a pasted entry twice, most likely a slip
+      entries = getattr(self, key)
+      for i, entry in enumerate(entries):
+        if entry in entries[:i]:
+          raise At((key, i), f"the same entry as {key}[{entries.index(entry)}]")
     return self
 
 
@@ -286,45 +401,77 @@ def load_shape_set(path: str | Path) -> ShapeSet:
     raise RagtuneError(f"{p}: empty shapes file (expected keys such as 'shapes' or 'models')")
   if not isinstance(data, dict):
     raise RagtuneError(f"{p}:1: top level must be a mapping, got {type(data).__name__}")
+
+  def key_at(loc: tuple) -> str:
+    line = _line_of(root, loc)
+    return f"{p}:{line}: {_format_loc(loc)}" if line else f"{p}: {_format_loc(loc)}"
+
+  return validate(data, key_at)
+
+
+def validate(data: dict, where: Callable[[tuple], str]) -> ShapeSet:
+  """The ShapeSet of `data`, or a RagtuneError '<where(loc)>: <why>' for the one key at fault,
+  where `where` names the file and that key from its pydantic location."""
   try:
     return ShapeSet.model_validate(data)
   except ValidationError as e:
     err = _best_error(e.errors(), data)
-    loc = tuple(x for x in err["loc"])
-    line = _line_of(root, loc)
-    where = f"{p}:{line}" if line else str(p)
+    cause = err.get("ctx", {}).get("error")
+    loc = tuple(err["loc"]) + (cause.loc if isinstance(cause, At) else ())
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
       msg = "unknown key"
-    raise RagtuneError(f"{where}: {_format_loc(loc)}: {msg}") from None
+    raise RagtuneError(f"{where(loc)}: {msg}") from None
 
 
 # --- expansion ------------------------------------------------------------------------
 
 
-def _shape_rows(spec: ShapeSet) -> list[tuple[int, int, int, int, str, Any, str]]:
+@dataclasses.dataclass(frozen=True)
+class _Row:
+  """One shape to tune, before ops and backends: the local problem of one rank."""
+
+  m: int
+  k: int
+  n: int
+  g: int  # the rank's groups
+  dtype: str
+  group_sizes: list[int] | GroupDist
+  source: str
+  ep: int = 1  # the g groups are one of ep ranks' share of g * ep experts
+
+
+def _model_rows(mdl: ModelSpec, spec: ShapeSet) -> list[_Row]:
+  """A model entry's (tokens, projection) problems, each one rank's under ep x tp (see the module doc)."""
+  layer = mdl.layer()
+  layout = "".join(f":{key}={v}" for key, v in (("ep", mdl.ep), ("tp", mdl.tp)) if v > 1)
   rows = []
-  for i, s in enumerate(spec.shapes):
-    rows.append((s.m, s.k, s.n, s.g, s.dtype or spec.dtype, s.group_sizes or spec.group_sizes, f"shapes[{i}]"))
-  for mdl in spec.models:
-    pre = MODEL_PRESETS[mdl.model]
-    top_k = mdl.top_k or pre.top_k
-    for t in mdl.tokens:
-      m = t * top_k
-      for proj in mdl.projections:
-        k, n = (pre.hidden, pre.intermediate) if proj == "up" else (pre.intermediate, pre.hidden)
-        rows.append(
-          (
-            m,
-            k,
-            n,
-            pre.experts,
-            mdl.dtype or spec.dtype,
-            mdl.group_sizes or spec.group_sizes,
-            f"{mdl.model}:{proj}:tokens={t}",
-          )
+  for t in mdl.tokens:
+    for proj in mdl.projections:
+      fused = mdl.fused_gate_up and proj == "up"
+      inner = layer.intermediate // mdl.tp * (2 if fused else 1)
+      k, n = (layer.hidden, inner) if proj == "up" else (inner, layer.hidden)
+      rows.append(
+        _Row(
+          m=math.ceil(t * layer.top_k / mdl.ep),
+          k=k,
+          n=n,
+          g=layer.experts // mdl.ep,
+          dtype=mdl.dtype or spec.dtype,
+          group_sizes=mdl.group_sizes or spec.group_sizes,
+          source=f"{mdl.label}:{'gate_up' if fused else proj}:tokens={t}{layout}",
+          ep=mdl.ep,
         )
+      )
   return rows
+
+
+def _shape_rows(spec: ShapeSet) -> list[_Row]:
+  rows = [
+    _Row(s.m, s.k, s.n, s.g, s.dtype or spec.dtype, s.group_sizes or spec.group_sizes, f"shapes[{i}]")
+    for i, s in enumerate(spec.shapes)
+  ]
+  return rows + [row for mdl in spec.models for row in _model_rows(mdl, spec)]
 
 
 def expand(spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] | None = None) -> list[Problem]:
@@ -335,15 +482,17 @@ def expand(spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] 
   if bad:
     raise RagtuneError(f"unknown op/backend {bad}; ops: {OPS}, backends: {BACKENDS}")
   problems, seen = [], set()
-  for m, k, n, g, dtype, gsz, source in _shape_rows(spec):
-    assert dtype in DTYPES
+  for row in _shape_rows(spec):
+    assert row.dtype in DTYPES
+    gsz = row.group_sizes
     if isinstance(gsz, list):
       sizes, label = np.asarray(gsz, np.int32), "explicit"
     else:
-      sizes, label = gsz.draw(m, g), gsz.label()
+      sizes, rank = gsz.draw_shard(row.m, row.g * row.ep, row.ep)
+      label = gsz.label() + (f",ep={row.ep},rank={rank}" if row.ep > 1 else "")
     for op in ops:
       for backend in backends:
-        p = Problem(op, backend, dtype, m, k, n, g, label, tuple(int(s) for s in sizes), source)
+        p = Problem(op, backend, row.dtype, row.m, row.k, row.n, row.g, label, tuple(int(s) for s in sizes), row.source)
         if p.key not in seen:
           seen.add(p.key)
           problems.append(p)
@@ -375,22 +524,24 @@ def select(
 ) -> list:
   """The items (Problems, or LUT entries: anything with op, m, k, n) that every given selector
   keeps: op among `ops`, (m, k, n) among `shapes` ('M,K,N'), and, for Problems, expanded
-  from one of `models` (presets). An empty result is an error naming the selectors.
+  from one of `models` (presets, or names of explicit layers). An empty result is an error naming the selectors.
   """
   bad = [o for o in ops or [] if o not in OPS]
   if bad:
     raise RagtuneError(f"--op {', '.join(bad)}: unknown op; ops: {', '.join(OPS)}")
   dims = {parse_shape(s) for s in shapes or []}
   names = [m.lower() for m in models or []]
-  unknown = [m for m in names if m not in MODEL_PRESETS]
+  model_of = lambda x: getattr(x, "source", "").split(":")[0]
+  unknown = [m for m in names if m not in MODEL_PRESETS and m not in {model_of(x) for x in items}]
   if unknown:
-    raise RagtuneError(f"--model {', '.join(unknown)}: unknown model; presets: {', '.join(sorted(MODEL_PRESETS))}")
+    raise RagtuneError(
+      f"--model {', '.join(unknown)}: unknown model; presets: {', '.join(sorted(MODEL_PRESETS))} "
+      "(or a name: of the shapes file)"
+    )
   out = [
     x
     for x in items
-    if (not ops or x.op in ops)
-    and (not dims or (x.m, x.k, x.n) in dims)
-    and (not names or getattr(x, "source", "").split(":")[0] in names)
+    if (not ops or x.op in ops) and (not dims or (x.m, x.k, x.n) in dims) and (not names or model_of(x) in names)
   ]
   if not out and items:
     given = " ".join(

@@ -57,6 +57,61 @@ YAML_CASES = {
     ":2: models[0].group_sizes.alpha: Input should be greater than 0",
   ),
   "zero_groups": ("shapes:\n  - {m: 8, k: 8, n: 8, g: 0}\n", ":2: shapes[0].g: Input should be greater than 0"),
+  # Cross-field rules of a model entry, each named at its key's line.
+  "top_k_over_experts": (
+    "models:\n  - model: qwen3-30b-a3b\n    tokens: [16]\n    top_k: 200\n",
+    ":4: models[0].top_k: 200 is more than the 128 experts of qwen3-30b-a3b",
+  ),
+  "explicit_top_k": (
+    "models:\n  - {name: mine, hidden: 8, intermediate: 8, experts: 4, top_k: 5, tokens: [2]}\n",
+    ":2: models[0].top_k: 5 is more than the 4 experts of mine",
+  ),
+  "ep_divides_experts": (
+    "models:\n  - {model: qwen3-30b-a3b, tokens: [16], ep: 3}\n",
+    ":2: models[0].ep: 3 does not divide the 128 experts of qwen3-30b-a3b",
+  ),
+  "tp_divides_intermediate": (
+    "models:\n  - model: mixtral-8x7b\n    tokens: [16]\n    tp: 5\n",
+    ":4: models[0].tp: 5 does not divide the intermediate size 14336 of mixtral-8x7b",
+  ),
+  "fused_without_up": (
+    "models:\n  - {model: mixtral-8x7b, tokens: [16], projections: [down], fused_gate_up: true}\n",
+    ":2: models[0].fused_gate_up: fuses gate into the up projection, but projections leaves up out",
+  ),
+  "model_and_name": (
+    "models:\n  - model: mixtral-8x7b\n    name: mine\n    tokens: [16]\n",
+    ":3: models[0].name: give either model: (a preset) or name:",
+  ),
+  "neither_model_nor_name": ("models:\n  - {tokens: [16]}\n", ":2: models[0]: give either model: (a preset) or name:"),
+  "preset_with_layer_key": (
+    "models:\n  - model: mixtral-8x7b\n    tokens: [16]\n    hidden: 8\n",
+    ":4: models[0].hidden: set by the preset mixtral-8x7b; for other values use name: instead of model:",
+  ),
+  "explicit_missing_keys": (
+    "models:\n  - {name: mine, hidden: 8, experts: 4, tokens: [2]}\n",
+    ":2: models[0].name: an explicit layer needs hidden, intermediate, experts, top_k; missing: intermediate, top_k",
+  ),
+  "name_with_colon": (
+    "models:\n  - {name: 'a:b', hidden: 8, intermediate: 8, experts: 4, top_k: 2, tokens: [2]}\n",
+    ":2: models[0].name: 'a:b': use letters, digits",
+  ),
+  "tokens_twice": (
+    "models:\n  - {model: mixtral-8x7b, tokens: [16, 64, 16]}\n",
+    ":2: models[0].tokens: 16 is given twice",
+  ),
+  "ops_twice": ("ops: [fwd, fwd]\n" + GOOD_SHAPE, ":1: ops: 'fwd' is given twice"),
+  "same_shape_twice": (
+    GOOD_SHAPE + "  - {m: 32, k: 16, n: 16, g: 2}\n  - {m: 16, k: 16, n: 16, g: 2}\n",
+    ":4: shapes[2]: the same entry as shapes[0]",
+  ),
+  "same_model_twice": (
+    "models:\n  - {model: olmoe-1b-7b, tokens: [2]}\n  - {model: olmoe-1b-7b, tokens: [2]}\n",
+    ":3: models[1]: the same entry as models[0]",
+  ),
+  "sizes_vs_g": (
+    "shapes:\n  - m: 8\n    k: 8\n    n: 8\n    g: 2\n    group_sizes: [1, 2, 3]\n",
+    ":6: shapes[0].group_sizes: 3 entries, but g=2",
+  ),
   "int32_overflow": (
     "backends: [pallas_tpu]\nshapes:\n  - {m: 70000, k: 70000, n: 16, g: 2}\n",
     "lhs [m,k] has 4,900,000,000 elements, beyond pallas_tpu's int32 indexing (2,147,483,647); "
