@@ -710,6 +710,68 @@ def report(
     console.print(f"wrote {path}")
 
 
+shapes_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Write shape files.")
+app.add_typer(shapes_app, name="shapes")
+
+
+def _positive_ints(text: str, option: str) -> list[int]:
+  parts = [t.strip() for t in text.split(",")]
+  if not all(t.isdigit() and int(t) > 0 for t in parts):
+    raise RagtuneError(f"{option} {text!r}: expected positive integers separated by commas, e.g. 16,4096")
+  return [int(t) for t in parts]
+
+
+@shapes_app.command(
+  "from-config",
+  cls=_Command,
+  epilog="\b\nExample: ragtune shapes from-config shapes/configs/qwen3-30b-a3b.json --ep 8 --fused-gate-up",
+)
+@user_errors
+def from_config(
+  config: Annotated[Path, typer.Argument(metavar="CONFIG_JSON", help="A Hugging Face model's config.json (local).")],
+  output: Annotated[
+    Path | None,
+    typer.Option("--output", "-o", metavar="FILE", help="Shapes file to write [default: print it]."),
+  ] = None,
+  tokens: Annotated[
+    str, typer.Option("--tokens", metavar="N,N,...", help="Token counts; m = tokens * top_k / ep, rounded up.")
+  ] = "16,4096",
+  ep: Annotated[int, typer.Option("--ep", metavar="N", help="Expert-parallel ranks (each holds experts/N).")] = 1,
+  tp: Annotated[
+    int, typer.Option("--tp", metavar="N", help="Tensor-parallel ranks (split the intermediate size).")
+  ] = 1,
+  fused_gate_up: Annotated[
+    bool, typer.Option("--fused-gate-up", help="Gate and up in one matmul: the up projection's n = 2 x intermediate.")
+  ] = False,
+  dtype: Annotated[str, typer.Option("--dtype", metavar="DTYPE", help="bfloat16, float16 or float32.")] = "bfloat16",
+  name: Annotated[
+    str | None,
+    typer.Option("--name", metavar="NAME", help="The model's name [default: the config file's name, or its folder's]."),
+  ] = None,
+):
+  """Read the MoE layer (hidden, expert intermediate size, experts, top_k) from a model's
+  config.json and write a shape file that tunes it: one models: entry, laid out over ep x tp
+  ranks. Knows the field names of Mixtral, DeepSeek, Qwen-MoE, Llama-4, gpt-oss, OLMoE and DBRX."""
+  from ragtune import hf_config, store
+
+  if output is not None:
+    paths.writable_file(output, "the shapes file")
+  text = hf_config.shape_file(
+    config,
+    tokens=_positive_ints(tokens, "--tokens"),
+    ep=ep,
+    tp=tp,
+    fused_gate_up=fused_gate_up,
+    dtype=dtype,
+    name=name,
+  )
+  if output is None:
+    typer.echo(text, nl=False)
+  else:
+    store.write_atomic(output, text)
+    console.print(f"wrote {output}")
+
+
 def main():
   app(prog_name="ragtune")
 

@@ -264,6 +264,49 @@ def test_bad_output_paths(tmp_path, monkeypatch, cmd, expected):
   assert _tree(tmp_path) == before, "nothing is left behind"
 
 
+QWEN = {"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8}
+CONFIG_CASES = {
+  "dense": ('{"hidden_size": 4096, "intermediate_size": 14336}', [], "{cfg}: no MoE layer found (a dense model?); "),
+  "not_json": ('{"hidden_size": 2048,', [], "{cfg}: not a JSON file"),
+  "not_object": ("[1, 2]", [], "{cfg}: expected a JSON object"),
+  "bad_value": (json.dumps({**QWEN, "num_experts": "128"}), [], "{cfg}: num_experts: expected a positive integer"),
+  "top_k": (
+    json.dumps({**QWEN, "num_experts_per_tok": 200}),
+    [],
+    "{cfg}: num_experts_per_tok: 200 is more than the 128 experts",
+  ),
+  "ep": (json.dumps(QWEN), ["--ep", "3"], "{cfg}: --ep: 3 does not divide the 128 experts of cfg"),
+  "tp": (json.dumps(QWEN), ["--tp", "5"], "{cfg}: --tp: 5 does not divide the intermediate size 768 of cfg"),
+  "dtype": (json.dumps(QWEN), ["--dtype", "int8"], "{cfg}: --dtype: Input should be 'bfloat16'"),
+  "tokens": (json.dumps(QWEN), ["--tokens", "16,x"], "--tokens '16,x': expected positive integers"),
+  "missing": (None, [], "{cfg}: no such config file"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIG_CASES))
+def test_bad_config_for_from_config(tmp_path, case):
+  text, options, expected = CONFIG_CASES[case]
+  cfg = tmp_path / "cfg.json"
+  if text is not None:
+    cfg.write_text(text)
+  before = _tree(tmp_path)
+  r = runner.invoke(app, ["shapes", "from-config", str(cfg), "-o", str(tmp_path / "out.yaml"), *options])
+  assert r.exit_code == 2, r.output
+  assert expected.format(cfg=cfg) in _one_error_line(r)
+  assert _tree(tmp_path) == before, "nothing is written"
+
+
+def test_dense_config_names_the_fields_looked_for(tmp_path):
+  cfg = tmp_path / "config.json"
+  cfg.write_text('{"text_config": {"hidden_size": 4096, "intermediate_size": 14336}}')
+  line = _one_error_line(runner.invoke(app, ["shapes", "from-config", str(cfg)]))
+  assert line.endswith(
+    "looked for experts: text_config.n_routed_experts, text_config.num_local_experts, text_config.num_experts, "
+    "text_config.ffn_config.moe_num_experts; top_k: text_config.num_experts_per_tok, "
+    "text_config.experts_per_token, text_config.ffn_config.moe_top_k"
+  ), line
+
+
 def test_write_atomic_cleans_up(tmp_path, monkeypatch):
   target = tmp_path / "out.json"
 

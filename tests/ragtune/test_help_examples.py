@@ -13,11 +13,11 @@ from ragtune.cli import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("sweep", "verify", "export-lut", "show", "report")
+COMMANDS = ("sweep", "verify", "export-lut", "show", "report", "shapes from-config")
 
 
 def _help(cmd):
-  r = runner.invoke(app, [cmd, "--help"], prog_name="ragtune")
+  r = runner.invoke(app, [*cmd.split(), "--help"], prog_name="ragtune")
   assert r.exit_code == 0, r.output
   return r.output
 
@@ -29,6 +29,7 @@ def test_usage_names_arguments_and_types_read_in_words():
     assert not re.search(r"<(list\[\w+\]|path|int|float|text|int range|float range)>", text), text
   assert "sweep [OPTIONS] SHAPES_FILE\n" in _help("sweep")
   assert "export-lut [OPTIONS] [DIR]...\n" in _help("export-lut")
+  assert "from-config [OPTIONS] CONFIG_JSON\n" in _help("shapes from-config")
   assert "--shape M,K,N" in _help("verify") and "--timeout SECONDS" in _help("sweep")
 
 

@@ -1,0 +1,128 @@
+"""A Hugging Face model's config.json -> a shape file for its MoE layers (`ragtune shapes from-config`).
+
+The file is read locally; nothing is downloaded. Families name the four numbers of a MoE
+layer differently; FIELDS lists, per number, the config fields that hold it, and the first
+one present wins. The fields of each family (its public config.json on the Hugging Face Hub):
+  Mixtral (mistralai/Mixtral-8x7B-v0.1): hidden_size, intermediate_size, num_local_experts,
+    num_experts_per_tok;
+  DeepSeek-V2/V3 (deepseek-ai/DeepSeek-V3): hidden_size, moe_intermediate_size,
+    n_routed_experts, num_experts_per_tok (intermediate_size is the dense layers' width);
+  Qwen2-MoE/Qwen3-MoE (Qwen/Qwen3-30B-A3B): hidden_size, moe_intermediate_size, num_experts,
+    num_experts_per_tok (intermediate_size is the dense layers');
+  Llama-4 (meta-llama/Llama-4-Scout-17B-16E): Mixtral's fields under text_config
+    (intermediate_size_mlp is the dense layers');
+  gpt-oss (openai/gpt-oss-20b): Mixtral's fields (also experts_per_token);
+  OLMoE (allenai/OLMoE-1B-7B-0924): hidden_size, intermediate_size, num_experts,
+    num_experts_per_tok;
+  DBRX (databricks/dbrx-base): d_model, ffn_config.ffn_hidden_size,
+    ffn_config.moe_num_experts, ffn_config.moe_top_k.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ragtune import shapes
+from ragtune.errors import RagtuneError
+from ragtune.presets import MoePreset
+
+# Per MoePreset field, the config fields that hold it, tried in order: the experts' own width
+# (moe_intermediate_size) before intermediate_size, which is the dense layers' where both exist.
+FIELDS: dict[str, tuple[str, ...]] = {
+  "hidden": ("hidden_size", "d_model"),
+  "intermediate": ("moe_intermediate_size", "ffn_config.ffn_hidden_size", "intermediate_size"),
+  "experts": ("n_routed_experts", "num_local_experts", "num_experts", "ffn_config.moe_num_experts"),
+  "top_k": ("num_experts_per_tok", "experts_per_token", "ffn_config.moe_top_k"),
+}
+NESTED = "text_config"  # multimodal configs (Llama-4) keep the language model's fields here
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigLayer:
+  """A config's MoE layer and, per MoePreset field, the config field it was read from."""
+
+  layer: MoePreset
+  fields: dict[str, str]
+
+
+def _lookup(config: dict[str, Any], dotted: str) -> Any:
+  value: Any = config
+  for part in dotted.split("."):
+    if not isinstance(value, dict) or part not in value:
+      return None
+    value = value[part]
+  return value
+
+
+def read_layer(path: Path) -> ConfigLayer:
+  """The MoE layer of the config.json at `path`; errors name the file and the field."""
+  try:
+    config = json.loads(Path(path).read_text())
+  except FileNotFoundError:
+    raise RagtuneError(f"{path}: no such config file") from None
+  except OSError as e:
+    raise RagtuneError(f"{path}: cannot read ({e.strerror or e})") from None
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise RagtuneError(f"{path}: not a JSON file ({e})") from None
+  if not isinstance(config, dict):
+    raise RagtuneError(f"{path}: expected a JSON object (a model's config.json), got {type(config).__name__}")
+  prefix = f"{NESTED}." if isinstance(config.get(NESTED), dict) else ""
+  root = config[NESTED] if prefix else config
+  values, fields = {}, {}
+  for key, names in FIELDS.items():
+    name = next((n for n in names if _lookup(root, n) is not None), None)
+    if name is None:
+      continue
+    value = _lookup(root, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise RagtuneError(f"{path}: {prefix}{name}: expected a positive integer, got {value!r}")
+    values[key], fields[key] = value, prefix + name
+  missing = [key for key in FIELDS if key not in values]
+  if missing:
+    looked = "; ".join(f"{key}: {', '.join(prefix + n for n in FIELDS[key])}" for key in missing)
+    raise RagtuneError(f"{path}: no MoE layer found (a dense model?); looked for {looked}")
+  return ConfigLayer(MoePreset(**values), fields)
+
+
+def default_name(path: Path) -> str:
+  """The model's name from where its config lies: the file's own name unless it is config.json,
+  else the folder holding it, or in a Hugging Face cache (models--ORG--NAME/snapshots/COMMIT/)
+  the repository's name."""
+  path = Path(path).resolve()
+  repo = path.parent.parent.parent.name
+  if path.name != "config.json":
+    name = path.stem
+  elif path.parent.parent.name == "snapshots" and repo.startswith("models--"):
+    name = repo.split("--")[-1]
+  else:
+    name = path.parent.name
+  return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._").lower() or "model"
+
+
+def shape_file(
+  path: Path,
+  *,
+  tokens: list[int],
+  ep: int = 1,
+  tp: int = 1,
+  fused_gate_up: bool = False,
+  dtype: str = "bfloat16",
+  name: str | None = None,
+) -> str:
+  """The text of a shape file with one explicit `models:` entry for the config's MoE layer;
+  checked as a shape file is, and errors name the config file and the key."""
+  found = read_layer(path)
+  name = name or default_name(path)
+  entry = {"name": name, **found.layer._asdict(), "tokens": tokens, "ep": ep, "tp": tp, "fused_gate_up": fused_gate_up}
+  data = {"name": name, "dtype": dtype, "models": [entry]}
+  # A rule broken names what the user gave: the config's field, or the option.
+  given = lambda loc: found.fields.get(loc[-1]) or "--" + str(loc[-1]).replace("_", "-")
+  shapes.validate(data, lambda loc: f"{path}: {given(loc)}")
+  read = ", ".join(f"{field} {getattr(found.layer, key)}" for key, field in found.fields.items())
+  return f"# From {path}: {read}.\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
