@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import tomllib
 
 import jax
 import jax.numpy as jnp
@@ -177,3 +178,25 @@ def test_corrupt_or_unknown_lut(tmp_path, content, match):
   path.write_text(content)
   with pytest.raises(kernels.LutError, match=match):
     kernels.load_lut(path)
+
+
+def test_bundled_luts_folder_and_search_order(tmp_path, monkeypatch):
+  """kernels/luts/ ships (README only: no LUT is bundled for a device we have no timings of),
+  the wheel takes its .json files, and the default search reads RAGTUNE_LUT, then it."""
+  assert (kernels.lut.BUNDLED_DIR / "README.md").is_file()
+  pyproject = tomllib.loads((kernels.lut.BUNDLED_DIR.parents[1] / "pyproject.toml").read_text())
+  assert "luts/*.json" in pyproject["tool"]["setuptools"]["package-data"]["kernels"]
+  bundled = tmp_path / "luts"
+  bundled.mkdir()
+  (bundled / f"{kernels.device_slug(KIND)}.json").write_text(json.dumps(_lut().to_dict()))
+  monkeypatch.setattr(kernels.lut, "BUNDLED_DIR", bundled)
+  monkeypatch.delenv(kernels.lut.ENV_VAR, raising=False)
+  assert kernels.load_lut().source == str(bundled / f"{kernels.device_slug(KIND)}.json")
+  env = tmp_path / "env.json"
+  env.write_text(json.dumps(kernels.Lut(KIND).to_dict()))
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(env))
+  assert kernels.load_lut().source == str(env)
+  # A RAGTUNE_LUT that holds no LUT for this device does not fall through to the bundled one.
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(tmp_path / "missing.json"))
+  with pytest.raises(kernels.LutError, match="missing.json: no such LUT file or folder"):
+    kernels.load_lut()
