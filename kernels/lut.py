@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
@@ -44,6 +45,9 @@ SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
 SCHEMA_VERSION = 2
 ENV_VAR = "RAGTUNE_LUT"
+# "raise" (the default: a misconfigured deployment fails loudly) or "warn": a LUT the default
+# search finds but cannot use logs one WARNING and the heuristics run.
+ON_ERROR_VAR = "RAGTUNE_LUT_ON_ERROR"
 BUNDLED_DIR = Path(__file__).parent / "luts"
 
 # The regime gate (regime_mismatch): a tuned shape serves a query only within these factors.
@@ -65,6 +69,9 @@ ROWS_PER_GROUP_FACTOR = 4
 DIM_FACTOR = 2
 
 LutFn = Callable[[int, int, int], "tuple[int, int, int] | None"]
+
+
+logger = logging.getLogger("kernels")
 
 
 class LutError(ValueError):
@@ -391,16 +398,7 @@ def locate_lut(path: str | os.PathLike | None, device_kind: str) -> Path | None:
   return path
 
 
-def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> Lut:
-  """Load a LUT and make it the one `kernels.ragged_dot` uses when config is None.
-
-  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the env var
-  RAGTUNE_LUT, then the LUTs bundled in ``kernels/luts/``; if neither has one for this
-  device, an empty LUT (so the built-in heuristics apply).
-  A LUT made for another device kind raises LutError unless force=True.
-  """
-  global _active, _active_resolved
-  kind = current_device_kind()
+def _read_lut(path: str | os.PathLike | None, kind: str, force: bool) -> Lut:
   found = locate_lut(path, kind)
   lut = Lut(kind, source=None) if found is None else Lut.from_file(found)
   if lut.device_kind != kind and not force:
@@ -408,6 +406,44 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
       f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}; "
       f"pass force=True to use it anyway"
     )
+  return lut
+
+
+def _from_env(value: str, message: str) -> str:
+  """`message` about the LUT that RAGTUNE_LUT=value names, led by the variable: a deployment's
+  environment, not its code, holds the path to fix."""
+  p = str(Path(value))
+  rest = message[len(p) :] if message.startswith(p + ":") else f": {message}"
+  return f"{ENV_VAR}={value}{rest}"
+
+
+def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> Lut:
+  """Load a LUT and make it the one `kernels.ragged_dot` uses when config is None.
+
+  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the env var
+  RAGTUNE_LUT, then the LUTs bundled in ``kernels/luts/``; if neither has one for this
+  device, an empty LUT (so the built-in heuristics apply).
+  A LUT made for another device kind raises LutError unless force=True. With path None, a
+  LUT that cannot be used raises too, its message led by ``RAGTUNE_LUT=<path>`` when the
+  variable named it; with RAGTUNE_LUT_ON_ERROR=warn it logs one WARNING instead and the
+  LUT is empty.
+  """
+  global _active, _active_resolved
+  kind = current_device_kind()
+  env = os.environ.get(ENV_VAR) if path is None else None
+  try:
+    lut = _read_lut(path, kind, force)
+  except LutError as e:
+    if path is not None:
+      raise
+    message = _from_env(env, str(e)) if env else str(e)
+    mode = os.environ.get(ON_ERROR_VAR) or "raise"
+    if mode not in ("raise", "warn"):
+      raise LutError(f"{ON_ERROR_VAR}={mode}: expected 'raise' or 'warn' (on this LUT error: {message})") from None
+    if mode == "raise":
+      raise LutError(message) from None
+    logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
+    lut = Lut(kind, source=None)
   _active, _active_resolved = lut, True
   return lut
 
