@@ -12,7 +12,7 @@ One folder per backend (kernels/pallas_gpu, mosaic_gpu, pallas_tpu, xla), listed
 kernels/registry.py. This package depends on jax and numpy only.
 """
 
-from kernels.lut import Entry, Lut, LutError, LutFn, device_slug, load_lut, use_lut
+from kernels.lut import Entry, Lut, LutError, LutFn, Rejection, device_slug, load_lut, use_lut
 from kernels.mosaic_gpu.config import MosaicConfig
 from kernels.pallas_gpu.config import TritonConfig
 from kernels.pallas_tpu.config import TpuConfig
@@ -28,6 +28,7 @@ __all__ = [
   "Lut",
   "Entry",
   "LutError",
+  "Rejection",
   "LutFn",
   "load_lut",
   "use_lut",

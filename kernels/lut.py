@@ -19,7 +19,7 @@ File format (JSON, one file per device kind, named ``<device-slug>.json``)::
   }
 
 Only ``op, backend, dtype, m, k, n, g, config`` are required in an entry; the rest is
-provenance. Nearest-shape rule: see ``Lut.query``.
+provenance. Nearest-shape rule and its regime gate: see ``Lut.query`` and ``regime_mismatch``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ import contextlib
 import contextvars
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
 from collections.abc import Callable, Iterable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +45,33 @@ SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
 SCHEMA_VERSION = 2
 ENV_VAR = "RAGTUNE_LUT"
+# "raise" (the default: a misconfigured deployment fails loudly) or "warn": a LUT the default
+# search finds but cannot use logs one WARNING and the heuristics run.
+ON_ERROR_VAR = "RAGTUNE_LUT_ON_ERROR"
 BUNDLED_DIR = Path(__file__).parent / "luts"
-# Log2-distance beyond which a tuned shape says nothing useful about the query.
-MAX_DISTANCE = 12.0
+
+# The regime gate (regime_mismatch): a tuned shape serves a query only within these factors.
+# Rows per group: a group of r rows takes ceil(r / block_m) row tiles and wastes the rest of
+# its last one, so the best row tile follows r across the searched tiles (pallas_gpu block_m
+# 16-128, mosaic_gpu 64-256, pallas_tpu tm 64-512), and both GPU defaults switch at 96 rows
+# per group (64-row, 4-warp tiles below; 128-row, 8-warp above; kernels/*/config.py::default).
+# Within 4x the tuned tile is at most two power-of-two steps off; at 8x the gap spans most of
+# the 16-128 range, e.g. a decode entry (~1 row per group) would give 8-row groups its tiles.
+# There is no upper cap: the launch-order band (group_m up to 64 row tiles, 8192 rows) keeps
+# depending on rows per group long after the largest tile.
+ROWS_PER_GROUP_FACTOR = 4
+# k and n are a layer's fixed widths: they set block_k/block_n (Mosaic keeps only tiles that
+# divide them), the shared-memory/VMEM fit and the column-block count (the grid, the band).
+# One log2 step keeps those comparable; past it is another layer. It also keeps an up
+# projection's entry off the down projection (k and n swapped, 2.7-3.5x apart: Qwen3-30B-A3B
+# hidden_size 2048 / moe_intermediate_size 768, Mixtral-8x7B 4096 / intermediate_size 14336,
+# DeepSeek-V3 7168 / moe_intermediate_size 2048; each model's config.json on Hugging Face).
+DIM_FACTOR = 2
 
 LutFn = Callable[[int, int, int], "tuple[int, int, int] | None"]
+
+
+logger = logging.getLogger("kernels")
 
 
 class LutError(ValueError):
@@ -142,6 +166,51 @@ def shape_distance(e: Entry, m: int, k: int, n: int, g: int | None) -> float:
   return d
 
 
+def shape_text(m: int, k: int, n: int, g: int) -> str:
+  """The forward problem as lhs x rhs: '[m,k]x[g,k,n]'."""
+  return f"[{m},{k}]x[{g},{k},{n}]"
+
+
+def rows_per_group(m: int, g: int) -> Fraction:
+  """m / g, at least 1: with fewer rows than groups each routed group holds about one row in
+  one row tile, whatever m / g is. Exact, so the gate does not depend on rounding."""
+  return Fraction(max(m, g), g)
+
+
+def _apart(a: Fraction | int, b: Fraction | int, factor: int) -> bool:
+  return max(a, b) > factor * min(a, b)
+
+
+def _num(x: Fraction) -> str:
+  return f"{float(x):.0f}" if x >= 10 else f"{float(x):.2g}"
+
+
+def regime_mismatch(e: Entry, m: int, k: int, n: int, g: int | None) -> str | None:
+  """Why the tuned shape of `e` is in another tile regime than the query (rows per group more
+  than ROWS_PER_GROUP_FACTOR apart, or k or n more than DIM_FACTOR apart), or None when it
+  may serve it. A query with no g (a megablox LutFn) is taken to have the entry's g."""
+  here, tuned = rows_per_group(m, e.g if g is None else g), rows_per_group(e.m, e.g)
+  reasons = []
+  if _apart(here, tuned, ROWS_PER_GROUP_FACTOR):
+    reasons.append(f"rows per group {_num(tuned)} tuned vs {_num(here)} here (>{ROWS_PER_GROUP_FACTOR}x apart)")
+  for name, q, t in (("k", k, e.k), ("n", n, e.n)):
+    if _apart(q, t, DIM_FACTOR):
+      reasons.append(f"{name} {t} tuned vs {q} here (>{DIM_FACTOR}x apart)")
+  return "; ".join(reasons) or None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+  """The nearest tuned entry for a query that `Lut.query` did not use, and why."""
+
+  entry: Entry
+  reason: str
+
+  def __str__(self) -> str:
+    e = self.entry
+    return f"nearest tuned {shape_text(e.m, e.k, e.n, e.g)} ({e.backend}) not used: {self.reason}"
+
+
 class Lut:
   """A loaded LUT for one device kind."""
 
@@ -216,35 +285,57 @@ class Lut:
   ) -> Entry | None:
     """The entry to run the forward problem (m, k, n, g) as `op` with, or None.
 
-    Nearest shape: among entries of this op (and dtype, and backend when given) whose
-    config fits the query on this LUT's device (shared-memory/VMEM estimate), the exact
-    (m, k, n, g) if present, else the one minimising
+    Candidates: entries of this op (and dtype, and backend when given) in the query's
+    regime (`regime_mismatch`: rows per group within ROWS_PER_GROUP_FACTOR, k and n within
+    DIM_FACTOR; an exact shape always is) whose config fits the query on this LUT's device
+    (shared-memory/VMEM estimate). Among them the exact (m, k, n, g) if present, else the
+    one minimising
         |log2 m/m'| + 4 (|log2 k/k'| + |log2 n/n'|) + 0.5 |log2 g/g'|
     (k and n are a model's fixed dims, m moves with the token count). Ties go to the
-    larger tuned m; beyond a distance of MAX_DISTANCE nothing is returned.
+    larger tuned m. `nearest_rejected` says why nothing was returned.
 
     With no backend, every backend's entries compete (an xla entry, with no config,
-    always fits): among the fitting entries at the nearest shape, the fastest by its
+    always fits): among the candidates at the nearest shape, the fastest by its
     measured `time_s` wins. Entries carry only correct candidates (export-lut writes rows
     that matched jax.lax.ragged_dot); one with no time ranks after every timed one, and
     ties go to the registry's backend order.
     """
+    return self._lookup(op, m, k, n, g, dtype, backend)[0]
+
+  def nearest_rejected(
+    self, op: str, m: int, k: int, n: int, g: int | None, dtype: Any = None, backend: str | None = None
+  ) -> Rejection | None:
+    """When `query` returns None although this LUT has entries of this op (and dtype and
+    backend): the nearest of them by shape distance and why it was not used. None when
+    `query` has an entry, or there is none to reject."""
+    return self._lookup(op, m, k, n, g, dtype, backend)[1]
+
+  def _unusable(self, e: Entry, op: str, m: int, k: int, n: int, g: int | None) -> str | None:
+    """Why `e` cannot serve the query, or None. (An exact shape is always in its regime.)"""
+    mismatch = regime_mismatch(e, m, k, n, g)
+    if mismatch is None and e.config is not None and not e.config.fits(op, e.dtype, m, k, n, self.device_kind):
+      return f"its config does not fit this shape on {self.device_kind!r}"
+    return mismatch
+
+  def _lookup(
+    self, op: str, m: int, k: int, n: int, g: int | None, dtype: Any, backend: str | None
+  ) -> tuple[Entry | None, Rejection | None]:
     dt = canonical_dtype(dtype) if dtype is not None else None
-    fitting = [
+    same = [
       e
       for e in self._entries.values()
-      if e.op == op
-      and (not dt or e.dtype == dt)
-      and (not backend or e.backend == backend)
-      and (e.config is None or e.config.fits(op, e.dtype, m, k, n, self.device_kind))
+      if e.op == op and (not dt or e.dtype == dt) and (not backend or e.backend == backend)
     ]
-    best, best_d = None, math.inf
-    for e in fitting:
-      d = shape_distance(e, m, k, n, g)
-      if d < best_d or (d == best_d and best is not None and e.m > best.m):
-        best, best_d = e, d
-    if best is None or best_d > MAX_DISTANCE or backend is not None:
-      return best if best_d <= MAX_DISTANCE else None
+    nearness = lambda e: (shape_distance(e, m, k, n, g), -e.m)
+    usable = [e for e in same if self._unusable(e, op, m, k, n, g) is None]
+    if not usable:
+      if not same:
+        return None, None
+      e = min(same, key=nearness)
+      return None, Rejection(e, self._unusable(e, op, m, k, n, g))
+    best = min(usable, key=nearness)
+    if backend is not None:
+      return best, None
     order = {name: i for i, name in enumerate(registry.NAMES)}
 
     def rank(e: Entry):
@@ -253,7 +344,7 @@ class Lut:
       return (0, t, order[e.backend]) if timed else (1, 0.0, order[e.backend])
 
     shape = (best.dtype, best.m, best.k, best.n, best.g)
-    return min((e for e in fitting if (e.dtype, e.m, e.k, e.n, e.g) == shape), key=rank)
+    return min((e for e in usable if (e.dtype, e.m, e.k, e.n, e.g) == shape), key=rank), None
 
   def lut_fn(self, op: str = "fwd", *, dtype: Any = None, g: int | None = None) -> LutFn:
     """A megablox-compatible LutFn over this LUT's megablox-tiling entries for `op`.
@@ -307,16 +398,7 @@ def locate_lut(path: str | os.PathLike | None, device_kind: str) -> Path | None:
   return path
 
 
-def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> Lut:
-  """Load a LUT and make it the one `kernels.ragged_dot` uses when config is None.
-
-  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the env var
-  RAGTUNE_LUT, then the LUTs bundled in ``kernels/luts/``; if neither has one for this
-  device, an empty LUT (so the built-in heuristics apply).
-  A LUT made for another device kind raises LutError unless force=True.
-  """
-  global _active, _active_resolved
-  kind = current_device_kind()
+def _read_lut(path: str | os.PathLike | None, kind: str, force: bool) -> Lut:
   found = locate_lut(path, kind)
   lut = Lut(kind, source=None) if found is None else Lut.from_file(found)
   if lut.device_kind != kind and not force:
@@ -324,6 +406,44 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
       f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}; "
       f"pass force=True to use it anyway"
     )
+  return lut
+
+
+def _from_env(value: str, message: str) -> str:
+  """`message` about the LUT that RAGTUNE_LUT=value names, led by the variable: a deployment's
+  environment, not its code, holds the path to fix."""
+  p = str(Path(value))
+  rest = message[len(p) :] if message.startswith(p + ":") else f": {message}"
+  return f"{ENV_VAR}={value}{rest}"
+
+
+def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> Lut:
+  """Load a LUT and make it the one `kernels.ragged_dot` uses when config is None.
+
+  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the env var
+  RAGTUNE_LUT, then the LUTs bundled in ``kernels/luts/``; if neither has one for this
+  device, an empty LUT (so the built-in heuristics apply).
+  A LUT made for another device kind raises LutError unless force=True. With path None, a
+  LUT that cannot be used raises too, its message led by ``RAGTUNE_LUT=<path>`` when the
+  variable named it; with RAGTUNE_LUT_ON_ERROR=warn it logs one WARNING instead and the
+  LUT is empty.
+  """
+  global _active, _active_resolved
+  kind = current_device_kind()
+  env = os.environ.get(ENV_VAR) if path is None else None
+  try:
+    lut = _read_lut(path, kind, force)
+  except LutError as e:
+    if path is not None:
+      raise
+    message = _from_env(env, str(e)) if env else str(e)
+    mode = os.environ.get(ON_ERROR_VAR) or "raise"
+    if mode not in ("raise", "warn"):
+      raise LutError(f"{ON_ERROR_VAR}={mode}: expected 'raise' or 'warn' (on this LUT error: {message})") from None
+    if mode == "raise":
+      raise LutError(message) from None
+    logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
+    lut = Lut(kind, source=None)
   _active, _active_resolved = lut, True
   return lut
 

@@ -94,6 +94,9 @@ class Choice:
     tuned shape, in `tuned_shape`, at `distance` by the rule of `Lut.query`),
     "heuristic" (the backend's default), "explicit" (passed as config=), or "none" (a backend
     with no knobs, such as xla).
+  rejected: for "heuristic" although the LUT has entries of this op and dtype, the nearest
+    of them and why it was not used (another regime, a config that does not fit, a backend
+    that does not run on this device).
   """
 
   op: str
@@ -103,12 +106,14 @@ class Choice:
   tuned_shape: tuple[int, int, int, int] | None = None  # the LUT entry's forward (m, k, n, g)
   distance: float | None = None
   lut: str | None = None  # the LUT's file, when it has one
+  rejected: lut_mod.Rejection | None = None
 
   def __str__(self) -> str:
     where = self.source
     if self.source == "lut-nearest":
-      m, k, n, g = self.tuned_shape
-      where += f" (tuned [{m},{k}]x[{g},{k},{n}], distance {self.distance:.3g})"
+      where += f" (tuned {lut_mod.shape_text(*self.tuned_shape)}, distance {self.distance:.3g})"
+    if self.rejected is not None:
+      where += f" ({self.rejected})"
     return f"{self.op}: {self.backend} {self.config if self.config is not None else '(no config)'} <- {where}"
 
 
@@ -119,8 +124,11 @@ def _from_entry(op: str, table, e, m: int, k: int, n: int, g: int) -> Choice:
   )
 
 
-def _lut_or_default(op: str, backend: str, m: int, k: int, n: int, g: int, dtype: Any) -> Choice:
-  """`backend`'s config for `op`: the active LUT's nearest entry, else the heuristic."""
+def _lut_or_default(
+  op: str, backend: str, m: int, k: int, n: int, g: int, dtype: Any, miss: lut_mod.Rejection | None = None
+) -> Choice:
+  """`backend`'s config for `op`: the active LUT's nearest entry, else the heuristic, with the
+  nearest entry it rejected (this backend's, else `miss`: auto's, of any backend)."""
   b = registry.get(backend)
   if b.config_type is None:
     return Choice(op, backend, None, "none")
@@ -128,7 +136,9 @@ def _lut_or_default(op: str, backend: str, m: int, k: int, n: int, g: int, dtype
   table = lut_mod.active_lut()
   e = table.query(op, m, k, n, g, dt, backend=backend) if table is not None else None
   if e is None:
-    return Choice(op, backend, b.default_config(op, dt, m, k, n, g, target.current().device_kind), "heuristic")
+    rejected = (table.nearest_rejected(op, m, k, n, g, dt, backend=backend) if table is not None else None) or miss
+    default = b.default_config(op, dt, m, k, n, g, target.current().device_kind)
+    return Choice(op, backend, default, "heuristic", rejected=rejected)
   return _from_entry(op, table, e, m, k, n, g)
 
 
@@ -188,9 +198,14 @@ def resolve(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict
       choice = Choice(op, name, cfg, "explicit")
     else:
       e = table.query(op, m, k, n, g, dtype) if table is not None else None
+      miss = table.nearest_rejected(op, m, k, n, g, dtype) if table is not None and e is None else None
       if e is not None and not registry.get(e.backend).runs_on(dev.platform, dev.device_kind):
-        e = None  # e.g. a Hopper-only backend's entry when compiling for Blackwell
-      choice = _from_entry(op, table, e, m, k, n, g) if e is not None else _lut_or_default(op, name, m, k, n, g, dtype)
+        # e.g. a Hopper-only backend's entry when compiling for Blackwell
+        e, miss = None, lut_mod.Rejection(e, f"{e.backend} does not run on {dev.device_kind!r}")
+      if e is not None:
+        choice = _from_entry(op, table, e, m, k, n, g)
+      else:
+        choice = _lut_or_default(op, name, m, k, n, g, dtype, miss)
     registry.get(choice.backend).check_config(op, choice.config)
     out[op] = choice
   return out
@@ -225,6 +240,32 @@ def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend
 
 
 _logged: set = set()
+# (op, m, k, n, g, dtype) of the far misses logged at INFO; bounded, so a process that keeps
+# meeting new shapes stops logging them rather than growing it.
+_misses_logged: set = set()
+_MISSES_LOGGED_MAX = 1024
+
+
+def _log_misses(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dtype) -> None:
+  """One INFO line the first time an op and shape runs its heuristic because every LUT entry
+  of its op and dtype was rejected: a tuned shape's config on a problem of another regime
+  would be a silent slowdown, and the heuristic instead is worth a word."""
+  if not logger.isEnabledFor(logging.INFO):
+    return
+  name = jnp.dtype(dtype).name
+  for c in choices.values():
+    key = (c.op, m, k, n, g, name)
+    if c.rejected is None or key in _misses_logged or len(_misses_logged) >= _MISSES_LOGGED_MAX:
+      continue
+    _misses_logged.add(key)
+    logger.info(
+      "ragged_dot %s %s %s: %s; running %s's heuristic",
+      c.op,
+      lut_mod.shape_text(m, k, n, g),
+      name,
+      c.rejected,
+      c.backend,
+    )
 
 
 def _log_choices(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dtype) -> None:
@@ -366,6 +407,7 @@ def ragged_dot(
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
   choices = resolve(config, backend, m, k, n, rhs.shape[0], compute_dtype)
   _log_choices(choices, m, k, n, rhs.shape[0], compute_dtype)
+  _log_misses(choices, m, k, n, rhs.shape[0], compute_dtype)
   names = tuple(choices[op].backend for op in OPS)
   for name in set(names):  # "auto" may pick a backend per op; each must take the dtype
     registry.check_dtype(name, lhs.dtype, rhs.dtype, compute_dtype.name)

@@ -85,6 +85,33 @@ def test_debug_log_once_per_shape(caplog):
   assert not [r for r in caplog.records if r.name == "kernels"], "nothing is logged above DEBUG"
 
 
+def test_far_miss_logged_once_at_info(caplog, monkeypatch):
+  """A shape whose LUT entries are all in another regime says so once, at INFO; a shape the
+  LUT serves, and later calls of the same shape, say nothing."""
+  kernels.lut.set_active_lut(_lut())
+  rd._misses_logged.clear()
+  f = lambda m, dtype=jnp.bfloat16: jax.eval_shape(
+    lambda a, b, g: kernels.ragged_dot(a, b, g, backend="pallas_gpu"),
+    jax.ShapeDtypeStruct((m, 256), dtype),
+    jax.ShapeDtypeStruct((8, 256, 512), dtype),
+    jax.ShapeDtypeStruct((8,), jnp.int32),
+  )
+  with caplog.at_level(logging.INFO, logger="kernels"):
+    f(64), f(100), f(4096), f(4096), f(4096)
+    f(4096, jnp.float32)  # no float32 entries: nothing to reject
+  lines = [r.getMessage() for r in caplog.records if r.name == "kernels"]
+  assert lines == [
+    "ragged_dot fwd [4096,256]x[8,256,512] bfloat16: nearest tuned [64,256]x[8,256,512] (pallas_gpu) not used: "
+    "rows per group 8 tuned vs 512 here (>4x apart); running pallas_gpu's heuristic"
+  ]
+  # The set of logged shapes is bounded: once full, new misses are not logged.
+  caplog.clear()
+  monkeypatch.setattr(rd, "_MISSES_LOGGED_MAX", len(rd._misses_logged))
+  with caplog.at_level(logging.INFO, logger="kernels"):
+    f(8192)
+  assert not [r for r in caplog.records if r.name == "kernels"]
+
+
 def test_plain_dict_configs():
   cfg = kernels.TritonConfig(32, 16, 16, 4, 2)
   single = _configs(cfg.to_dict(), "pallas_gpu", 64, 32, 48, 3, jnp.float32)

@@ -2,6 +2,8 @@
 
 import importlib
 import json
+import logging
+import tomllib
 
 import jax
 import jax.numpy as jnp
@@ -177,3 +179,83 @@ def test_corrupt_or_unknown_lut(tmp_path, content, match):
   path.write_text(content)
   with pytest.raises(kernels.LutError, match=match):
     kernels.load_lut(path)
+
+
+def _bad_luts(tmp_path):
+  """(RAGTUNE_LUT value, the rest of the message after it) for each way the variable can be wrong."""
+  corrupt = tmp_path / "corrupt.json"
+  corrupt.write_text("{not json")
+  other = tmp_path / "h100.json"
+  other.write_text(json.dumps(_lut("NVIDIA H100 80GB HBM3").to_dict()))
+  (tmp_path / "empty").mkdir()
+  slug = f"{kernels.device_slug(KIND)}.json"
+  return [
+    (tmp_path / "missing.json", ": no such LUT file or folder"),
+    (corrupt, ":1: corrupt LUT, invalid JSON (Expecting property name enclosed in double quotes)"),
+    (
+      other,
+      f": LUT was tuned on 'NVIDIA H100 80GB HBM3' but this device is {KIND!r}; pass force=True to use it anyway",
+    ),
+    (tmp_path / "empty", f": no LUT for device {KIND!r} (looked for {slug}; found no .json files)"),
+  ]
+
+
+def test_env_var_is_named_in_its_errors(tmp_path, monkeypatch):
+  for path, rest in _bad_luts(tmp_path):
+    monkeypatch.setenv(kernels.lut.ENV_VAR, str(path))
+    kernels.lut.reset_active_lut()
+    for _ in range(2):  # the default: every call raises, nothing is half-loaded
+      with pytest.raises(kernels.LutError) as e:
+        kernels.explain((64, 32), (2, 32, 48), jnp.float32, backend="pallas_gpu")
+      assert str(e.value) == f"RAGTUNE_LUT={path}{rest}"
+    # The same file given in code is named as itself.
+    with pytest.raises(kernels.LutError) as e:
+      kernels.load_lut(path)
+    assert not str(e.value).startswith("RAGTUNE_LUT")
+
+
+def test_on_error_warn_falls_back_to_the_heuristics_once(tmp_path, monkeypatch, caplog):
+  monkeypatch.setenv(kernels.lut.ON_ERROR_VAR, "warn")
+  for path, rest in _bad_luts(tmp_path):
+    monkeypatch.setenv(kernels.lut.ENV_VAR, str(path))
+    kernels.lut.reset_active_lut()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kernels"):
+      for m in (64, 80):
+        fwd = kernels.explain((m, 32), (2, 32, 48), jnp.float32, backend="pallas_gpu")["fwd"]
+        assert fwd.source == "heuristic"
+    assert [r.getMessage() for r in caplog.records if r.name == "kernels"] == [
+      f"RAGTUNE_LUT_ON_ERROR=warn: RAGTUNE_LUT={path}{rest}; using no LUT, the built-in heuristics run"
+    ]
+    assert len(kernels.lut.active_lut()) == 0
+  # An explicit path is the caller's own: it still raises.
+  with pytest.raises(kernels.LutError, match="no such LUT file"):
+    kernels.load_lut(tmp_path / "missing.json")
+  monkeypatch.setenv(kernels.lut.ON_ERROR_VAR, "wran")
+  with pytest.raises(kernels.LutError) as e:
+    kernels.load_lut()
+  assert str(e.value).startswith(
+    "RAGTUNE_LUT_ON_ERROR=wran: expected 'raise' or 'warn' (on this LUT error: RAGTUNE_LUT="
+  )
+
+
+def test_bundled_luts_folder_and_search_order(tmp_path, monkeypatch):
+  """kernels/luts/ ships (README only: no LUT is bundled for a device we have no timings of),
+  the wheel takes its .json files, and the default search reads RAGTUNE_LUT, then it."""
+  assert (kernels.lut.BUNDLED_DIR / "README.md").is_file()
+  pyproject = tomllib.loads((kernels.lut.BUNDLED_DIR.parents[1] / "pyproject.toml").read_text())
+  assert "luts/*.json" in pyproject["tool"]["setuptools"]["package-data"]["kernels"]
+  bundled = tmp_path / "luts"
+  bundled.mkdir()
+  (bundled / f"{kernels.device_slug(KIND)}.json").write_text(json.dumps(_lut().to_dict()))
+  monkeypatch.setattr(kernels.lut, "BUNDLED_DIR", bundled)
+  monkeypatch.delenv(kernels.lut.ENV_VAR, raising=False)
+  assert kernels.load_lut().source == str(bundled / f"{kernels.device_slug(KIND)}.json")
+  env = tmp_path / "env.json"
+  env.write_text(json.dumps(kernels.Lut(KIND).to_dict()))
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(env))
+  assert kernels.load_lut().source == str(env)
+  # A RAGTUNE_LUT that holds no LUT for this device does not fall through to the bundled one.
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(tmp_path / "missing.json"))
+  with pytest.raises(kernels.LutError, match="missing.json: no such LUT file or folder"):
+    kernels.load_lut()
