@@ -34,6 +34,32 @@ app = typer.Typer(
   rich_markup_mode=None,
   help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.",
 )
+
+
+def _print_version(value: bool) -> None:
+  if value:
+    from ragtune import provenance
+
+    _print(str(provenance.host()))
+    raise typer.Exit()
+
+
+@app.callback()
+def _options(
+  version: Annotated[
+    bool,
+    typer.Option(
+      "--version",
+      "-V",
+      callback=_print_version,
+      is_eager=True,
+      help="Print the versions of ragtune (and its git commit in a checkout), jax and jaxlib, and exit.",
+    ),
+  ] = False,
+) -> None:
+  pass
+
+
 # Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
 # No emoji codes: problem labels such as "deepseek-v3:up:tokens=64" must print as written.
 console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
