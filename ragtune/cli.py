@@ -586,6 +586,9 @@ def verify(
   lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force)
   entries = shapes_mod.select(lut.entries(), ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
   limits.check_fits(entries, memory=info.get("memory_bytes"))
+  warning = verify_mod.version_warning(lut, entries, lut.source or str(target))
+  if warning:
+    _print(f"warning: {warning}", err=True)
   t0 = time.perf_counter()
   failures = _verify_entries(
     entries, seed=seed, interpret=_resolve_interpret(interpret, info["platform"]), timeout=timeout, full=full
@@ -686,7 +689,7 @@ def show(
   """Print results as a table (best per problem by default)."""
   import pandas as pd
 
-  from ragtune import ceilings, report, store
+  from ragtune import ceilings, provenance, report, store
 
   if csv:
     paths.writable_file(csv, "the --csv file")
@@ -706,6 +709,9 @@ def show(
     "{:.4g}".format,
   ):
     _print(df.to_string(index=False))
+  jax_versions = provenance.sorted_versions({v for r in records if (v := provenance.of_record(r).get("jax"))})
+  if len(jax_versions) > 1:  # timings under different jax versions may not compare
+    _print(f"note: these rows were measured under jax {', '.join(jax_versions)}")
   if csv:
     store.write_atomic(csv, report.csv_text(df))
     console.print(f"wrote {csv}")

@@ -163,6 +163,11 @@ def for_aot() -> Versions:
   return dataclasses.replace(host(), ptxas=found.group(1) if found else None)
 
 
+def sorted_versions(versions: set[str]) -> list[str]:
+  """Oldest first: 0.4.35 before 0.10.2."""
+  return sorted(versions, key=lambda v: [(0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"[.+-]", v)])
+
+
 # --- rows and LUTs ----------------------------------------------------------------------------
 
 
