@@ -6,7 +6,9 @@ File format (JSON, one file per device kind, named ``<device-slug>.json``)::
     "schema": "ragtune-lut",
     "schema_version": 2,
     "device_kind": "NVIDIA H100 80GB HBM3",      # jax.devices()[0].device_kind
-    "jax_version": "0.11.2", "created": "2026-11-21T10:00:00Z",
+    "created": "2026-11-21T10:00:00Z",
+    "exported_with": {"ragtune": "0.1.0", "commit": "f65beb4", "jax": "0.11.2", "jaxlib": "0.11.2"},
+    "tuned_with": {"ragtune": "0.1.0", "jax": "0.11.2", "jaxlib": "0.11.2", "platform": "...", "cuda_driver": "12.8"},
     "entries": [
       {"op": "fwd", "backend": "pallas_gpu", "dtype": "bfloat16",
        "m": 8192, "k": 4096, "n": 14336, "g": 8,       # always the forward problem
@@ -14,12 +16,15 @@ File format (JSON, one file per device kind, named ``<device-slug>.json``)::
        "time_s": 0.0015, "tflops": 640.1,
        "baselines": {"xla_s": 0.0092, "default_s": 0.0021},
        "speedup_vs_xla": 6.1, "speedup_vs_default": 1.4,
-       "timer": "...", "group_dist": "multinomial(seed=0)"}
+       "timer": "...", "group_dist": "multinomial(seed=0)", "jax_version": "0.11.2",
+       "versions": {"commit": "0c1d2e3"}}   # only what differs from tuned_with
     ]
   }
 
 Only ``op, backend, dtype, m, k, n, g, config`` are required in an entry; the rest is
-provenance. Nearest-shape rule and its regime gate: see ``Lut.query`` and ``regime_mismatch``.
+provenance, like the top level's versions (older files have ``jax_version`` or
+``exported_with_jax`` there). Nearest-shape rule and its regime gate: see ``Lut.query`` and
+``regime_mismatch``.
 """
 
 from __future__ import annotations

@@ -4,4 +4,10 @@ Data flow: shapes (YAML) -> search_space -> measure -> store (records.jsonl) ->
 export (LUT JSON) -> kernels (runtime). verify re-checks a LUT on fresh inputs.
 """
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> str:
+  if name == "__version__":  # one source: ragtune.provenance.ragtune_version
+    from ragtune import provenance
+
+    return provenance.ragtune_version()
+  raise AttributeError(f"module 'ragtune' has no attribute {name!r}")

@@ -34,6 +34,32 @@ app = typer.Typer(
   rich_markup_mode=None,
   help="Tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.",
 )
+
+
+def _print_version(value: bool) -> None:
+  if value:
+    from ragtune import provenance
+
+    _print(str(provenance.host()))
+    raise typer.Exit()
+
+
+@app.callback()
+def _options(
+  version: Annotated[
+    bool,
+    typer.Option(
+      "--version",
+      "-V",
+      callback=_print_version,
+      is_eager=True,
+      help="Print the versions of ragtune (and its git commit in a checkout), jax and jaxlib, and exit.",
+    ),
+  ] = False,
+) -> None:
+  pass
+
+
 # Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
 # No emoji codes: problem labels such as "deepseek-v3:up:tokens=64" must print as written.
 console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
@@ -560,6 +586,9 @@ def verify(
   lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force)
   entries = shapes_mod.select(lut.entries(), ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
   limits.check_fits(entries, memory=info.get("memory_bytes"))
+  warning = verify_mod.version_warning(lut, entries, lut.source or str(target))
+  if warning:
+    _print(f"warning: {warning}", err=True)
   t0 = time.perf_counter()
   failures = _verify_entries(
     entries, seed=seed, interpret=_resolve_interpret(interpret, info["platform"]), timeout=timeout, full=full
@@ -660,7 +689,7 @@ def show(
   """Print results as a table (best per problem by default)."""
   import pandas as pd
 
-  from ragtune import ceilings, report, store
+  from ragtune import ceilings, provenance, report, store
 
   if csv:
     paths.writable_file(csv, "the --csv file")
@@ -680,6 +709,9 @@ def show(
     "{:.4g}".format,
   ):
     _print(df.to_string(index=False))
+  jax_versions = provenance.sorted_versions({v for r in records if (v := provenance.of_record(r).get("jax"))})
+  if len(jax_versions) > 1:  # timings under different jax versions may not compare
+    _print(f"note: these rows were measured under jax {', '.join(jax_versions)}")
   if csv:
     store.write_atomic(csv, report.csv_text(df))
     console.print(f"wrote {csv}")

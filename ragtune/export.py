@@ -13,21 +13,24 @@ n, g) beats the best entry of every backend swept there (or no backend has a cor
 one), and no XLA row failed there, the LUT also gets an `xla` entry (config {}), so
 `Lut.query` and `auto` run XLA there. Each backend keeps its own best entry either way,
 for `Lut.query(backend=...)`.
+
+Provenance: the LUT's `exported_with` holds the versions of this export, and `tuned_with`
+those every entry's row shares; an entry whose row differs keeps the rest in its own
+`versions` (ragtune.provenance.of_entry reads them back).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import jax
-
 import kernels
 from kernels import registry
-from ragtune import summary
+from ragtune import provenance, summary
 from ragtune.errors import RagtuneError
 from ragtune.store import Record, write_atomic
 
@@ -55,6 +58,7 @@ def _extra(
     "group_dist": r.problem.group_dist,
     "jax_version": r.jax_version,
     "measured": r.timestamp,
+    "versions": provenance.of_record(r),  # made shared or own by _with_versions
   }
 
 
@@ -126,6 +130,18 @@ def _entries(found: Iterable[summary.ProblemSummary]) -> list[kernels.Entry]:
   return entries
 
 
+def _with_versions(entries: list[kernels.Entry]) -> tuple[dict[str, str], list[kernels.Entry]]:
+  """The versions all entries' rows share (the LUT's `tuned_with`), and the entries with
+  only their own other versions left in `versions` (none when they match)."""
+  common = provenance.shared([e.extra["versions"] for e in entries])
+  out = []
+  for e in entries:
+    extra = {k: v for k, v in e.extra.items() if k != "versions"}
+    own = {k: v for k, v in e.extra["versions"].items() if k not in common}
+    out.append(dataclasses.replace(e, extra={**extra, "versions": own} if own else extra))
+  return common, out
+
+
 def build_luts(records: list[Record]) -> dict[str, kernels.Lut]:
   """device_kind -> Lut, from the records of one or more results folders."""
   created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -133,11 +149,14 @@ def build_luts(records: list[Record]) -> dict[str, kernels.Lut]:
   for kind in sorted({r.device_kind for r in records}):
     entries = _entries(summary.summarize(records, kind).values())
     if entries:
-      luts[kind] = kernels.Lut(
-        kind,
-        entries,
-        meta={"created": created, "generator": "ragtune export-lut", "exported_with_jax": jax.__version__},
-      )
+      tuned_with, entries = _with_versions(entries)
+      meta = {
+        "created": created,
+        "generator": "ragtune export-lut",
+        "exported_with": provenance.host().to_dict(),
+        "tuned_with": tuned_with,
+      }
+      luts[kind] = kernels.Lut(kind, entries, meta=meta)
   return luts
 
 

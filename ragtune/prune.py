@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import kernels
-from ragtune import aot, search_space
+from ragtune import aot, provenance, search_space
 from ragtune.errors import RagtuneError
+from ragtune.provenance import Versions
 from ragtune.shapes import Problem
 from ragtune.store import JsonLines, candidate_id
 
@@ -75,13 +76,32 @@ def compile_rows(out_dir: Path) -> dict[str, dict[str, Any]]:
   return {f"{key}|{cid}": r for key, rows in _by_shape(out_dir).items() for cid, r in rows.items()}
 
 
-def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, str]:
-  """candidate id -> reason, for p's candidates whose deviceless compile for this device
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+  """Why a deviceless compile rejected a candidate, and the versions of that compile (None
+  in rows from before they were recorded)."""
+
+  reason: str
+  versions: Versions | None
+
+
+def _versions(out_dir: Path, row: dict[str, Any]) -> Versions | None:
+  try:
+    return Versions.from_dict(row["versions"]) if row.get("versions") is not None else None
+  except ValueError as e:
+    raise RagtuneError(f"{Path(out_dir) / COMPILE_RECORDS}: {row.get('id', '?')}: {e}") from None
+
+
+def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, Rejection]:
+  """candidate id -> Rejection, for p's candidates whose deviceless compile for this device
   kind was not clean: the compiler's own verdict (no fit, spill, serialized wgmma, an
   unsupported device, a compile error or a compiler crash)."""
   rows = _by_shape(out_dir).get(shape_key(device_kind, p), {})
   return {
-    cid: f"deviceless compile for {device_kind}: {r['outcome']}: {r.get('error', '')}"[:600]
+    cid: Rejection(
+      f"deviceless compile for {device_kind}: {r['outcome']}: {r.get('error', '')}"[:600],
+      _versions(out_dir, r),
+    )
     for cid, r in rows.items()
     if r.get("outcome") != aot.OK
   }
@@ -231,6 +251,7 @@ def run(
     return counts
   groups = list(classes.values())
   store = _store(out_dir)
+  versions = provenance.for_aot().to_dict()  # the compile workers run this same jax and ptxas
   log(f"compiling {len(groups)} kernels for {kind} ({sum(map(len, groups))} candidates)")
   start = last = time.monotonic()
   for i, (index, rep) in enumerate(compile_many(target, [(g[0][1], g[0][2]) for g in groups], jobs), 1):
@@ -248,6 +269,7 @@ def run(
           **rep,
           "compiled_as": None if cid == first else first,
           "device_kind": kind,
+          "versions": versions,
         }
       )
       counts[rep["outcome"]] = counts.get(rep["outcome"], 0) + 1

@@ -6,8 +6,8 @@ so every complete line is kept and nothing finished is measured twice.
 Each line is a `Record`, written with the keys sweeps have always written, the derived ones
 (`id`, `problem`, `candidate`, `kind`) included, so older ragtune and scripts can still read
 it. Reading derives those again from the fields, takes the keys later versions added
-(`device_index`, `worker_pid`, `elapsed_s`) as absent where a line lacks them, and ignores
-keys it does not know.
+(`device_index`, `worker_pid`, `elapsed_s`, `versions`) as absent where a line lacks them,
+and ignores keys it does not know.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from kernels import registry
 from ragtune import measure
 from ragtune.errors import RagtuneError
+from ragtune.provenance import Versions
 from ragtune.shapes import Problem
 
 RECORDS = "records.jsonl"
@@ -83,6 +84,7 @@ class Record:
   device_index: int | None = None
   worker_pid: int | None = None
   elapsed_s: float | None = None  # seconds the worker spent on it
+  versions: Versions | None = None  # what made it (ragtune.provenance); rows from before have jax_version only
   timestamp: str = ""
   origin: str = ""  # the results folder it was read from (load_results); not written
 
@@ -113,6 +115,7 @@ class Record:
       "device_index": self.device_index,
       "worker_pid": self.worker_pid,
       "elapsed_s": self.elapsed_s,
+      "versions": self.versions.to_dict() if self.versions is not None else None,
     }
     return {
       "id": self.id,
@@ -172,6 +175,7 @@ class Record:
       device_index=d.get("device_index"),
       worker_pid=d.get("worker_pid"),
       elapsed_s=_number(d.get("elapsed_s")),
+      versions=Versions.from_dict(d["versions"]) if d.get("versions") is not None else None,
       timestamp=d.get("timestamp") or "",
       origin=origin,
     )
@@ -308,7 +312,7 @@ def make_row(
   numerics=None,
 ) -> Record:
   """The record of one outcome. device: Record's device fields (device_kind, and from a
-  worker platform, jax_version, device_index, worker_pid)."""
+  worker platform, jax_version, device_index, worker_pid, versions)."""
   ok_time = _seconds(time_s) is not None
   return Record(
     problem=p,

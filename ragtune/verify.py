@@ -25,6 +25,7 @@ import numpy as np
 
 import kernels
 from kernels.lut import locate_lut
+from ragtune import provenance
 from ragtune.errors import RagtuneError
 from ragtune.numerics import TOLERANCE, NumericsResult, compare
 from ragtune.run import child
@@ -294,6 +295,23 @@ def load_lut_for_verify(target: Path, kind: str, *, force: bool = False) -> kern
   if not len(lut):
     raise RagtuneError(f"{target}: LUT has no entries")
   return lut
+
+
+def version_warning(lut: kernels.Lut, entries: list[kernels.Entry], where: str) -> str | None:
+  """A line naming the jax and jaxlib versions the entries were tuned under when they are not
+  this process's; None when they match or the LUT does not say."""
+  try:
+    tuned = [provenance.of_entry(lut.meta, e) for e in entries]
+  except ValueError as e:
+    raise RagtuneError(f"{where}: {e}") from None
+  here = provenance.host()
+  seen = {key: provenance.sorted_versions({getattr(v, key) for v in tuned} - {None}) for key in ("jax", "jaxlib")}
+  if all(versions in ([], [getattr(here, key)]) for key, versions in seen.items()):
+    return None
+  then = ", ".join(f"{key} {' and '.join(versions)}" for key, versions in seen.items() if versions)
+  return (
+    f"{where}: tuned under {then}, verified under jax {here.jax}, jaxlib {here.jaxlib}; its timings may not hold here"
+  )
 
 
 def _lut_from_records(folder: Path, kind: str) -> kernels.Lut:

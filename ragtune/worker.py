@@ -127,6 +127,8 @@ def main() -> None:
 
   import jax
 
+  from ragtune import provenance
+
   importlib.import_module("ragtune.store")  # and ragtune.measure: imported now, while the worker may be a spare
 
   # A spare waits here, imports done, until the parent needs it; only then does it open
@@ -139,12 +141,14 @@ def main() -> None:
   if devices[0].platform == "cpu" and index < len(devices):
     jax.config.update("jax_default_device", devices[index])  # GPUs are pinned by CUDA_VISIBLE_DEVICES
   dev = devices[index] if devices[0].platform == "cpu" and index < len(devices) else devices[0]
+  versions = provenance.for_device(dev)  # read here: the parent never opens the device
   device = {
     "device_kind": dev.device_kind,
     "platform": dev.platform,
-    "jax_version": jax.__version__,
+    "jax_version": versions.jax,
     "device_index": index,
     "worker_pid": os.getpid(),
+    "versions": versions,
   }
   channel.send(("hello", device))
 

@@ -144,8 +144,8 @@ def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record], prior: li
         c,
         "compile_error",
         interpret=False,
-        device={"device_kind": kind},
-        error=rejected[candidate_id(c)],
+        device={"device_kind": kind, "versions": rejected[candidate_id(c)].versions},
+        error=rejected[candidate_id(c)].reason,
       )
       for c in skipped
       if row_id(p.key, candidate_id(c)) not in done

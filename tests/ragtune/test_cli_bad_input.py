@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from test_records import WORKER_ROW
 from typer.testing import CliRunner
 
 import kernels
@@ -171,12 +172,24 @@ def test_missing_file_and_empty_results(tmp_path):
   assert r.exit_code == 2 and "results file is empty" in _one_error_line(r)
 
 
-def _lut_text(kind, version=kernels.lut.SCHEMA_VERSION):
+def test_a_record_with_bad_versions_is_named(tmp_path):
+  row = {**json.loads(WORKER_ROW), "versions": "0.10.2"}
+  (tmp_path / store.RECORDS).write_text(json.dumps(row) + "\n")
+  for cmd in (["show", str(tmp_path), "--csv", str(tmp_path / "best.csv")], ["export-lut", str(tmp_path)]):
+    r = runner.invoke(app, cmd)
+    assert r.exit_code == 2, r.output
+    line = _one_error_line(r)
+    assert "records.jsonl:1: not a sweep record (versions: expected an object of strings, got '0.10.2')" in line
+  assert sorted(p.name for p in tmp_path.iterdir()) == [store.RECORDS], "nothing written"
+
+
+def _lut_text(kind, version=kernels.lut.SCHEMA_VERSION, **meta):
   return json.dumps(
     {
       "schema": "ragtune-lut",
       "schema_version": version,
       "device_kind": kind,
+      **meta,
       "entries": [
         {
           "op": "fwd",
@@ -199,6 +212,11 @@ def _lut_text(kind, version=kernels.lut.SCHEMA_VERSION):
     ("{corrupt", "invalid JSON"),
     (_lut_text(kernels.lut.current_device_kind(), version=7), "schema_version 7 is not supported"),
     (_lut_text("NVIDIA H100 80GB HBM3"), "tuned on 'NVIDIA H100 80GB HBM3'"),
+    (_lut_text(kernels.lut.current_device_kind(), tuned_with="0.10.2"), "tuned_with: expected an object, got '0.10.2'"),
+    (
+      _lut_text(kernels.lut.current_device_kind(), tuned_with={"jax": 10}),
+      "versions: expected an object of strings, got {'jax': 10}",
+    ),
   ],
 )
 def test_verify_refuses_bad_luts(tmp_path, text, expected):

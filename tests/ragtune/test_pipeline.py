@@ -14,7 +14,7 @@ from conftest import entry_config, entry_pick, selected_config
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import export, shapes, store, sweep
+from ragtune import export, provenance, shapes, store, sweep
 from ragtune.cli import app
 
 runner = CliRunner()
@@ -52,6 +52,9 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   rows = store.ResultsStore(out).rows()
   assert {r.candidate for r in rows} >= {"baseline:xla", "baseline:dense"}
   assert all(r.status == "ok" for r in rows), [r.error for r in rows]
+  made_with = provenance.for_device(jax.devices()[0])  # what the workers read (on a CPU: the host part)
+  assert all(r.versions == made_with and r.jax_version == made_with.jax == jax.__version__ for r in rows)
+  assert made_with.ragtune and made_with.jaxlib
   xla_wins = _ops_where_xla_wins(rows)
   expected = sorted([(op, "pallas_gpu") for op in ("fwd", "drhs")] + [(op, "xla") for op in xla_wins])
 
@@ -69,6 +72,8 @@ def test_whole_pipeline_reaches_ragged_dot(tmp_path):
   lut_file = luts / f"{kernels.device_slug(kernels.lut.current_device_kind())}.json"
   data = json.loads(lut_file.read_text())
   assert data["schema"] == "ragtune-lut"
+  assert data["exported_with"] == provenance.host().to_dict() and data["tuned_with"] == made_with.to_dict()
+  assert not any("versions" in e for e in data["entries"]), "one jax: nothing per entry"
   assert sorted((e["op"], e["backend"]) for e in data["entries"]) == expected
   fwd = next(e for e in data["entries"] if e["op"] == "fwd" and e["backend"] == "pallas_gpu")
   assert fwd["baselines"]["xla_s"] > 0 and fwd["speedup_vs_xla"] > 0

@@ -8,8 +8,9 @@ import pytest
 from test_aot_compile import _UNAVAILABLE
 from typer.testing import CliRunner
 
-from ragtune import aot, prune, search_space, shapes, store, sweep
+from ragtune import aot, provenance, prune, search_space, shapes, store, sweep
 from ragtune.cli import app
+from ragtune.provenance import Versions
 from ragtune.run import plan as planning
 
 runner = CliRunner()
@@ -23,7 +24,7 @@ shapes:
 KIND = jax.devices()[0].device_kind
 
 
-def _reject(out, p, cfg, outcome="spill", error="ragtune_gmm: 8 B/thread spilled"):
+def _reject(out, p, cfg, outcome="spill", error="ragtune_gmm: 8 B/thread spilled", versions=None):
   out.mkdir(parents=True, exist_ok=True)
   row = {
     "id": f"{prune.shape_key(KIND, p)}|{store.candidate_id(cfg)}",
@@ -36,6 +37,7 @@ def _reject(out, p, cfg, outcome="spill", error="ragtune_gmm: 8 B/thread spilled
     "compile_s": 1.0,
     "kernels": [],
     "device_kind": KIND,
+    **({"versions": versions} if versions else {}),
   }
   with open(out / prune.COMPILE_RECORDS, "a") as f:
     f.write(json.dumps(row) + "\n")
@@ -48,7 +50,7 @@ def test_a_sweep_skips_and_records_what_the_compile_rejected(tmp_path):
   space = search_space.candidates(p, device_kind=KIND)
   default, second, third = space[:3]
   out = tmp_path / "results"
-  _reject(out, p, default)
+  _reject(out, p, default, versions={"ragtune": "0.1.0", "jax": "0.9.0", "ptxas": "12.9.86"})
   _reject(out, p, third, outcome="ok", error="")  # a clean compile changes nothing
   opts = sweep.SweepOptions(out_dir=out, max_candidates=2, device_kind=KIND)
   (row,) = planning.plan([p], opts)
@@ -64,6 +66,7 @@ def test_a_sweep_skips_and_records_what_the_compile_rejected(tmp_path):
   skipped = rows[store.candidate_id(default)]
   assert skipped.status == "compile_error" and skipped.time_s is None
   assert "deviceless compile for" in skipped.error and "spill" in skipped.error
+  assert skipped.versions == Versions(ragtune="0.1.0", jax="0.9.0", ptxas="12.9.86"), "the compile's, not the sweep's"
   timed = [x for x in rows.values() if x.kind == "candidate" and x.status == "ok"]
   assert sorted(x.candidate for x in timed) == sorted(store.candidate_id(c) for c in (second, third))
   # A rerun writes nothing new: the skip row is recorded once.
@@ -101,6 +104,7 @@ def test_plan_target_compiles_every_candidate_once(tmp_path):
   assert len(rows) == len(search_space.candidates(p, device_kind="NVIDIA H100 80GB HBM3")) > 0
   assert all(x["kind"] == "compile" and x["device_kind"] == "NVIDIA H100 80GB HBM3" for x in rows)
   assert all(x["outcome"] == aot.OK and x["kernels"][0]["mma"] == "wgmma" for x in rows), rows
+  assert all(x["versions"] == provenance.for_aot().to_dict() for x in rows) and provenance.for_aot().ptxas
   assert "compile-rejected" not in r.output  # nothing rejected: the plain plan table
   r = runner.invoke(app, ["plan", str(spec), "--target", "h100", "-o", str(out)])
   assert r.exit_code == 0 and "nothing new" in r.output, r.output

@@ -10,9 +10,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import report, search_space, store, sweep
+from ragtune import provenance, report, search_space, store, sweep
 from ragtune.cli import app
 from ragtune.errors import RagtuneError
+from ragtune.provenance import Versions
 from ragtune.run import plan as planning
 from ragtune.shapes import Problem
 from ragtune.views import summary_table
@@ -26,26 +27,36 @@ OLD_BASELINE = r'''{"backend": "pallas_gpu", "candidate": "baseline:xla", "confi
 # As a worker writes one today, and as the parent records a candidate a deviceless compile rejected.
 WORKER_ROW = r'''{"backend": "pallas_gpu", "candidate": "{\"block_k\": 32, \"block_m\": 64, \"block_n\": 64, \"group_k\": 4, \"group_m\": 16, \"num_stages\": 4, \"num_warps\": 4}", "config": {"block_k": 32, "block_m": 64, "block_n": 64, "group_k": 4, "group_m": 16, "num_stages": 4, "num_warps": 4}, "device_index": 0, "device_kind": "cpu", "dtype": "bfloat16", "elapsed_s": 1.5, "error": "", "g": 3, "gbps": 0.0011863414634146342, "group_dist": "multinomial(seed=0)", "group_sizes": [20, 8, 20], "id": "fwd|pallas_gpu|bfloat16|48x32x40x3|5b393a90|{\"block_k\": 32, \"block_m\": 64, \"block_n\": 64, \"group_k\": 4, \"group_m\": 16, \"num_stages\": 4, \"num_warps\": 4}", "interpret": true, "jax_version": "0.10.2", "k": 32, "kind": "candidate", "m": 48, "n": 40, "numerics": null, "op": "fwd", "platform": "cpu", "problem": "fwd|pallas_gpu|bfloat16|48x32x40x3|5b393a90", "source": "smoke", "status": "ok", "tflops": 9.990243902439025e-06, "time_s": 0.0123, "timer": "wallclock-median", "timestamp": "2026-11-23T10:00:00+00:00", "worker_pid": 4242}'''
 REJECTED_ROW = r'''{"backend": "pallas_gpu", "candidate": "{\"block_k\": 32, \"block_m\": 64, \"block_n\": 64, \"group_k\": 4, \"group_m\": 64, \"num_stages\": 2, \"num_warps\": 4}", "config": {"block_k": 32, "block_m": 64, "block_n": 64, "group_k": 4, "group_m": 64, "num_stages": 2, "num_warps": 4}, "device_kind": "cpu", "dtype": "bfloat16", "error": "deviceless compile for cpu: spill: 64 bytes", "g": 3, "gbps": null, "group_dist": "multinomial(seed=0)", "group_sizes": [20, 8, 20], "id": "fwd|pallas_gpu|bfloat16|48x32x40x3|5b393a90|{\"block_k\": 32, \"block_m\": 64, \"block_n\": 64, \"group_k\": 4, \"group_m\": 64, \"num_stages\": 2, \"num_warps\": 4}", "interpret": false, "k": 32, "kind": "candidate", "m": 48, "n": 40, "numerics": null, "op": "fwd", "problem": "fwd|pallas_gpu|bfloat16|48x32x40x3|5b393a90", "source": "smoke", "status": "compile_error", "tflops": null, "time_s": null, "timer": "", "timestamp": "2026-11-23T10:00:00+00:00"}'''
-LINES = [OLD_CANDIDATE, OLD_BASELINE, WORKER_ROW, REJECTED_ROW]
+# As a worker writes one today, with the versions that made it.
+VERSIONS_ROW = r'''{"backend": "pallas_gpu", "candidate": "baseline:dense", "config": null, "device_index": 1, "device_kind": "cpu", "dtype": "bfloat16", "elapsed_s": 0.5, "error": "", "g": 3, "gbps": 1.0, "group_dist": "multinomial(seed=0)", "group_sizes": [20, 8, 20], "id": "dlhs|pallas_gpu|bfloat16|48x32x40x3|5b393a90|baseline:dense", "interpret": true, "jax_version": "0.11.2", "k": 32, "kind": "baseline", "m": 48, "n": 40, "numerics": null, "op": "dlhs", "platform": "cpu", "problem": "dlhs|pallas_gpu|bfloat16|48x32x40x3|5b393a90", "source": "smoke", "status": "ok", "tflops": 0.001, "time_s": 0.0001, "timer": "wallclock-median", "timestamp": "2026-11-25T10:00:00+00:00", "versions": {"commit": "f65beb4+dirty", "jax": "0.11.2", "jaxlib": "0.11.2", "ragtune": "0.1.0"}, "worker_pid": 4343}'''
+LINES = [OLD_CANDIDATE, OLD_BASELINE, WORKER_ROW, REJECTED_ROW, VERSIONS_ROW]
 
 
 def test_every_format_a_sweep_wrote_loads_and_keeps_its_keys(tmp_path):
   (tmp_path / store.RECORDS).write_text("".join(line + "\n" for line in LINES))
   records = store.load_results([tmp_path])
-  assert len(records) == 4
+  assert len(records) == 5
   for line, r in zip(LINES, records):
     d = json.loads(line)
     assert (r.id, r.problem.key, r.candidate, r.kind) == (d["id"], d["problem"], d["candidate"], d["kind"])
     assert r.to_dict() == {k: v for k, v in d.items() if k != "host"}, "written back as it was, unknown keys aside"
-  old, baseline, new, rejected = records
+  old, baseline, new, rejected, versioned = records
   assert old.config["grid_order"] == "m_fastest" and old.elapsed_s is None and old.worker_pid is None
   assert baseline.config is None and baseline.baseline == "xla" and baseline.numerics is None
   assert new.worker_pid == 4242 and new.elapsed_s == 1.5 and rejected.platform is None and not rejected.ok
+  assert (
+    old.versions is None and provenance.of_record(old) == {"jax": "0.4.35"} and provenance.of_record(rejected) == {}
+  )
+  assert versioned.versions == Versions(ragtune="0.1.0", commit="f65beb4+dirty", jax="0.11.2", jaxlib="0.11.2")
 
   # A sweep resumes from them: the two candidates are done, the baselines are not.
   p = new.problem
   (row,) = planning.plan([p], sweep.SweepOptions(out_dir=tmp_path, max_candidates=2, device_kind="cpu"))
   assert (row["done"], row["todo"], row["est_s"]) == (2, 2, 3.0)
+  assert (
+    "note: these rows were measured under jax 0.4.35, 0.10.2, 0.11.2"
+    in runner.invoke(app, ["show", str(tmp_path)]).output
+  )
   for args in (
     ["show", str(tmp_path)],
     ["show", str(tmp_path), "--all"],
@@ -65,6 +76,7 @@ def test_a_record_round_trips_through_the_store(tmp_path):
     "jax_version": "0.10.2",
     "device_index": 3,
     "worker_pid": 99,
+    "versions": Versions(ragtune="0.1.0", jax="0.10.2", jaxlib="0.10.2", platform="cuda 12090"),
   }
   rows = [
     store.make_row(p, "baseline:dense", None, "ok", interpret=False, device=dev, time_s=1e-4, timer="cupti"),
@@ -169,3 +181,35 @@ def test_show_report_sweep_summary_and_lut_agree_on_an_h100(tmp_path):
     assert kernels.registry.config_from_dict(backend, e["config"]) == best
     assert e["baselines"] == {"xla_s": xla_ms / 1e3, "default_s": default_ms / 1e3, "dense_s": 0.5e-3}
     assert e["speedup_vs_default"] == round(default_ms / best_ms, 4)
+
+
+def test_a_lut_keeps_the_versions_its_rows_share_and_each_entry_its_own(tmp_path):
+  """Rows of two jax versions (two folders merged): the LUT's tuned_with holds what they
+  share, each entry the rest, and verify names both versions."""
+  from ragtune import export, verify
+
+  kind = H100["device_kind"]
+  made = {
+    "fwd": Versions(ragtune="0.1.0", jax="0.10.2", jaxlib="0.10.2", platform="cuda 12090"),
+    "drhs": Versions(ragtune="0.1.0", jax="0.11.2", jaxlib="0.11.2", platform="cuda 12090"),
+  }
+  rows = []
+  for op, versions in made.items():
+    p = Problem(op, "pallas_gpu", "bfloat16", *SHAPE, "multinomial(seed=0)", (128,) * 4)
+    dev = {**H100, "jax_version": versions.jax, "versions": versions}
+    (cfg,) = search_space.candidates(p, 1, device_kind=kind)
+    rows.append(store.make_row(p, "baseline:xla", None, "ok", interpret=False, device=dev, time_s=3e-3))
+    rows.append(store.make_row(p, store.candidate_id(cfg), cfg, "ok", interpret=False, device=dev, time_s=1e-3))
+  (lut,) = export.build_luts(rows).values()
+  assert lut.meta["tuned_with"] == {"ragtune": "0.1.0", "platform": "cuda 12090"}
+  assert lut.meta["exported_with"] == provenance.host().to_dict()
+  for e in lut.entries():
+    assert e.extra["versions"] == {"jax": made[e.op].jax, "jaxlib": made[e.op].jaxlib}
+    assert provenance.of_entry(lut.meta, e) == made[e.op]
+  warning = verify.version_warning(lut, lut.entries(), "lut.json")
+  assert warning.startswith("lut.json: tuned under jax 0.10.2 and 0.11.2, jaxlib 0.10.2 and 0.11.2, verified under")
+
+  # Rows of one jax version: all in tuned_with, nothing per entry.
+  same = [r for r in rows if r.problem.op == "fwd"]
+  (lut,) = export.build_luts(same).values()
+  assert lut.meta["tuned_with"] == made["fwd"].to_dict() and all("versions" not in e.extra for e in lut.entries())

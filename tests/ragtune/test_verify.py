@@ -1,9 +1,12 @@
 """verify: one line per entry, reports only for failures, filters, a per-draw timeout that kills."""
 
+import dataclasses
 import json
 import os
 import time
 
+import jax
+import jaxlib
 import pytest
 from typer.testing import CliRunner
 
@@ -36,6 +39,7 @@ def test_one_line_per_entry_and_filters(tmp_path):
   lines = [l for l in r.output.splitlines() if l.startswith("[")]
   assert len(lines) == 3 and all("PASS" in l and "4/4 draws" in l and "worst rel" in l for l in lines), r.output
   assert "NumericsResult" not in r.output, "reports are for failures or --full only"
+  assert "warning" not in r.output, "a LUT that names no versions gets no version warning"
   assert len(r.output.strip().splitlines()) <= 5  # notice, 3 entries, total
 
   r = runner.invoke(app, ["verify", str(lut), "--op", "drhs,fwd", "--shape", "40,32,24", "--full"])
@@ -46,6 +50,33 @@ def test_one_line_per_entry_and_filters(tmp_path):
   for bad, msg in (("--shape=1,2", "expected three positive integers"), ("--op=bwd", "unknown op")):
     r = runner.invoke(app, ["verify", str(lut), bad])
     assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+
+
+def test_a_lut_tuned_under_another_jax_is_verified_after_one_warning(tmp_path):
+  path = tmp_path / "lut.json"
+  lut = kernels.Lut(
+    KIND, _entries()[:1], meta={"tuned_with": {"ragtune": "0.1.0", "jax": "0.4.35", "jaxlib": "0.4.35"}}
+  )
+  path.write_text(json.dumps(lut.to_dict()))
+  r = runner.invoke(app, ["verify", str(path)])
+  assert r.exit_code == 0, r.output
+  lines = r.output.splitlines()
+  (warning,) = [l for l in lines if l.startswith("warning:")]
+  assert warning == (
+    f"warning: {path}: tuned under jax 0.4.35, jaxlib 0.4.35, verified under jax {jax.__version__}, "
+    f"jaxlib {jaxlib.__version__}; its timings may not hold here"
+  )
+  (entry,) = [i for i, l in enumerate(lines) if l.startswith("[")]
+  assert lines.index(warning) < entry and "PASS" in lines[entry] and "1 passed, 0 failed" in r.output
+
+  # A LUT from before `tuned_with` names each entry's jax only; the running jax gets no warning.
+  old = [dataclasses.replace(e, extra={"jax_version": "0.4.35"}) for e in _entries()]
+  assert verify.version_warning(kernels.Lut(KIND, old), old, "old.json") == (
+    f"old.json: tuned under jax 0.4.35, verified under jax {jax.__version__}, jaxlib {jaxlib.__version__}; "
+    "its timings may not hold here"
+  )
+  here = kernels.Lut(KIND, _entries(), meta={"tuned_with": {"jax": jax.__version__, "jaxlib": jaxlib.__version__}})
+  assert verify.version_warning(here, here.entries(), "here.json") is None
 
 
 def test_failure_prints_its_report(monkeypatch):
