@@ -11,24 +11,104 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import importlib
 import re
+import shlex
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import typer.core
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import kernels
 from ragtune import limits, paths
 from ragtune.errors import RagtuneError
+from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:
+  from ragtune.run.resume import SweepFlags
+
+# The click that Typer runs on: newer Typer carries its own copy (typer._click), older Typer uses click.
+_click = getattr(typer.core, "_click", None) or importlib.import_module("click")
+# `ragtune` alone prints the help by raising this (click >= 8.2); it stays as it is.
+_HELP_ERRORS = tuple(e for e in [getattr(_click.exceptions, "NoArgsIsHelpError", None)] if e is not None)
+# Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
+# No emoji codes: problem labels such as "deepseek-v3:up:tokens=64" must print as written.
+console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200, emoji=False)
+
+
+# Typer writes a required argument as {NAME} in usage lines and types as <list[Path]>.
+_TYPE_WORDS = {
+  "path": "(a path)",
+  "list[Path]": "(paths)",
+  "list[str]": "(text, repeatable)",
+  "int": "(an integer)",
+  "int range": "(an integer)",
+  "float": "(a number)",
+  "float range": "(a number)",
+  "text": "(text)",
+}
+
+
+class _UsageLine(_click.exceptions.UsageError):
+  """A usage error shown as the one `error:` line that all bad input gets (exit 2), without the usage block."""
+
+  def show(self, file=None) -> None:
+    _print(f"error: {self.format_message()}", err=True)
+
+
+def _given(args: list[str], opts: list[str]) -> str | None:
+  """The value given on the command line for an option (any of its names), if any."""
+  for i, arg in enumerate(args):
+    for opt in opts:
+      if arg == opt and i + 1 < len(args):
+        return args[i + 1]
+      if arg.startswith(f"{opt}="):
+        return arg.removeprefix(f"{opt}=")
+  return None
+
+
+@contextlib.contextmanager
+def _usage_line(args: list[str]):
+  """Turn click's usage errors (a value out of range, an unknown option or command, a
+  missing argument) into _UsageLine: "error: --max-candidates 0: Input should be greater
+  than or equal to 1 (see 'ragtune sweep --help')". args: the command line, as given."""
+  args = list(args)  # click's parser consumes the list it is given
+  try:
+    yield
+  except (_UsageLine, *_HELP_ERRORS):
+    raise
+  except _click.exceptions.UsageError as e:
+    msg, param = e.format_message(), getattr(e, "param", None)
+    bad_value = isinstance(e, _click.exceptions.BadParameter) and not isinstance(e, _click.exceptions.MissingParameter)
+    if bad_value and param is not None and param.param_type_name == "option":
+      value = _given(args, param.opts)
+      name = param.opts[0] if value is None else shlex.join([param.opts[0], value])
+      msg = f"{name}: {e.message.removeprefix('Value error, ')}"
+    hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+    raise _UsageLine(msg + hint, e.ctx) from None
+
+
+class _Group(typer.core.TyperGroup):
+  def parse_args(self, ctx, args):
+    with _usage_line(args):
+      return super().parse_args(ctx, args)
+
+  def resolve_command(self, ctx, args):
+    with _usage_line(args):
+      return super().resolve_command(ctx, args)
+
 
 app = typer.Typer(
+  cls=_Group,
   add_completion=False,
   no_args_is_help=True,
   rich_markup_mode=None,
@@ -60,27 +140,12 @@ def _options(
   pass
 
 
-# Logs and CI are not terminals; don't squeeze tables into rich's 80-column default there.
-# No emoji codes: problem labels such as "deepseek-v3:up:tokens=64" must print as written.
-console = Console(width=None if sys.stdout.isatty() else 200, emoji=False)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200, emoji=False)
-
-
-# Typer writes a required argument as {NAME} in usage lines and types as <list[Path]>.
-_TYPE_WORDS = {
-  "path": "(a path)",
-  "list[Path]": "(paths)",
-  "list[str]": "(text, repeatable)",
-  "int": "(an integer)",
-  "int range": "(an integer)",
-  "float": "(a number)",
-  "float range": "(a number)",
-  "text": "(text)",
-}
-
-
 class _Command(typer.core.TyperCommand):
-  """Usage lines that name arguments (SHAPES_FILE), and types in words."""
+  """Usage lines that name arguments (SHAPES_FILE), types in words, usage errors in one line."""
+
+  def parse_args(self, ctx, args):
+    with _usage_line(args):
+      return super().parse_args(ctx, args)
 
   def collect_usage_pieces(self, ctx):
     return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
@@ -133,16 +198,57 @@ def _split_shapes(values: list[str] | None) -> list[str] | None:
   return [v.strip() for item in values for v in item.replace(";", " ").split() if v.strip()]
 
 
+_INTERPRETER_TIMINGS = "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only."
+
+
 def _resolve_interpret(interpret: bool | None, platform: str) -> bool:
   on_cpu = platform == "cpu"
   if interpret is None:
     interpret = on_cpu
   if interpret and on_cpu:
     err_console.print(
-      "[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. "
-      "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only."
+      f"[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. {_INTERPRETER_TIMINGS}"
     )
   return interpret
+
+
+def _interpreted_notice(records: list) -> None:
+  """The sweep's notice, for tables of rows measured in interpret mode."""
+  where = sorted({r.origin for r in records if r.interpret})
+  if where:
+    err_console.print(
+      f"[yellow]notice:[/] rows of {escape(', '.join(where))} were measured in Pallas interpret mode. "
+      f"{_INTERPRETER_TIMINGS}",
+      highlight=False,
+    )
+
+
+def _warn_skipped(skipped: dict[Path, list[int]]) -> None:
+  from ragtune import store
+
+  for path, lines in skipped.items():
+    _print(f"warning: {store.skipped_text(path, lines)}", err=True)
+
+
+def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
+  """The records of the results folders; lines that are not records stop the command, or
+  with skip_bad_lines are skipped with a warning per file."""
+  from ragtune import store
+
+  skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
+  records = store.load_results(dirs, skipped)
+  _warn_skipped(skipped or {})
+  return records
+
+
+def _warn_bad_lines(out_dir: Path) -> None:
+  """--skip-bad-lines on a sweep: say, before it starts, which lines its resume skips."""
+  from ragtune import store
+
+  path, skipped = out_dir / store.RECORDS, []
+  if path.is_file():
+    store.read_records(path, skipped=skipped)
+    _warn_skipped({path: skipped} if skipped else {})
 
 
 # --- options several commands share -------------------------------------------------------
@@ -201,6 +307,14 @@ Interpret = Annotated[
   typer.Option("--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
 ]
 
+SkipBadLines = Annotated[
+  bool,
+  typer.Option(
+    "--skip-bad-lines",
+    help="Read past lines of records.jsonl that are not records (a warning counts them per file) instead of stopping.",
+  ),
+]
+
 
 class LutFormat(enum.StrEnum):
   json = "json"
@@ -251,9 +365,9 @@ def _device() -> dict:
   return info
 
 
-def _fitting(problems: list, memory: int | None) -> list:
+def _fitting(problems: list, memory: int | None, where: Path) -> list:
   """The problems that fit the device's memory; a warning for each that does not (an error if none does)."""
-  fit, reasons = limits.split_by_memory(problems, memory)
+  fit, reasons = limits.split_by_memory(problems, memory, str(where))
   if not fit and reasons:
     raise RagtuneError(reasons[0] + (f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""))
   shown = 5
@@ -274,7 +388,7 @@ def _results_dir(out: Path | None = None) -> Path:
   return out or devices.default_results_dir()
 
 
-def _sweep_dir(out: Path | None, builder: str) -> Path:
+def _sweep_dir(out_dir: Path, builder: str) -> Path:
   """The results folder, writable; the builder is imported here once rather than in every worker."""
   from ragtune import worker
 
@@ -282,7 +396,7 @@ def _sweep_dir(out: Path | None, builder: str) -> Path:
     worker.load_builder(builder)
   except ValueError as e:
     raise RagtuneError(str(e)) from None
-  out_dir = paths.writable_dir(_results_dir(out), "the results folder")
+  out_dir = paths.writable_dir(out_dir, "the results folder")
   if (out_dir / "records.jsonl").is_dir():
     raise RagtuneError(f"{out_dir / 'records.jsonl'}: is a folder, but the results file must be a file")
   return out_dir
@@ -305,9 +419,9 @@ def _place_workers(opts, info: dict, problems: list, devices: str | None, interp
 
 
 @contextlib.contextmanager
-def _stoppable(shapes_file: Path, out_dir: Path):
+def _stoppable(resume_command: str, out_dir: Path):
   """SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does, at a safe
-  point; either leaves a line saying how to resume and exit status 130."""
+  point; either leaves the command that resumes it exactly and exit status 130."""
   from ragtune.run import pool
 
   in_main = threading.current_thread() is threading.main_thread()
@@ -316,9 +430,7 @@ def _stoppable(shapes_file: Path, out_dir: Path):
     yield
   except KeyboardInterrupt:
     _print(
-      f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with the "
-      f"same command, e.g. ragtune sweep {shapes_file} -o {out_dir}",
-      err=True,
+      f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with: {resume_command}", err=True
     )
     raise typer.Exit(130) from None
   finally:
@@ -326,13 +438,13 @@ def _stoppable(shapes_file: Path, out_dir: Path):
       signal.signal(sig, handler)
 
 
-def _run_sweep(problems: list, opts):
+def _run_sweep(problems: list, opts, on_state):
   """run_sweep with a live bar in a terminal, or plain progress lines in a log."""
   from ragtune import progress, sweep
 
   waiting = lambda holder: _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
   if not console.is_terminal:
-    return sweep.run_sweep(problems, opts, progress.PlainProgress(_print), waiting)
+    return sweep.run_sweep(problems, opts, progress.PlainProgress(_print), waiting, on_state)
   columns = [
     TextColumn("{task.description}"),
     BarColumn(),
@@ -343,22 +455,31 @@ def _run_sweep(problems: list, opts):
     TextColumn("{task.fields[best]}"),
   ]
   with Progress(*columns, console=console, transient=False) as bar:
-    return sweep.run_sweep(problems, opts, progress.RichProgress(bar, console), waiting)
+    return sweep.run_sweep(problems, opts, progress.RichProgress(bar, console), waiting, on_state)
 
 
 def _print_sweep_end(summaries, out_dir: Path, seconds: float) -> None:
-  from ragtune import ceilings, views
+  from ragtune import views
 
-  console.print(views.summary_table(summaries, ceilings.load([out_dir])))
-  console.print(f"sweep done in {seconds:.1f}s; records: {out_dir / 'records.jsonl'}")
+  console.print(views.summary_table(summaries))
+  _print(
+    f"sweep done in {seconds:.1f}s; records: {out_dir / 'records.jsonl'}; configs and details: ragtune show {out_dir}"
+  )
   missing = [s for s in summaries if s.best is None and s.problem.backend in kernels.registry.tunable()]
   if missing:
     _print(f"warning: {len(missing)} problem(s) have no correct candidate; they will be missing from the LUT", err=True)
+  for s in missing[:5]:
+    _print(f"warning: {s.problem.op} {s.problem.backend} {s.problem.dtype} {s.problem.shape_label}: {s.why}", err=True)
+
+
+def _load_flagged(shapes_file: Path, flags: SweepFlags):
+  return _load_problems(shapes_file, flags.ops, flags.backends, flags.shard, flags.shapes, flags.models)
 
 
 @app.command(cls=_Command, epilog=_example(""))
 @user_errors
 def sweep(
+  ctx: typer.Context,
   shapes_file: ShapesFile,
   out: OutDir = None,
   backend: Backends = None,
@@ -375,7 +496,7 @@ def sweep(
       metavar="SECONDS",
       help="Seconds for one candidate (compile + check + time); past it the worker is killed.",
     ),
-  ] = 120.0,
+  ] = DEFAULT_TIMEOUT_S,
   interpret: Interpret = None,
   devices: Annotated[
     str | None,
@@ -394,42 +515,67 @@ def sweep(
       help="module:function building the op, (problem, backend, config, interpret) -> callable; "
       "importable by the workers.",
     ),
-  ] = "ragtune.measure:build_op",
+  ] = DEFAULT_BUILDER,
   wait: Annotated[
     bool, typer.Option("--wait", help="If another sweep holds the results folder, wait for it instead of stopping.")
   ] = False,
   dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (as `ragtune plan`) and exit.")] = False,
+  skip_bad_lines: SkipBadLines = False,
 ):
   """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
-  compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish;
-  rerunning resumes."""
+  compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish. The
+  bare command (SHAPES_FILE and -o only) resumes an unfinished sweep with its options."""
   from ragtune.run import plan as plan_mod
+  from ragtune.run import resume
   from ragtune.run.options import SweepOptions
 
-  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  limits.check_fits(problems)  # indexing now; memory once the device is known
-  out_dir = _sweep_dir(out, builder)
+  from_cli = lambda name: ctx.get_parameter_source(name) == _click.core.ParameterSource.COMMANDLINE
+  given = resume.SweepFlags(  # as given: None or () where an option is left to its default
+    ops=tuple(_split(ops) or ()),
+    backends=tuple(_split(backend) or ()),
+    shapes=tuple(_split_shapes(shape) or ()),
+    models=tuple(_split(model) or ()),
+    max_candidates=max_candidates,
+    budget=budget,
+    timeout_s=timeout if from_cli("timeout") else None,
+    interpret=interpret,
+    devices=devices,
+    shard=shard,
+    builder=builder if from_cli("builder") else None,
+  )
+  spec, problems = _load_flagged(shapes_file, given)  # bad input is refused before anything else
+  out_dir = _results_dir(out)
+  flags, origin = resume.resolve(shapes_file, out_dir, given)
+  if flags != given:
+    spec, problems = _load_flagged(shapes_file, flags)
+  if origin:
+    _print(origin, err=True)
+  limits.check_fits(problems, where=str(shapes_file))  # indexing now; memory once the device is known
+  out_dir = _sweep_dir(out_dir, flags.builder or DEFAULT_BUILDER)
+  if skip_bad_lines:
+    _warn_bad_lines(out_dir)
   info = _device()
-  problems = _fitting(problems, info.get("memory_bytes"))
+  problems = _fitting(problems, info.get("memory_bytes"), shapes_file)
   opts = SweepOptions(
     out_dir=out_dir,
-    max_candidates=max_candidates or spec.max_candidates,
-    timeout_s=timeout,
-    builder=builder,
-    budget=budget,
+    max_candidates=flags.max_candidates or spec.max_candidates,
+    timeout_s=flags.timeout_s or DEFAULT_TIMEOUT_S,
+    builder=flags.builder or DEFAULT_BUILDER,
+    budget=flags.budget,
     wait_for_lock=wait,
     device_kind=info["device_kind"],
+    skip_bad_lines=skip_bad_lines,
   )
   if dry_run:
     return _print_plan(plan_mod.plan(problems, opts))
-  _place_workers(opts, info, problems, devices, interpret)
+  _place_workers(opts, info, problems, flags.devices, flags.interpret)
   _print(
     f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl ({len(opts.devices)} "
     f"worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})"
   )
   t0 = time.perf_counter()
-  with _stoppable(shapes_file, out_dir):
-    summaries = _run_sweep(problems, opts)
+  with _stoppable(resume.command(shapes_file, out_dir, flags), out_dir):
+    summaries = _run_sweep(problems, opts, lambda done: resume.save(out_dir, shapes_file, flags, finished=done))
   _print_sweep_end(summaries, out_dir, time.perf_counter() - t0)
 
 
@@ -483,6 +629,7 @@ def plan(
     int | None,
     typer.Option("--jobs", "-j", min=1, metavar="N", help="Compile processes with --target [default: all cores]."),
   ] = None,
+  skip_bad_lines: SkipBadLines = False,
 ):
   """List each problem with its candidate count after pruning, how many are done in the
   results folder, and an estimated time once some timings exist. Measures nothing (a child
@@ -494,9 +641,9 @@ def plan(
   from ragtune.run.options import SweepOptions
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  limits.check_fits(problems)
+  limits.check_fits(problems, where=str(shapes_file))
   info = prune.target_facts(target) if target else _device()
-  problems = _fitting(problems, info.get("memory_bytes"))
+  problems = _fitting(problems, info.get("memory_bytes"), shapes_file)
   out_dir = out or Path("results") / kernels.device_slug(info["device_kind"])
   if target:
     out_dir = paths.writable_dir(out_dir, "the results folder")
@@ -506,7 +653,10 @@ def plan(
     max_candidates=max_candidates or spec.max_candidates,
     budget=budget,
     device_kind=info["device_kind"],
+    skip_bad_lines=skip_bad_lines,
   )
+  if skip_bad_lines:
+    _warn_bad_lines(out_dir)
   _print_plan(plan_mod.plan(problems, opts))
 
 
@@ -574,6 +724,7 @@ def verify(
       help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as 'timeout'.",
     ),
   ] = 300.0,
+  skip_bad_lines: SkipBadLines = False,
 ):
   """Re-run every LUT entry on fresh inputs and adversarial group sizes (empty groups,
   sum < m, one group holding all rows). One line per entry; the numerics report of
@@ -583,9 +734,11 @@ def verify(
 
   info = _device()
   target = target or _results_dir()
-  lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force)
+  skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
+  lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force, skipped=skipped)
+  _warn_skipped(skipped or {})
   entries = shapes_mod.select(lut.entries(), ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
-  limits.check_fits(entries, memory=info.get("memory_bytes"))
+  limits.check_fits(entries, memory=info.get("memory_bytes"), where=str(target))
   warning = verify_mod.version_warning(lut, entries, lut.source or str(target))
   if warning:
     _print(f"warning: {warning}", err=True)
@@ -660,10 +813,11 @@ def export_lut(
   fmt: Annotated[
     LutFormat, typer.Option("--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py).")
   ] = LutFormat.json,
+  skip_bad_lines: SkipBadLines = False,
 ):
   """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
   entry where XLA's own op was fastest, and write the LUT atomically."""
-  from ragtune import export, store
+  from ragtune import export
 
   dirs = paths.existing_dirs(dirs or [_results_dir()])
   output = output or dirs[0]
@@ -671,7 +825,7 @@ def export_lut(
     paths.writable_file(output, "the LUT file")
   else:
     paths.writable_dir(output, "the LUT folder (-o FILE.json for one file)")
-  luts = export.build_luts(store.load_results(dirs))
+  luts = export.build_luts(_records(dirs, skip_bad_lines))
   written = export.write_luts(luts, output, fmt.value)
   for kind, lut in sorted(luts.items()):
     console.print(f"{kind}: {len(lut)} entries")
@@ -685,6 +839,7 @@ def show(
   dirs: ResultsDirs = None,
   all_rows: Annotated[bool, typer.Option("--all", help="Every measured row, not only the best per problem.")] = False,
   csv: Annotated[Path | None, typer.Option("--csv", metavar="FILE", help="Also write the table as CSV.")] = None,
+  skip_bad_lines: SkipBadLines = False,
 ):
   """Print results as a table (best per problem by default)."""
   import pandas as pd
@@ -694,7 +849,8 @@ def show(
   if csv:
     paths.writable_file(csv, "the --csv file")
   dirs = paths.existing_dirs(dirs or [_results_dir()])
-  records = store.load_results(dirs)
+  records = _records(dirs, skip_bad_lines)
+  _interpreted_notice(records)
   df = report.compact_rows(records) if all_rows else report.show_best(records, ceilings.load(dirs))
   with pd.option_context(
     "display.max_rows",
@@ -708,7 +864,7 @@ def show(
     "display.float_format",
     "{:.4g}".format,
   ):
-    _print(df.to_string(index=False))
+    _print(report.printable(df).to_string(index=False))
   jax_versions = provenance.sorted_versions({v for r in records if (v := provenance.of_record(r).get("jax"))})
   if len(jax_versions) > 1:  # timings under different jax versions may not compare
     _print(f"note: these rows were measured under jax {', '.join(jax_versions)}")
@@ -725,6 +881,7 @@ def report(
     Path,
     typer.Option("--output", "-o", metavar="DIR", help="Folder for best.csv, rows.csv, the PNG plots and report.md."),
   ] = Path("."),
+  skip_bad_lines: SkipBadLines = False,
 ):
   """Write best.csv (best per problem with baselines), rows.csv (every row), PNG plots
   (TF/s per problem, roofline, candidate times; needs the [report] extra) and report.md."""
@@ -733,7 +890,8 @@ def report(
 
   paths.writable_dir(output, "the report folder")
   dirs = paths.existing_dirs(dirs or [_results_dir()])
-  records = store.load_results(dirs)
+  records = _records(dirs, skip_bad_lines)
+  _interpreted_notice(records)
   ceil = ceilings.load(dirs)
   for name, df in (("best.csv", report_mod.best_frame(records, ceil)), ("rows.csv", report_mod.rows_frame(records))):
     store.write_atomic(output / name, report_mod.csv_text(df))

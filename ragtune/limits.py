@@ -49,47 +49,49 @@ def device_memory_bytes() -> int | None:
   return None
 
 
-def _label(p: Any) -> str:
+def _label(p: Any, where: str = "") -> str:
+  """'shapes/x.yaml: shapes[2]: fwd pallas_tpu [m,k]x[g,k,n] bfloat16': the file, the entry
+  (a Problem's source) and the problem."""
   src, backend = getattr(p, "source", ""), getattr(p, "backend", "")
-  return (
-    f"{src + ': ' if src else ''}{p.op} {backend + ' ' if backend else ''}[{p.m},{p.k}]x[{p.g},{p.k},{p.n}] {p.dtype}"
-  )
+  prefix = "".join(f"{part}: " for part in (where, src) if part)
+  return f"{prefix}{p.op} {backend + ' ' if backend else ''}[{p.m},{p.k}]x[{p.g},{p.k},{p.n}] {p.dtype}"
 
 
-def too_big(p: Any, memory: int | None) -> str | None:
+def too_big(p: Any, memory: int | None, where: str = "") -> str | None:
   """Why problem (or LUT entry) p cannot run here: its backend's indexing, or `memory` bytes
-  (None or 0: not checked). None if it fits."""
+  (None or 0: not checked). None if it fits. `where` names the file p comes from."""
   need = bytes_needed(p.op, p.dtype, p.m, p.k, p.n, p.g)
   for name, count in operand_elements(p.op, p.m, p.k, p.n, p.g).items():
     backend = getattr(p, "backend", None)
     if count > INT32_MAX and not (backend in registry.REGISTRY and registry.get(backend).wide_indexing):
       return (
-        f"{_label(p)}: {name} has {count:,} elements, beyond {p.backend}'s int32 indexing "
+        f"{_label(p, where)}: {name} has {count:,} elements, beyond {p.backend}'s int32 indexing "
         f"({INT32_MAX:,}); the problem needs {need:,} bytes"
       )
   if memory and need > memory:
     return (
-      f"{_label(p)}: needs {need:,} bytes ({need / 2**30:.1f} GiB) for its inputs, "
+      f"{_label(p, where)}: needs {need:,} bytes ({need / 2**30:.1f} GiB) for its inputs, "
       f"reference and output, more than the device's {memory:,} bytes"
     )
   return None
 
 
-def check_fits(items: list, memory: int | None = None) -> None:
+def check_fits(items: list, memory: int | None = None, where: str = "") -> None:
   """Raise for the first problem (or LUT entry) that its backend's indexing or `memory`
   bytes cannot hold (None: indexing only). The memory is the probed device's
-  (ragtune.run.devices.probe_devices): asking this process's jax would open the accelerator here."""
+  (ragtune.run.devices.probe_devices): asking this process's jax would open the accelerator here.
+  `where` names the shapes file (or LUT) the items come from."""
   for p in items:
-    reason = too_big(p, memory)
+    reason = too_big(p, memory, where)
     if reason:
       raise RagtuneError(reason)
 
 
-def split_by_memory(items: list, memory: int | None) -> tuple[list, list[str]]:
+def split_by_memory(items: list, memory: int | None, where: str = "") -> tuple[list, list[str]]:
   """(the items that fit `memory`, the reasons of those that do not)."""
   fit, reasons = [], []
   for p in items:
-    reason = too_big(p, memory)
+    reason = too_big(p, memory, where)
     if reason:
       reasons.append(reason)
     else:

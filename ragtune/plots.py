@@ -243,7 +243,7 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
     if any(bw):
       peaks = ", ".join(f"{d} matmul {t:.4g} TF/s" for d, t in zip(sorted(best["dtype"].unique()), tf) if t)
       md += [f"Measured ceilings: {peaks}; copy {next(b for b in bw if b):.4g} GB/s.", ""]
-    md += [_md_table(report.show_best(kind_rows, ceil)), ""]
+    md += [_md_table(report.printable(report.show_best(kind_rows, ceil))), ""]
     if have_plots:
       figs = [
         (

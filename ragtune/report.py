@@ -130,6 +130,19 @@ def show_best(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
   return df[SHOW_COLUMNS]
 
 
+SPEEDUP_COLUMNS = ("vs_xla", "vs_default")
+
+
+def printable(df: pd.DataFrame) -> pd.DataFrame:
+  """The frame as `show` and report.md print it: speedups as '1.31x', as everywhere else
+  (CSVs keep the ratios)."""
+  out = df.copy()
+  for c in SPEEDUP_COLUMNS:
+    if c in out:
+      out[c] = out[c].map(summary.speedup_text)
+  return out
+
+
 # Each backend names its knobs' short forms (kernels/<backend>/__init__.py).
 ABBREV = {k: v for b in registry.REGISTRY.values() for k, v in b.abbrev.items()}
 DTYPE_ABBREV = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}

@@ -212,21 +212,36 @@ class JsonLines:
 
 
 class ResultsStore:
-  """A results folder's records.jsonl."""
+  """A results folder's records.jsonl. With skip_bad_lines, lines that are not records are
+  left out (and left in the file) instead of stopping the read."""
 
-  def __init__(self, directory: str | Path):
+  def __init__(self, directory: str | Path, skip_bad_lines: bool = False):
     self.path = Path(directory) / RECORDS
     self._lines = JsonLines(self.path)
+    self.skip_bad_lines = skip_bad_lines
 
   def rows(self) -> list[Record]:
-    return read_records(self.path) if self.path.exists() else []
+    if not self.path.exists():
+      return []
+    return read_records(self.path, skipped=[] if self.skip_bad_lines else None)
 
   def append(self, record: Record) -> None:
     self._lines.append(record.to_dict())
 
 
-def _read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-  """(line number, object) of each complete line."""
+_SKIP_HINT = "--skip-bad-lines reads past such lines"
+
+
+def _bad_line(path: Path, i: int, why: str, skipped: list[int] | None) -> None:
+  """Line i is not a record: noted in `skipped` when given, else an error naming it."""
+  if skipped is None:
+    raise RagtuneError(f"{path}:{i}: {why}; {_SKIP_HINT}")
+  skipped.append(i)
+
+
+def _read_lines(path: Path, skipped: list[int] | None = None) -> list[tuple[int, dict[str, Any]]]:
+  """(line number, object) of each complete line. A line that is not JSON is an error, or,
+  with `skipped` given, its number is appended there."""
   rows = []
   with open(path) as f:
     lines = f.read().split("\n")
@@ -236,27 +251,32 @@ def _read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     try:
       rows.append((i, json.loads(line)))
     except json.JSONDecodeError:
-      if i == len(lines):  # a partial last line from a killed sweep
+      if i == len(lines):  # a partial last line from a killed sweep; the next append cuts it off
         continue
-      raise RagtuneError(f"{path}:{i}: corrupt record (not JSON)") from None
+      _bad_line(path, i, "corrupt record (not JSON)", skipped)
   return rows
 
 
-def read_records(path: Path, origin: str = "") -> list[Record]:
+def read_records(path: Path, origin: str = "", skipped: list[int] | None = None) -> list[Record]:
+  """The file's records. A line that is no record is an error naming it, or, with `skipped`
+  given, its number is appended there and the line left out."""
   out: list[Record] = []
   problems: dict[tuple, Problem] = {}
-  for i, d in _read_lines(path):
+  for i, d in _read_lines(path, skipped):
     try:
       out.append(Record.from_dict(d, origin, problems))
     except KeyError as e:
-      raise RagtuneError(f"{path}:{i}: not a sweep record (no {e.args[0]!r})") from None
+      _bad_line(path, i, f"not a sweep record (no {e.args[0]!r})", skipped)
     except (TypeError, ValueError, AttributeError) as e:
-      raise RagtuneError(f"{path}:{i}: not a sweep record ({e})") from None
+      _bad_line(path, i, f"not a sweep record ({e})", skipped)
+  if skipped:
+    skipped.sort()
   return out
 
 
-def load_results(dirs: Iterable[str | Path]) -> list[Record]:
-  """All records of the given results folders (or records files), each with its `origin`."""
+def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | None = None) -> list[Record]:
+  """All records of the given results folders (or records files), each with its `origin`.
+  With `skipped` given, lines that are no records are left out and listed there per file."""
   out = []
   for d in dirs:
     p = Path(d)
@@ -265,9 +285,12 @@ def load_results(dirs: Iterable[str | Path]) -> list[Record]:
     path = p / RECORDS if p.is_dir() else p
     if not path.exists():
       raise RagtuneError(f"{p}: no {RECORDS} here (is it a results folder written by `ragtune sweep`?)")
-    records = read_records(path, str(p))
+    bad: list[int] | None = None if skipped is None else []
+    records = read_records(path, str(p), bad)
+    if bad:
+      skipped[path] = bad
     if not records:
-      raise RagtuneError(f"{path}: results file is empty")
+      raise RagtuneError(f"{path}: results file is empty" + (f" ({len(bad)} bad lines skipped)" if bad else ""))
     seen = set()
     for r in records:
       if r.id in seen:
@@ -275,6 +298,14 @@ def load_results(dirs: Iterable[str | Path]) -> list[Record]:
       seen.add(r.id)
       out.append(r)
   return out
+
+
+def skipped_text(path: Path, lines: list[int], shown: int = 5) -> str:
+  """'DIR/records.jsonl: skipped 2 bad lines (5, 9)': what --skip-bad-lines left out of a file."""
+  more = f", and {len(lines) - shown} more" if len(lines) > shown else ""
+  return (
+    f"{path}: skipped {len(lines)} bad line{'s' if len(lines) > 1 else ''} ({', '.join(map(str, lines[:shown]))}{more})"
+  )
 
 
 def write_atomic(path: Path, text: str) -> None:

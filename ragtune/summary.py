@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from collections.abc import Iterable
 
 import kernels
@@ -128,6 +129,11 @@ def ranking(times: dict[str, float]) -> list[tuple[str, float]]:
   return sorted(times.items(), key=lambda kv: (kv[1], order.get(kv[0], len(order)), kv[0]))
 
 
+def speedup_text(ratio: float | None) -> str:
+  """The one printed form of a speedup (tables, show, report.md): '1.31x'; '-' for none (None or NaN)."""
+  return f"{ratio:.2f}x" if ratio is not None and math.isfinite(ratio) else "-"
+
+
 def winner_text(times: dict[str, float] | None) -> str:
   """'mosaic_gpu 1.31x': the winner and its speedup over the runner-up; the winner alone
   when it was the only backend timed; '-' when none was."""
@@ -135,7 +141,7 @@ def winner_text(times: dict[str, float] | None) -> str:
   if not ranked:
     return "-"
   (best, t1), rest = ranked[0], ranked[1:]
-  return f"{best} {rest[0][1] / t1:.2f}x" if rest else best
+  return f"{best} {speedup_text(rest[0][1] / t1)}" if rest else best
 
 
 def runner_up(times: dict[str, float] | None) -> str:

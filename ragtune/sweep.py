@@ -7,6 +7,7 @@ one per device (ragtune/run/pool.py, ragtune/worker.py), and returns a summary p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Protocol
 
 from ragtune import lock, summary
@@ -44,14 +45,22 @@ class _Silent:
 
 
 def run_sweep(
-  problems: list[Problem], opts: SweepOptions, progress: SweepProgress | None = None, on_wait=None
+  problems: list[Problem],
+  opts: SweepOptions,
+  progress: SweepProgress | None = None,
+  on_wait=None,
+  on_state: Callable[[bool], None] | None = None,
 ) -> list[ProblemSummary]:
   """Measure every problem; returns the per-problem summaries. Holds the folder's lock
-  throughout; with opts.wait_for_lock, on_wait(holder) is called before waiting for it."""
+  throughout; with opts.wait_for_lock, on_wait(holder) is called before waiting for it.
+  on_state(finished) is called, under the lock, with False once the folder's rows are read
+  and with True once every measurement is done."""
   progress = progress or _Silent()
   with lock.sweep_lock(opts.out_dir, wait=opts.wait_for_lock, on_wait=on_wait):
-    store = ResultsStore(opts.out_dir)
+    store = ResultsStore(opts.out_dir, opts.skip_bad_lines)
     done = {r.id: r for r in store.rows()}
+    if on_state is not None:
+      on_state(False)
     tasks, n_todo, n_done = [], 0, 0
     grouped = plan.by_problem(done)
     for p in problems:
@@ -74,6 +83,8 @@ def run_sweep(
         workers.close(graceful=False)
         raise
       workers.close()
+    if on_state is not None:
+      on_state(True)
     return summarize(problems, store.rows(), opts.device_kind)
 
 

@@ -270,10 +270,12 @@ def entry_report(res: EntryResult, full: bool) -> list[str]:
   return lines
 
 
-def load_lut_for_verify(target: Path, kind: str, *, force: bool = False) -> kernels.Lut:
+def load_lut_for_verify(
+  target: Path, kind: str, *, force: bool = False, skipped: dict[Path, list[int]] | None = None
+) -> kernels.Lut:
   """A LUT file, or a folder holding LUTs or records (then the LUT those records export),
   for a device of `kind`, with entries. A LUT made for another device kind is refused
-  unless `force`."""
+  unless `force`. `skipped`: as for store.load_results."""
   if not (target.is_file() or target.is_dir()):
     raise RagtuneError(f"{target}: no such LUT file or results folder")
   try:
@@ -281,7 +283,7 @@ def load_lut_for_verify(target: Path, kind: str, *, force: bool = False) -> kern
   except kernels.LutError:
     lut_path = None  # a folder with no LUT for this device
   if lut_path is None:
-    lut = _lut_from_records(target, kind)
+    lut = _lut_from_records(target, kind, skipped)
   else:
     try:
       lut = kernels.Lut.from_file(lut_path)
@@ -314,12 +316,12 @@ def version_warning(lut: kernels.Lut, entries: list[kernels.Entry], where: str) 
   )
 
 
-def _lut_from_records(folder: Path, kind: str) -> kernels.Lut:
+def _lut_from_records(folder: Path, kind: str, skipped: dict[Path, list[int]] | None) -> kernels.Lut:
   from ragtune import export, store
 
   if not (folder / store.RECORDS).exists():
     raise RagtuneError(f"{folder}: neither a LUT ({kernels.device_slug(kind)}.json) nor {store.RECORDS} here")
-  luts = export.build_luts(store.load_results([folder]))
+  luts = export.build_luts(store.load_results([folder], skipped))
   if kind not in luts:
     raise RagtuneError(f"{folder}: no correct results for this device ({kind!r}); found {sorted(luts)}")
   return luts[kind]

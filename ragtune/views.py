@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from ragtune import ceilings as ceilings_mod
-from ragtune.report import short_config
+from ragtune.presets import MODEL_PRESETS
+from ragtune.report import DTYPE_ABBREV, short_config
+from ragtune.summary import speedup_text
 
 SHAPE = escape("shape [m,k]x[g,k,n]")
 
@@ -20,47 +23,56 @@ def _table(title: str, columns) -> Table:
   return t
 
 
-def summary_table(summaries, ceil=None) -> Table:
-  """One row per problem: its best correct config, the baselines, the winner and statuses."""
-  t = _table(
-    "sweep summary (best correct config per problem)",
-    (
-      "op",
-      "backend",
-      "dtype",
-      SHAPE,
-      "best ms",
-      "TF/s",
-      "% peak",
-      "xla ms",
-      "default ms",
-      "vs xla",
-      "vs default",
-      "winner",
-      "statuses",
-      "best config",
-    ),
+def _problem_label(p) -> str:
+  """The model entry a problem was expanded from (deepseek-v3:up:tokens=16384), else its shape."""
+  return p.source if p.source.split(":")[0] in MODEL_PRESETS else p.shape_label
+
+
+_RIGHT = {"best ms", "vs xla", "vs dflt", "ok"}
+
+
+def summary_table(summaries) -> Table:
+  """The sweep's end, one row per problem within 100 columns (with the longest model label,
+  llama-4-maverick:down:tokens=16384): its best time, the speedups over XLA and the default
+  config, the winner and how many candidates passed of those measured. One dtype goes in
+  the title, several get a column. `ragtune show` has the rest (best config, TF/s, % of
+  peak, the baselines' times, statuses)."""
+  dtypes = sorted({s.problem.dtype for s in summaries})
+  one_dtype = f", {dtypes[0]}" if len(dtypes) == 1 else ""
+  t = Table(
+    title=f"sweep summary (best correct config per problem{one_dtype})",
+    box=box.SIMPLE_HEAD,
+    show_edge=False,
+    padding=0,
   )
-  fmt = lambda v: f"{v * 1e3:.4g}" if v else "-"
+  columns = (
+    "problem",
+    "op",
+    "backend",
+    *(() if one_dtype else ("dtype",)),
+    "best ms",
+    "vs xla",
+    "vs dflt",
+    "winner",
+    "ok",
+  )
+  for col in columns:
+    t.add_column(col, justify="right" if col in _RIGHT else "left", overflow="fold")
   for s in summaries:
     p, b, base = s.problem, s.best, s.baselines
-    pct, bound = ceilings_mod.pct_of_peak(b, ceil or {}) if b else (None, "")
-    t.add_row(
+    ratio = lambda name: base[name] / b.time_s if b and base[name] else None
+    cells = (
+      _problem_label(p),
       p.op,
       p.backend,
-      p.dtype,
-      p.shape_label,
-      fmt(b.time_s) if b else "-",
-      f"{b.tflops:.4g}" if b else "-",
-      f"{pct:.3g}% {bound}" if pct is not None else "-",
-      fmt(base["xla"]),
-      fmt(base["default"]),
-      f"{base['xla'] / b.time_s:.2f}x" if b and base["xla"] else "-",
-      f"{base['default'] / b.time_s:.2f}x" if b and base["default"] else "-",
+      *(() if one_dtype else (DTYPE_ABBREV.get(p.dtype, p.dtype),)),
+      f"{b.time_s * 1e3:.4g}" if b else "-",
+      speedup_text(ratio("xla")),
+      speedup_text(ratio("default")),
       s.winner,
-      s.statuses or "-",
-      short_config(b.config) if b else s.why,
+      f"{len(s.ranked)}/{sum(s.counts.values())}",
     )
+    t.add_row(*(Text(c) for c in cells))  # as written: no markup, no emoji codes (":up:")
   return t
 
 

@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_BUILDER = "ragtune.measure:build_op"
+DEFAULT_TIMEOUT_S = 120.0  # seconds for one candidate: compile, check, time
 
 
 @dataclasses.dataclass
 class SweepOptions:
   out_dir: Path
   max_candidates: int | None = None
-  timeout_s: float = 120.0
+  timeout_s: float = DEFAULT_TIMEOUT_S
   interpret: bool = False
   builder: str = DEFAULT_BUILDER  # module:function, imported by the workers
   devices: tuple[int, ...] = (0,)  # one worker per local device index
@@ -24,3 +25,4 @@ class SweepOptions:
   lut: Any = None  # kernels.Lut whose nearest entry seeds a budgeted search
   device_kind: str | None = None  # the tuned device (probe_devices): search space and defaults
   spare_workers: bool = True  # after a first replacement, keep a started spare per device
+  skip_bad_lines: bool = False  # read past lines of records.jsonl that are not records

@@ -178,7 +178,7 @@ def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
   is the median wall time per row already recorded for the problem (or, failing that,
   for the folder), times the rows left; None until some rows exist.
   """
-  done = {r.id: r for r in ResultsStore(opts.out_dir).rows()}
+  done = {r.id: r for r in ResultsStore(opts.out_dir, opts.skip_bad_lines).rows()}
   per_problem: dict[str, list[float]] = {}
   for r in done.values():
     if r.elapsed_s is not None:

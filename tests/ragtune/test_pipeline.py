@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -14,8 +15,9 @@ from conftest import entry_config, entry_pick, selected_config
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import export, provenance, shapes, store, sweep
+from ragtune import ceilings, export, provenance, shapes, store, sweep
 from ragtune.cli import app
+from ragtune.run import pool, resume
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,6 +158,60 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
   ids = [row.id for row in after]
   assert len(ids) == len(set(ids)) == total
   assert [row.to_dict() for row in after[: len(before)]] == before, "finished rows are kept as they were"
+
+
+def test_a_flagged_sweep_stopped_by_ctrl_c_resumes_exactly_from_the_bare_command(tmp_path, monkeypatch):
+  """The user's report: pasting the old hint ran the file's whole plan. The line Ctrl-C leaves
+  names every flag, and the bare command runs what is left of the flagged plan and no more."""
+  spec, out = tmp_path / "r.yaml", tmp_path / "res"
+  spec.write_text(RESUME.replace("  - {m: 40", "  - {m: 48, k: 32, n: 40, g: 3}\n  - {m: 40"))
+  flags = ["--op", "fwd", "--shape", "40,32,32", "--max-candidates", "1", "--timeout", "60"]
+  # Ctrl-C as the pool starts; then one row of the plan is recorded, as if measured before it.
+  monkeypatch.setattr(pool.Pool, "run", lambda self, tasks: pool.stop_handler(signal.SIGINT, None))
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), *flags])
+  assert r.exit_code == 130, r.output
+  (line,) = [line for line in r.output.splitlines() if line.startswith("interrupted:")]
+  assert shlex.split(line.split("resume with: ")[1]) == ["ragtune", "sweep", str(spec), "-o", str(out), *flags]
+  monkeypatch.undo()
+  (p,) = shapes.select(_problems(RESUME, tmp_path), ops=["fwd"])
+  first = store.make_row(p, "baseline:dense", None, "ok", interpret=True, device={"device_kind": "cpu"}, time_s=1e-3)
+  store.ResultsStore(out).append(first)
+  monkeypatch.setattr(ceilings, "missing", lambda *args: set())  # not this test's business; saves seconds
+
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  assert f"with its options {shlex.join(flags)} ({out / resume.SWEEPS})" in r.output
+  assert "resuming: 1 measurements already in the results file are skipped" in r.output
+  rows = store.ResultsStore(out).rows()
+  assert rows[0] == first and len({row.id for row in rows}) == len(rows) == 2 + 1, "the flagged plan, not 2*3*(2+5)"
+  assert {row.problem.key for row in rows} == {p.key}
+  # Finished: nothing is left to resume, and the bare command is the file's own plan.
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--dry-run"])
+  assert r.exit_code == 0 and "resuming" not in r.output and "6 problems, 39 measurements to do" in r.output, r.output
+
+
+def test_options_given_run_as_given_and_a_changed_file_is_refused(tmp_path):
+  spec, out = tmp_path / "r.yaml", tmp_path / "res"
+  spec.write_text(RESUME)
+  resume.save(out, spec, resume.SweepFlags(ops=("fwd",), max_candidates=1), finished=False)
+  stored = (out / resume.SWEEPS).read_text()
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--max-candidates", "2", "--dry-run"])
+  assert r.exit_code == 0, r.output
+  assert "this command runs as given (--op fwd dropped, --max-candidates 1 -> --max-candidates 2)" in r.output
+  assert "3 problems, 12 measurements to do" in r.output
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--dry-run"])
+  assert "1 problems, 3 measurements to do" in r.output, "the bare command: the stored options"
+  spec.write_text(RESUME.replace("m: 40", "m: 56"))
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 2, r.output
+  (line,) = r.output.strip().splitlines()
+  assert line.startswith(f"error: {spec} changed since the unfinished sweep in {out} began") and line.endswith(
+    f"run: ragtune sweep {spec} -o {out} --op fwd --max-candidates 1"
+  )
+  assert (out / resume.SWEEPS).read_text() == stored and not (out / store.RECORDS).exists(), "nothing written"
+  (out / resume.SWEEPS).write_text("{")
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 2 and r.output.startswith(f"error: {out / resume.SWEEPS}: unreadable stored sweep options")
 
 
 def test_merging_folders_is_order_independent(tmp_path):

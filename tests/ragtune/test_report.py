@@ -1,8 +1,10 @@
 """show / report: the summary's columns, % of peak, 160-column --all, 4-significant-digit CSVs, PNG plots."""
 
 import json
+import re
 
 import pandas as pd
+from rich.console import Console
 from typer.testing import CliRunner
 
 from ragtune import ceilings, report, search_space, store
@@ -93,3 +95,67 @@ def test_report_writes_readable_pngs_and_markdown(tmp_path):
   md = (rep / "report.md").read_text()
   assert all(f"]({n})" in md for n in names) and "| op |" in md and "800 TF/s" in md
   assert not list(rep.glob(".*tmp*")), "files are written atomically"
+
+
+def _model_results(tmp_path, interpret: bool):
+  """Rows of two backends on DeepSeek-V3's and Llama-4-Maverick's layers (as labelled by a
+  shapes file's model entries), with XLA and the default config as baselines."""
+  out, rows, problems = tmp_path / "res", [], []
+  for source, (m, k, n, g) in {
+    "deepseek-v3:up:tokens=16384": (131072, 7168, 2048, 256),
+    "llama-4-maverick:down:tokens=16384": (16384, 8192, 5120, 128),
+  }.items():
+    for backend, scale in (("pallas_gpu", 1.0), ("mosaic_gpu", 0.8)):
+      p = Problem("fwd", backend, "bfloat16", m, k, n, g, "multinomial(seed=0)", (m // g,) * g, source)
+      problems.append(p)
+      dev = dict(DEV, device_kind="NVIDIA H100 80GB HBM3")
+      rows.append(store.make_row(p, "baseline:xla", None, "ok", interpret=interpret, device=dev, time_s=9.87e-3))
+      for i, c in enumerate(search_space.candidates(p, 3, device_kind=dev["device_kind"])):
+        t = (2.5e-3 + i * 1.0e-3) * scale
+        rows.append(store.make_row(p, store.candidate_id(c), c, "ok", interpret=interpret, device=dev, time_s=t))
+  out.mkdir()
+  (out / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
+  return out, problems
+
+
+def test_sweep_summary_fits_100_columns_without_wrapping(tmp_path):
+  from ragtune import sweep
+  from ragtune.views import summary_table
+
+  out, problems = _model_results(tmp_path, interpret=False)
+  summaries = sweep.summarize(problems, store.ResultsStore(out).rows())
+  console = Console(width=100, record=True)
+  console.print(summary_table(summaries))
+  lines = console.export_text().splitlines()
+  assert max(map(len, lines)) <= 100, "\n".join(lines)
+  for s in summaries:  # each problem on one line, every cell whole
+    (line,) = [l for l in lines if l.startswith(s.problem.source) and f" fwd {s.problem.backend} " in l]
+    assert s.winner in line and f"{s.baselines['xla'] / s.best.time_s:.2f}x" in line, line
+  assert len(lines) == 3 + len(summaries), "title, header, rule, one line per problem"
+
+
+def test_one_speedup_format_and_the_interpreter_notice_in_show_and_report(tmp_path):
+  from ragtune import summary, sweep
+  from ragtune.views import summary_table
+
+  out, problems = _model_results(tmp_path, interpret=True)
+  summaries = sweep.summarize(problems, store.ResultsStore(out).rows())
+  speedups = [summary.speedup_text(s.baselines["xla"] / s.best.time_s) for s in summaries]
+  assert all(re.fullmatch(r"\d+\.\d\dx", x) for x in speedups), speedups
+  r = runner.invoke(app, ["show", str(out), "--csv", str(tmp_path / "show.csv")])
+  assert r.exit_code == 0, r.output
+  notice = "measured in Pallas interpret mode. Timings are of the interpreter, NOT GPU/TPU timings"
+  assert notice in r.output
+  rep = runner.invoke(app, ["report", str(out), "-o", str(tmp_path / "rep")])
+  assert rep.exit_code == 0 and notice in rep.output, rep.output
+  md = (tmp_path / "rep" / "report.md").read_text()
+  console = Console(width=100, record=True)
+  console.print(summary_table(summaries))
+  table = console.export_text()
+  for text in (r.output, md, table):  # the same '5.48x' wherever a speedup is printed
+    assert all(x in text for x in speedups), text
+  csv = pd.read_csv(tmp_path / "show.csv")
+  assert sorted(csv["vs_xla"].round(2)) == sorted(float(x[:-1]) for x in speedups), "CSVs keep the ratio"
+  (tmp_path / "gpu").mkdir()
+  r = runner.invoke(app, ["show", str(_results(tmp_path / "gpu")[0])])
+  assert r.exit_code == 0 and "interpret mode" not in r.output, "no notice for device timings"

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -158,6 +159,8 @@ def test_ctrl_c_stops_within_seconds_keeps_rows_and_says_how_to_resume(tmp_path,
   _, err = proc.communicate(timeout=20)
   assert time.time() - t0 < 3, "Ctrl-C stops the sweep within a second or two"
   assert proc.returncode == 130 and "resume" in err, err
+  resume = next(l for l in err.splitlines() if l.startswith("interrupted:")).split("resume with: ")[1]
+  assert shlex.split(resume)[-4:] == ["--timeout", "60", "--builder", "fault_builders:build"], "every flag given"
   assert "Traceback" not in err and "RuntimeError" not in err, err
   rows = store.ResultsStore(out).rows()
   assert len(rows) == 3 and all(r.status == "ok" for r in rows)
