@@ -8,8 +8,8 @@ first; one that fails is reported and never timed. The rest are timed together, 
 tune-jax run per problem (device profiler events, after warm-up), beside the matmul and
 copy ceilings measured in the same process.
 
-On a CPU host the shapes shrink and the Pallas kernels are interpreted: every variant is
-checked and none is timed, since an interpreter's time says nothing about a GPU's.
+On a CPU host the Pallas kernels are interpreted and shapes too big for that shrink: every
+variant is checked and none is timed, since an interpreter's time says nothing about a GPU's.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from kernels import registry, target
 from kernels.ragged_dot import Choice, default_interpret, resolve
 from ragtune import ceilings, measure, report, store
 from ragtune.errors import RagtuneError
+from ragtune.run import plan
 from ragtune.shapes import GroupDist, Problem
 
 XLA = "xla ragged_dot"
@@ -37,6 +38,7 @@ TOKAMAX = "tokamax ragged_dot"
 DENSE = "dense matmul, same FLOPs"
 PEERS = {XLA: "xla", TOKAMAX: "tokamax", DENSE: "dense"}  # the ratio column names the fastest
 CPU_ROUTING = GroupDist(dist="multinomial", seed=0)
+CPU_COST_S = 5.0  # a problem the interpreter runs in this many seconds per candidate is benched as it is
 # tokamax's own vjp calls ragged_dot_general with these for dlhs and drhs
 # (tokamax/_src/ops/ragged_dot/base.py, `vjp`); its shipped config cache is keyed by them.
 TOKAMAX_DIMS = {
@@ -115,8 +117,12 @@ def gpu_backends(device: bool, device_kind: str) -> tuple[str, ...]:
   return tuple(b.name for b in gpu if b.runs_on(platform, device_kind))
 
 
-def shrink(p: Problem) -> Problem:
-  """A CPU-sized copy of p (m/256, k/32, n/32, at most 8 groups, multinomial routing)."""
+def cpu_sized(p: Problem) -> Problem:
+  """p as a CPU host benches it: as it is where the Pallas interpreter runs a candidate in
+  seconds (so a LUT tuned here applies exactly), else shrunk (m/256, k/32, n/32, at most 8
+  groups, multinomial routing)."""
+  if plan.interpret_cost_s(p) <= CPU_COST_S:
+    return p
   m, k, n, g = min(p.m, max(32, p.m // 256)), min(p.k, max(16, p.k // 32)), min(p.n, max(16, p.n // 32)), min(p.g, 8)
   sizes = tuple(int(s) for s in CPU_ROUTING.draw(m, g))
   return dataclasses.replace(p, m=m, k=k, n=n, g=g, group_dist=CPU_ROUTING.label(), group_sizes=sizes)
@@ -124,10 +130,10 @@ def shrink(p: Problem) -> Problem:
 
 def bench_problems(problems: list[Problem], device: bool) -> list[Problem]:
   """One problem per op, dtype, shape and routing: a shape file lists one per backend, and
-  the bench runs every backend on each. Shrunk on a CPU host."""
+  the bench runs every backend on each. CPU-sized on a CPU host."""
   out: dict[tuple, Problem] = {}
   for p in problems:
-    q = p if device else shrink(p)
+    q = p if device else cpu_sized(p)
     out.setdefault((q.op, q.dtype, q.m, q.k, q.n, q.g, q.group_sizes), q)
   return list(out.values())
 
@@ -323,9 +329,9 @@ def header(bench: Bench, lut_file: Path | None) -> list[str]:
     lines.append(f"ceilings, measured now: matmul {peaks}; copy {bench.copy_gbps:.4g} GB/s")
   else:
     lines.append(
-      "CPU host: shapes shrunk (m/256, k/32, n/32, at most 8 groups, multinomial routing) and the "
-      "Pallas kernels interpreted. Every variant is checked against jax.lax.ragged_dot; none is timed, "
-      "since an interpreter's time says nothing about a GPU's."
+      "CPU host: the Pallas kernels are interpreted, and shapes too big for that are shrunk (m/256, k/32, "
+      "n/32, at most 8 groups, multinomial routing). Every variant is checked against jax.lax.ragged_dot; "
+      "none is timed, since an interpreter's time says nothing about a GPU's."
     )
   return lines
 

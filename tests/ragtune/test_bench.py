@@ -23,13 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU host's behaviour")
 TINY = "name: tiny\nops: [fwd]\nshapes:\n  - {m: 64, k: 32, n: 48, g: 4}\n"
-SHRUNK = (32, 16, 16, 4)  # TINY on a CPU host: m/256, k/32, n/32 (at least 32, 16, 16)
 TOKAMAX, TOKAMAX_WHY = bench.import_tokamax()
 
 
 def _cpu_lut(path: Path, **changes) -> dict:
-  """A LUT for this host whose pallas_gpu fwd entry at the shrunk TINY differs from the default."""
-  m, k, n, g = SHRUNK
+  """A LUT for this host whose pallas_gpu fwd entry at TINY's shape differs from the default."""
+  m, k, n, g = 64, 32, 48, 4
   default = kernels.registry.default_config("pallas_gpu", "fwd", "bfloat16", m, k, n, g, device_kind="cpu")
   tuned = dataclasses.replace(default, **changes)
   lut = kernels.Lut("cpu", [kernels.Entry("fwd", "pallas_gpu", "bfloat16", m, k, n, g, tuned)])
@@ -61,7 +60,7 @@ def test_cpu_run_checks_every_variant_times_none_and_writes_the_csv_beside_the_l
   assert not (tmp_path / "results").exists(), "the CSV goes beside the LUT"
   expected = ["LUT: pallas_gpu (exact)", "pallas_gpu default [interpret]", bench.XLA]
   assert [row["variant"] for row in rows] == expected + [bench.TOKAMAX] * (TOKAMAX is not None) + [bench.DENSE]
-  assert all(row["status"] == "ok" and row["shape"] == "[32,16]x[4,16,16]" for row in rows), rows
+  assert all(row["status"] == "ok" and row["shape"] == "[64,32]x[4,32,48]" for row in rows), rows  # not shrunk
   assert all(row[c] == "" for row in rows for c in ("ms", "tflops", "vs_peer", "timer")), "nothing is timed"
   assert all(0 < float(row["rel_error"]) < 0.02 for row in rows if row["variant"] != bench.DENSE)
   assert rows[0]["config"] != rows[1]["config"] and "bm=16" in rows[0]["config"] and "w=2" in rows[0]["config"]
@@ -104,12 +103,12 @@ def test_tokamax_column_matches_lax_for_each_op(op):
   np.testing.assert_allclose(np.asarray(got), measure.reference(op, x), rtol=1e-5, atol=1e-5)
 
 
-def test_one_problem_per_op_and_shape_and_each_shrinks_on_a_cpu_host():
+def test_one_problem_per_op_and_shape_and_big_ones_shrink_on_a_cpu_host():
   problems = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "anchors.yaml"))
   assert len(problems) == 24  # 4 shapes x 3 ops x 2 backends
   on_gpu = bench.bench_problems(problems, device=True)
   assert len(on_gpu) == 12 and {(p.m, p.k, p.n, p.g) for p in on_gpu} == {(p.m, p.k, p.n, p.g) for p in problems}
-  on_cpu = bench.bench_problems(problems, device=False)
+  on_cpu = bench.bench_problems(problems, device=False)  # too big for the interpreter: shrunk
   assert {(p.m, p.k, p.n, p.g) for p in on_cpu} == {
     (32, 128, 448, 8),
     (32, 224, 64, 8),
@@ -117,6 +116,8 @@ def test_one_problem_per_op_and_shape_and_each_shrinks_on_a_cpu_host():
     (512, 64, 224, 8),
   }
   assert all(sum(p.group_sizes) == p.m and len(p.group_sizes) == p.g for p in on_cpu)
+  smoke = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "smoke.yaml"))
+  assert bench.bench_problems(smoke, device=False) == smoke  # a LUT tuned on them applies exactly
 
 
 def test_default_csv_is_beside_the_lut_but_never_in_the_kernels_package(tmp_path):
