@@ -4,6 +4,7 @@ ragtune sweep shapes/smoke.yaml     shapes -> checked, timed candidates (results
 ragtune verify results/<device>     re-check the best configs on fresh, adversarial inputs
 ragtune export-lut results/<device> write the kernels LUT (<device>.json)
 ragtune show results/<device>       tables of the results
+ragtune bench shapes/anchors.yaml   the LUT's choice against defaults, XLA, tokamax and dense, on this device
 """
 
 from __future__ import annotations
