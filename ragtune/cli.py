@@ -738,8 +738,8 @@ def bench(
   """Time, on this GPU, each problem's LUT choice, each GPU backend's default config, XLA's
   ragged_dot, tokamax.ragged_dot (when installed) and a dense matmul of the same FLOPs, in
   one run of one device timer; every variant is checked against jax.lax.ragged_dot first
-  and one that fails is never timed. Exit 1 if any fails. On a CPU host: shrunk shapes,
-  checks only, no speed."""
+  and one that fails is never timed. Exit 1 if any fails. On a CPU host: checks only, no
+  speed (shapes too big for the Pallas interpreter shrink)."""
   from ragtune import bench as bench_mod
 
   spec, problems = _load_problems(shapes_file, ops, None, None, shape, model)
