@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
-# GPU work in stages. A device call may run 10 minutes and a session has 30 minutes of device
-# time, machine starts included, so name several stages in one call where they fit:
+# GPU work in stages, for a GPU machine with no package index (benchmarks/README.md). The
+# stages are time-boxed, so name several in one batch job where they fit:
 #
-# Here, once, where PyPI is reachable:   bash benchmarks/gpu_wheels.sh          (writes .whl/)
-# Each device call, carrying .whl:       bash benchmarks/gpu_run.sh STAGE [STAGE ...]
+# Once, where a package index is reachable:  bash benchmarks/gpu_wheels.sh      (writes .whl/)
+# Each job on the GPU machine, with .whl/:   bash benchmarks/gpu_run.sh STAGE [STAGE ...]
 #
 #   check       versions, the kernel tests compiled on the GPU, the ceilings, the timer   (~6 min)
 #   sweep       shapes/anchors.yaml (fwd first, then all ops), then shapes/gpu_slice.yaml,
-#               budgeted; stops itself after SWEEP_S seconds (default 330) and resumes on
-#               the next call
+#               budgeted; stops itself after SWEEP_S seconds (default 330) and resumes in
+#               the next job
 #   ship        export-lut, verify the LUT, bundle it in kernels/luts/ only if it passes,
 #               report (verify gets VERIFY_S seconds, default 300)
-#   tuned       benchmarks/anchors.py: each backend's default and (once shipped) tuned config,
-#               XLA and dense, on the anchor problems (BENCH_S seconds, default 520)
-#   anchors     the same with default configs only
+#   tuned       benchmarks/anchors.py with the bundled LUT (once shipped): its choice, each
+#               backend's default, XLA and dense, on the anchor problems (BENCH_S seconds,
+#               default 520)
+#   anchors     the same with the LUT a model finds (none before ship)
 #   exhaustive  every pruned config of Mixtral fwd into results/<slug>/exhaustive/ (SWEEP_S),
-#               resumable across calls and sessions; ship merges it
+#               resumable across jobs; ship merges it
 #
-# A 30-minute session: `check`; then `SWEEP_S=270 VERIFY_S=200 ... sweep ship`; then `tuned`.
+# Three 10-minute jobs: `check`; then `SWEEP_S=270 VERIFY_S=200 ... sweep ship`; then `tuned`.
 #
-# Results: results/<device-slug>/ here is the sweep's folder. Each call packs it (and
+# Results: results/<device-slug>/ here is the sweep's folder. Each job packs it (and
 # kernels/luts/ once a LUT is bundled) into $OUT/results.tgz; unpack that into the checkout
-# before the next call (tar xzf results.tgz), so a fresh machine resumes where the last one
-# stopped. The exit status is the worst of the steps. Without the device tool, OUT defaults
-# to /tmp/ragtune-out.
+# before the next job (tar xzf results.tgz), so a fresh machine resumes where the last one
+# stopped. The exit status is the worst of the steps. OUT (the folder a job's outputs are
+# collected from) defaults to /tmp/ragtune-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: gpu_run.sh STAGE [STAGE ...]: check, sweep, ship, tuned, anchors, exhaustive" >&2; exit 2; }

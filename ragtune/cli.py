@@ -4,6 +4,7 @@ ragtune sweep shapes/smoke.yaml     shapes -> checked, timed candidates (results
 ragtune verify results/<device>     re-check the best configs on fresh, adversarial inputs
 ragtune export-lut results/<device> write the kernels LUT (<device>.json)
 ragtune show results/<device>       tables of the results
+ragtune bench shapes/anchors.yaml   the LUT's choice against defaults, XLA, tokamax and dense, on this device
 """
 
 from __future__ import annotations
@@ -898,6 +899,75 @@ def report(
     console.print(f"wrote {output / name} ({len(df)} rows)")
   for path in plots.write_report(records, ceil, output):
     console.print(f"wrote {path}")
+
+
+@app.command(cls=_Command, epilog="\b\nExample: ragtune bench shapes/smoke.yaml --op fwd --shape 96,64,80")
+@user_errors
+def bench(
+  shapes_file: ShapesFile,
+  ops: Ops = None,
+  shape: Shapes = None,
+  model: Models = None,
+  lut: Annotated[
+    Path | None,
+    typer.Option(
+      "--lut",
+      metavar="FILE_OR_DIR",
+      help="LUT file, or a folder holding <device-slug>.json [default: the one a model here loads "
+      "(RAGTUNE_LUT, then kernels/luts/<device-slug>.json), else results/<device-slug>/<device-slug>.json].",
+    ),
+  ] = None,
+  csv: Annotated[
+    Path | None,
+    typer.Option(
+      "--csv", metavar="FILE", help="[default: bench-<set name>.csv beside the LUT, else in results/<device-slug>/]."
+    ),
+  ] = None,
+  samples: Annotated[int, typer.Option("--samples", min=1, metavar="N", help="Profiler samples per variant.")] = 10,
+):
+  """Time, on this GPU, each problem's LUT choice, each GPU backend's default config, XLA's
+  ragged_dot, tokamax.ragged_dot (when installed) and a dense matmul of the same FLOPs, in
+  one run of one device timer; every variant is checked against jax.lax.ragged_dot first
+  and one that fails is never timed. Exit 1 if any fails. On a CPU host: checks only, no
+  speed (shapes too big for the Pallas interpreter shrink)."""
+  from ragtune import bench as bench_mod
+
+  spec, problems = _load_problems(shapes_file, ops, None, None, shape, model)
+  kind = kernels.lut.current_device_kind()
+  results_dir = Path("results") / kernels.device_slug(kind)
+  table, lut_file = bench_mod.find_lut(lut, kind, results_dir)
+  csv = paths.writable_file(csv or bench_mod.default_csv(lut_file, results_dir, spec.name), "the --csv file")
+  device = bench_mod.on_device()
+  problems = bench_mod.bench_problems(problems, device)
+  limits.check_fits(problems, where=str(shapes_file))
+  problems = _fitting(problems, limits.device_memory_bytes(), shapes_file)
+  run = bench_mod.start(table, sorted({p.dtype for p in problems}), samples)
+  for line in bench_mod.header(run, lut_file):
+    _print(line)
+  done: list = []
+
+  def show(p, rows) -> None:
+    _print(f"\n== {p.op} {p.shape_label} {p.dtype}  {p.source}")
+    for line in bench_mod.table(rows, device):
+      _print(line)
+    done.extend(rows)
+    bench_mod.write_csv(csv, done)
+
+  in_main = threading.current_thread() is threading.main_thread()
+  previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main else None
+  try:
+    rows = bench_mod.run(problems, run, show)
+  except KeyboardInterrupt:
+    _print(f"interrupted: the rows so far are in {csv}", err=True)
+    raise typer.Exit(130) from None
+  finally:
+    if in_main:
+      signal.signal(signal.SIGTERM, previous)
+  _print(f"\nwrote {csv}")
+  failed = [r for r in rows if r.failed]
+  if failed:
+    _print(f"{len(failed)} variant(s) failed their check or did not run; see the status column", err=True)
+    raise typer.Exit(1)
 
 
 shapes_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Write shape files.")

@@ -52,9 +52,13 @@ def _flops(r) -> float:
   return 2.0 * r["rows"] * r["k"] * r["n"]
 
 
-def _problem_rows(records: list[Record]) -> dict[str, int]:
-  """problem key -> routed rows (sum of group sizes), for FLOPs of baselines."""
-  return {r.problem.key: sum(r.problem.group_sizes or (r.problem.m,)) for r in records}
+def plot_frame(records: list[Record], ceil: dict) -> pd.DataFrame:
+  """report.best_frame with what the plots add per problem: its routed rows (the sum of its
+  group sizes, for the baselines' FLOPs) and where the shape file has it (`source`)."""
+  best = report.best_frame(records, ceil)
+  best["rows"] = best["problem"].map({r.problem.key: sum(r.problem.group_sizes or (r.problem.m,)) for r in records})
+  best["source"] = best["problem"].map({r.problem.key: r.problem.source for r in records})
+  return best
 
 
 def tflops_plot(best: pd.DataFrame, path: Path, title: str) -> None:
@@ -97,12 +101,93 @@ def tflops_plot(best: pd.DataFrame, path: Path, title: str) -> None:
   plt.close(fig)
 
 
-def roofline_plot(
-  best: pd.DataFrame, ceil: dict, device_kind: str, jax_version: str | None, path: Path, title: str
-) -> None:
+def point_labels(df: pd.DataFrame) -> list[str]:
+  """A distinct label per problem. The shape file's model preset, projection and token count
+  where it names them (an up and a down projection share m and g, and their points sit at one
+  arithmetic intensity), else the shape; the backend or dtype only where the frame has several."""
+  several = {c: df[c].nunique() > 1 for c in ("backend", "dtype")}
+  labels = []
+  for _, r in df.iterrows():
+    model, _, rest = str(r.get("source") or "").partition(":")
+    proj, _, tokens = rest.partition(":tokens=")
+    tokens, _, layout = tokens.partition(":")  # e.g. "4096:ep=8:tp=2"
+    shape = f"[{r['m']},{r['k']}]x[{r['g']},{r['k']},{r['n']}]"
+    name = f"{model} {proj} {tokens} tok {layout.replace(':', ' ')}".strip() if tokens else shape
+    parts = [name, r["op"]] + [report.DTYPE_ABBREV.get(r[c], r[c]) for c in ("backend", "dtype") if several[c]]
+    labels.append(" ".join(parts))
+  seen = pd.Series(labels).duplicated(keep=False)
+  return [f"{t} {r['group_dist']}" if dup else t for t, dup, (_, r) in zip(labels, seen, df.iterrows())]
+
+
+# Where a label may go, in points from its marker: nearest first, every side, so a cluster
+# of points (up and down of one model share their x) fans its labels out.
+_RADII = (7, 16, 27, 40, 55, 72)
+_ANGLES = (15, -15, 50, -50, 165, 195, 90, 270, 130, 230)
+
+
+def place_labels(ax, xs: list[float], ys: list[float], texts: list[str], avoid: list[tuple[float, float]]):
+  """Annotate each point with its text at the first place of _RADII x _ANGLES where the
+  text's box overlaps no other label, no marker (the points' and those in `avoid`) and no
+  legend, and stays in the figure, with a leader line when it sits away from its point; where none is
+  free, at the place of least overlap. Needs the figure's final layout.
+  Returns (the annotations, whether every one found a free place)."""
+  from matplotlib.transforms import Bbox
+
+  fig = ax.figure
+  renderer = fig.canvas.get_renderer()
+  marks = [ax.transData.transform(xy) for xy in [*zip(xs, ys), *avoid] if all(map(math.isfinite, xy))]
+  taken = [Bbox.from_bounds(px - 5, py - 5, 10, 10) for px, py in marks]
+  taken += [ax.get_legend().get_window_extent(renderer)] if ax.get_legend() else []
+  placed, all_free = [], True
+  for x, y, text in zip(xs, ys, texts):
+    best, best_cost = None, math.inf
+    for radius, angle in ((r, a) for r in _RADII for a in _ANGLES):
+      dx, dy = radius * math.cos(math.radians(angle)), radius * math.sin(math.radians(angle))
+      where = dict(
+        xytext=(dx, dy),
+        textcoords="offset points",
+        ha="left" if dx >= 0 else "right",
+        va="center" if abs(dy) < radius / 2 else ("bottom" if dy > 0 else "top"),
+      )
+      ann = ax.annotate(text, (x, y), fontsize=6.5, color="#333333", annotation_clip=False, **where)
+      box = ann.get_window_extent(renderer).padded(2)  # the text alone: no leader line yet
+      ann.remove()
+      outside = not (fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1))
+      cost = sum(box.overlaps(t) for t in taken) + outside
+      if cost < best_cost:
+        best, best_cost = (where, box, radius), cost
+      if cost == 0:
+        break
+    where, box, radius = best
+    line = {"arrowstyle": "-", "color": "#999999", "lw": 0.5} if radius > _RADII[0] else None
+    placed.append(
+      ax.annotate(text, (x, y), fontsize=6.5, color="#333333", annotation_clip=False, arrowprops=line, **where)
+    )
+    taken.append(box)
+    all_free &= best_cost == 0
+  return placed, all_free
+
+
+def label_points(ax, xs: list[float], ys: list[float], texts: list[str], avoid: list[tuple[float, float]]) -> list:
+  """Each label beside its point when every one finds a free place; otherwise a number
+  beside each point and, right of the axes, the key of numbered labels. Returns the
+  annotations beside the points."""
+  labels, fit = place_labels(ax, xs, ys, texts, avoid)
+  if fit:
+    return labels
+  for a in labels:
+    a.remove()
+  numbers, _ = place_labels(ax, xs, ys, [str(i) for i in range(1, len(texts) + 1)], avoid)
+  key = "\n".join(f"{i:>3}  {t}" for i, t in enumerate(texts, 1))
+  ax.text(1.02, 1.0, key, transform=ax.transAxes, va="top", ha="left", fontsize=6.5, family="monospace")
+  return numbers
+
+
+def roofline_figure(best: pd.DataFrame, ceil: dict, device_kind: str, jax_version: str | None, title: str):
+  """(figure, its point labels): each problem's best (filled) and XLA (hollow) under the roofs."""
   plt = _pyplot()
-  fig, ax = plt.subplots(figsize=(8, 5.5))
-  df = best[best["best_ms"].notna()]
+  fig, ax = plt.subplots(figsize=(9, 6))
+  df = best[best["best_ms"].notna()].reset_index(drop=True)
   ai = df["tflops"] * 1e12 / (df["gbps"] * 1e9)
   lo = max(1e-2, float(ai.min()) / 4) if len(ai) else 0.1
   hi = float(ai.max()) * 4 if len(ai) else 1e3
@@ -115,46 +200,46 @@ def roofline_plot(
         xs, [min(tf, x * bw * 1e9 / 1e12) for x in xs], "-", lw=1.5, label=f"roof {dtype}: {tf:.4g} TF/s, {bw:.4g} GB/s"
       )
       drawn = True
-  for op, grp in df.groupby("op"):
-    x = grp["tflops"] * 1e12 / (grp["gbps"] * 1e9)
+  xla_tf = [
+    _flops(r) / (r["xla_ms"] / 1e3) / 1e12 if r["xla_ms"] and not math.isnan(r["xla_ms"]) else float("nan")
+    for _, r in df.iterrows()
+  ]
+  for op in sorted(df["op"].unique()):
+    sel = df["op"] == op
+    marker = OP_MARKERS.get(op, "o")
+    ax.scatter(ai[sel], df["tflops"][sel], marker=marker, s=45, color=COLORS["tuned"], label=f"{op}, tuned", zorder=3)
     ax.scatter(
-      x, grp["tflops"], marker=OP_MARKERS.get(op, "o"), s=45, color=COLORS["tuned"], label=f"{op}, tuned", zorder=3
-    )
-    xla_tf = [
-      _flops(r) / (r["xla_ms"] / 1e3) / 1e12 if r["xla_ms"] and not math.isnan(r["xla_ms"]) else float("nan")
-      for _, r in grp.iterrows()
-    ]
-    ax.scatter(
-      x,
-      xla_tf,
-      marker=OP_MARKERS.get(op, "o"),
+      ai[sel],
+      [t for t, keep in zip(xla_tf, sel) if keep],
+      marker=marker,
       s=45,
       facecolors="none",
-      edgecolors="#ff7f0e",
+      edgecolors=COLORS["xla"],
       label=f"{op}, XLA",
       zorder=3,
     )
-    for xi, (_, r) in zip(x, grp.iterrows()):
-      ax.annotate(
-        f"{r['op']} m={r['m']} g={r['g']}",
-        (xi, r["tflops"]),
-        textcoords="offset points",
-        xytext=(6, -3),
-        fontsize=6.5,
-        color="#333333",
-      )
   ax.set_xscale("log")
   ax.set_yscale("log")
   _plain_log_ticks(ax.xaxis)
   _plain_log_ticks(ax.yaxis)
   ax.set_xlabel("arithmetic intensity (FLOP per byte of weights + activations)")
   ax.set_ylabel("TF/s")
-  ax.set_title(title + ("" if drawn else "\n(no measured ceilings in these results)"), fontsize=10)
+  fig.suptitle(title + ("" if drawn else "\n(no measured ceilings in these results)"), fontsize=10)
   ax.grid(which="both", alpha=0.25)
-  ax.legend(fontsize=7.5, loc="best")
+  _legend_above(ax, 3)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  ax.set_xlim(ax.get_xlim())  # the layout and limits are final before labels are placed in pixels
+  ax.set_ylim(ax.get_ylim())
+  labels = label_points(ax, list(ai), list(df["tflops"]), point_labels(df), list(zip(ai, xla_tf)))
+  return fig, labels
+
+
+def roofline_plot(
+  best: pd.DataFrame, ceil: dict, device_kind: str, jax_version: str | None, path: Path, title: str
+) -> None:
+  fig, _ = roofline_figure(best, ceil, device_kind, jax_version, title)
+  fig.savefig(path, dpi=110, bbox_inches="tight")  # labels may sit past the axes
+  _pyplot().close(fig)
 
 
 def candidates_plot(records: list[Record], best: pd.DataFrame, path: Path, title: str) -> None:
@@ -228,12 +313,10 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
     have_plots = True
   except ImportError:
     have_plots = False
-  problem_rows = _problem_rows(records)
   written, md = [], ["# ragtune report", ""]
   for kind in sorted({r.device_kind for r in records}):
     kind_rows = [r for r in records if r.device_kind == kind]
-    best = report.best_frame(kind_rows, ceil)
-    best["rows"] = best["problem"].map(problem_rows)
+    best = plot_frame(kind_rows, ceil)
     jax_version = next((r.jax_version for r in kind_rows if r.jax_version is not None), None)
     interp = any(r.interpret for r in kind_rows)
     slug = kernels.device_slug(kind)

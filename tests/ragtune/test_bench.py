@@ -1,20 +1,164 @@
-"""benchmarks/bench_ragged_dot.py on a CPU host times the Pallas kernel, interpreted and labelled."""
+"""`ragtune bench` on a CPU host: every variant checked, none timed; the timed path (tune-jax reads
+CPU profiler events too) with a failing variant; tokamax's column; the CSV; bad input.
+And benchmarks/bench_ragged_dot.py, which times the Pallas kernel interpreted and labelled."""
 
+import csv
+import dataclasses
 import importlib.util
+import json
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from typer.testing import CliRunner
+
+import kernels
+from ragtune import bench, measure, shapes
+from ragtune.cli import app
+from ragtune.shapes import GroupDist, Problem
 
 ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU host's behaviour")
+TINY = "name: tiny\nops: [fwd]\nshapes:\n  - {m: 64, k: 32, n: 48, g: 4}\n"
+TOKAMAX, TOKAMAX_WHY = bench.import_tokamax()
 
 
-@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU host's behaviour")
-def test_bench_times_pallas_interpret_beside_xla(capsys):
+def _cpu_lut(path: Path, **changes) -> dict:
+  """A LUT for this host whose pallas_gpu fwd entry at TINY's shape differs from the default."""
+  m, k, n, g = 64, 32, 48, 4
+  default = kernels.registry.default_config("pallas_gpu", "fwd", "bfloat16", m, k, n, g, device_kind="cpu")
+  tuned = dataclasses.replace(default, **changes)
+  lut = kernels.Lut("cpu", [kernels.Entry("fwd", "pallas_gpu", "bfloat16", m, k, n, g, tuned)])
+  path.mkdir(parents=True, exist_ok=True)
+  (path / "cpu.json").write_text(json.dumps(lut.to_dict()))
+  return tuned.to_dict()
+
+
+def _wrong_pallas(build):
+  """measure.build_op, but pallas_gpu's op returns ones (a broken kernel, cheap to compile)."""
+
+  def build_op(p, backend, config, interpret):
+    if backend == "pallas_gpu":
+      return lambda a, b, gs: jnp.ones((a.shape[0], b.shape[2]), a.dtype)
+    return build(p, backend, config, interpret)
+
+  return build_op
+
+
+def test_cpu_run_checks_every_variant_times_none_and_writes_the_csv_beside_the_lut(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "tiny.yaml").write_text(TINY)
+  tuned = _cpu_lut(tmp_path / "luts", block_m=16, num_warps=2)
+  r = runner.invoke(app, ["bench", "tiny.yaml", "--lut", "luts"])
+  assert r.exit_code == 0, r.output
+  assert "device: cpu (cpu), jax " in r.output and f"LUT: {Path('luts/cpu.json')}" in r.output
+  assert "none is timed" in r.output and "TF/s" not in r.output
+  rows = list(csv.DictReader((tmp_path / "luts" / "bench-tiny.csv").open()))
+  assert not (tmp_path / "results").exists(), "the CSV goes beside the LUT"
+  expected = ["LUT: pallas_gpu (exact)", "pallas_gpu default [interpret]", bench.XLA]
+  assert [row["variant"] for row in rows] == expected + [bench.TOKAMAX] * (TOKAMAX is not None) + [bench.DENSE]
+  assert all(row["status"] == "ok" and row["shape"] == "[64,32]x[4,32,48]" for row in rows), rows  # not shrunk
+  assert all(row[c] == "" for row in rows for c in ("ms", "tflops", "vs_peer", "timer")), "nothing is timed"
+  assert all(0 < float(row["rel_error"]) < 0.02 for row in rows if row["variant"] != bench.DENSE)
+  assert rows[0]["config"] != rows[1]["config"] and "bm=16" in rows[0]["config"] and "w=2" in rows[0]["config"]
+  assert tuned["block_m"] == 16
+
+
+def test_a_failing_variant_is_reported_and_never_timed_the_rest_are_timed_together(tmp_path, monkeypatch):
+  monkeypatch.setattr(measure, "build_op", _wrong_pallas(measure.build_op))
+  sizes = tuple(int(s) for s in GroupDist().draw(64, 4))
+  p = Problem("fwd", "pallas_gpu", "bfloat16", 64, 32, 48, 4, "multinomial(seed=0)", sizes, "t")
+  run = bench.Bench("cpu", True, ("pallas_gpu",), None, TOKAMAX, TOKAMAX_WHY, {"bfloat16": 0.5}, 20.0, 3)
+  rows = {r.variant: r for r in bench.bench_problem(p, run)}
+  broken = rows["pallas_gpu default [interpret]"]
+  assert broken.status.startswith("wrong: FAIL") and broken.failed and broken.ms is None and broken.rel_error > 0.5
+  timed = [r for r in rows.values() if r.ms is not None]
+  assert {r.variant for r in timed} == set(rows) - {broken.variant}
+  assert {r.timer for r in timed} == {"tune-jax(samples=3)"}, "one timer run for all"
+  xla = rows[bench.XLA]
+  assert xla.vs_xla == 1.0 and xla.tflops == pytest.approx(measure.flops(p) / xla.ms * 1e-9)
+  assert xla.pct_matmul_peak == pytest.approx(100 * xla.tflops / 0.5)
+  best = min((r for r in timed if r.variant in bench.PEERS), key=lambda r: r.ms)
+  assert {r.peer for r in timed} == {bench.PEERS[best.variant]} and best.vs_peer == 1.0
+  lut = next(r for r in rows.values() if r.variant.startswith("LUT: "))  # auto on a CPU runs XLA
+  assert lut.variant == "LUT: xla (no entry)" and lut.ms == xla.ms and lut.same_as == bench.XLA
+  # The command says so and exits 1; on a CPU host nothing is timed either way.
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "tiny.yaml").write_text(TINY)
+  r = runner.invoke(app, ["bench", "tiny.yaml", "--csv", "out.csv"])
+  assert r.exit_code == 1 and "wrong: FAIL" in r.output and "1 variant(s) failed their check" in r.output
+  assert (tmp_path / "out.csv").is_file() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.skipif(TOKAMAX is None, reason=f"tokamax: {TOKAMAX_WHY}")
+@pytest.mark.parametrize("op", kernels.common.OPS)
+def test_tokamax_column_matches_lax_for_each_op(op):
+  """tokamax's XLA implementation, called with the dimension numbers of tokamax's own vjp."""
+  p = Problem(op, "pallas_gpu", "float32", 40, 24, 32, 3, "explicit", (10, 0, 25))
+  x = measure.make_inputs(p)
+  got = jax.jit(bench.tokamax_op(TOKAMAX, op, device=False))(*measure.op_args(op, x))
+  np.testing.assert_allclose(np.asarray(got), measure.reference(op, x), rtol=1e-5, atol=1e-5)
+
+
+def test_one_problem_per_op_and_shape_and_big_ones_shrink_on_a_cpu_host():
+  problems = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "anchors.yaml"))
+  assert len(problems) == 24  # 4 shapes x 3 ops x 2 backends
+  on_gpu = bench.bench_problems(problems, device=True)
+  assert len(on_gpu) == 12 and {(p.m, p.k, p.n, p.g) for p in on_gpu} == {(p.m, p.k, p.n, p.g) for p in problems}
+  on_cpu = bench.bench_problems(problems, device=False)  # too big for the interpreter: shrunk
+  assert {(p.m, p.k, p.n, p.g) for p in on_cpu} == {
+    (32, 128, 448, 8),
+    (32, 224, 64, 8),
+    (512, 224, 64, 8),
+    (512, 64, 224, 8),
+  }
+  assert all(sum(p.group_sizes) == p.m and len(p.group_sizes) == p.g for p in on_cpu)
+  smoke = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "smoke.yaml"))
+  assert bench.bench_problems(smoke, device=False) == smoke  # a LUT tuned on them applies exactly
+
+
+def test_default_csv_is_beside_the_lut_but_never_in_the_kernels_package(tmp_path):
+  results = Path("results/cpu")
+  assert bench.default_csv(tmp_path / "cpu.json", results, "moe") == tmp_path / "bench-moe.csv"
+  assert bench.default_csv(None, results, "moe") == results / "bench-moe.csv"
+  bundled = kernels.lut.BUNDLED_DIR / "cpu.json"
+  assert bench.default_csv(bundled, results, "moe") == results / "bench-moe.csv"
+
+
+def _one_error_line(result) -> str:
+  lines = [l for l in result.output.strip().splitlines() if l.strip()]
+  assert len(lines) == 1 and lines[0].startswith("error: ") and result.exit_code == 2, result.output
+  return lines[0]
+
+
+def test_bad_input_is_one_error_line_and_writes_nothing(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "tiny.yaml").write_text(TINY)
+  other = kernels.Lut("NVIDIA H100 80GB HBM3", [])
+  (tmp_path / "h100.json").write_text(json.dumps(other.to_dict()))
+  (tmp_path / "adir").mkdir()
+  before = sorted(p.name for p in tmp_path.iterdir())
+  line = _one_error_line(runner.invoke(app, ["bench", "tiny.yaml", "--lut", "h100.json"]))
+  assert line == "error: h100.json: LUT was tuned on 'NVIDIA H100 80GB HBM3' but this device is 'cpu'"
+  line = _one_error_line(runner.invoke(app, ["bench", "tiny.yaml", "--lut", "adir"]))
+  assert "adir: no LUT for device 'cpu' (looked for cpu.json" in line
+  line = _one_error_line(runner.invoke(app, ["bench", "tiny.yaml", "--csv", "adir"]))
+  assert line == "error: adir: is a folder, but the --csv file must be a file"
+  line = _one_error_line(runner.invoke(app, ["bench", "tiny.yaml", "--model", "gpt-5"]))
+  assert "--model gpt-5: unknown model" in line
+  assert sorted(p.name for p in tmp_path.iterdir()) == before and not list((tmp_path / "adir").iterdir())
+
+
+def test_bench_ragged_dot_times_pallas_interpret_beside_xla(capsys):
   spec = importlib.util.spec_from_file_location("bench_ragged_dot", ROOT / "benchmarks" / "bench_ragged_dot.py")
-  bench = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(bench)
-  bench.main(["--m", "48", "--k", "32", "--n", "32", "--g", "2", "--dtype", "float32", "--warmup", "1", "--iters", "2"])
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  script.main(
+    ["--m", "48", "--k", "32", "--n", "32", "--g", "2", "--dtype", "float32", "--warmup", "1", "--iters", "2"]
+  )
   out = capsys.readouterr().out
   rows = {line.split("  ")[0].strip() for line in out.splitlines()[-3:]}
   assert rows == {

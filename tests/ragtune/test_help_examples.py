@@ -13,7 +13,7 @@ from ragtune.cli import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("sweep", "verify", "export-lut", "show", "report", "shapes from-config")
+COMMANDS = ("sweep", "verify", "export-lut", "show", "report", "bench", "shapes from-config")
 
 
 def _help(cmd):
@@ -50,6 +50,7 @@ def test_every_help_example_runs(tmp_path, monkeypatch):
       assert r.exit_code == 0, (example, r.output)
   slug = kernels.device_slug(kernels.lut.current_device_kind())
   made = [f"results/{slug}/records.jsonl", f"luts/{slug}.json", "report/best.csv", "report/rows.csv"]
+  made += [f"results/{slug}/bench-smoke.csv"]
   for path in made:
     assert (tmp_path / path).is_file(), path
   # What the examples write into a clone is ignored by git (real device results are not).

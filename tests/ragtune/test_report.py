@@ -159,3 +159,77 @@ def test_one_speedup_format_and_the_interpreter_notice_in_show_and_report(tmp_pa
   (tmp_path / "gpu").mkdir()
   r = runner.invoke(app, ["show", str(_results(tmp_path / "gpu")[0])])
   assert r.exit_code == 0 and "interpret mode" not in r.output, "no notice for device timings"
+
+
+def _model_records():
+  """Eight fwd problems as `models:` in a shape file names them (Mixtral-8x7B and DeepSeek-V3,
+  up and down, decode and prefill), timed near an H100's roofs, XLA 3x slower."""
+  from ragtune import measure, presets
+  from ragtune.shapes import GroupDist
+
+  dev = {"device_kind": "NVIDIA H100 80GB HBM3", "platform": "gpu", "jax_version": "0.11.2"}
+  rows = []
+  for i, (model, tokens) in enumerate(
+    (("mixtral-8x7b", 16), ("mixtral-8x7b", 4096), ("deepseek-v3", 64), ("deepseek-v3", 16384))
+  ):
+    pre = presets.MODEL_PRESETS[model]
+    m = tokens * pre.top_k
+    for proj, (k, n) in (("up", (pre.hidden, pre.intermediate)), ("down", (pre.intermediate, pre.hidden))):
+      sizes = tuple(int(s) for s in GroupDist().draw(m, pre.experts))
+      p = Problem(
+        "fwd",
+        "pallas_gpu",
+        "bfloat16",
+        m,
+        k,
+        n,
+        pre.experts,
+        "multinomial(seed=0)",
+        sizes,
+        f"{model}:{proj}:tokens={tokens}",
+      )
+      t = max(measure.flops(p) / 600e12, measure.bytes_moved(p) / 2400e9) * (1 + 0.05 * i)
+      rows.append(store.make_row(p, "baseline:xla", None, "ok", interpret=False, device=dev, time_s=3 * t))
+      c = search_space.candidates(p, 1)[0]
+      rows.append(store.make_row(p, store.candidate_id(c), c, "ok", interpret=False, device=dev, time_s=t))
+  roofs = {"matmul_tflops": {"bfloat16": 800.0}, "copy_gbps": 3000.0}  # as ceilings.json holds them
+  return rows, {f"{dev['device_kind']}|{dev['jax_version']}": {**dev, **roofs}}
+
+
+def _text_boxes(fig, labels):
+  from matplotlib.text import Text
+
+  fig.canvas.draw()
+  renderer = fig.canvas.get_renderer()
+  return [Text.get_window_extent(a, renderer) for a in labels]  # the text alone, without its leader line
+
+
+def test_roofline_labels_name_up_and_down_apart_and_never_overlap():
+  from ragtune import plots
+
+  records, ceil = _model_records()
+  fig, labels = plots.roofline_figure(plots.plot_frame(records, ceil), ceil, records[0].device_kind, "0.11.2", "t")
+  texts = [a.get_text() for a in labels]
+  assert len(texts) == 8 and len(set(texts)) == 8, texts
+  assert {"mixtral-8x7b up 4096 tok fwd", "mixtral-8x7b down 4096 tok fwd"} <= set(texts), texts
+  boxes = _text_boxes(fig, labels)
+  clashes = [(texts[i], texts[j]) for i in range(8) for j in range(i + 1, 8) if boxes[i].overlaps(boxes[j])]
+  assert not clashes, clashes
+  assert all(fig.bbox.contains(b.x0, b.y0) and fig.bbox.contains(b.x1, b.y1) for b in boxes)
+
+
+def test_labels_that_cannot_all_fit_become_numbers_and_a_key():
+  from ragtune import plots
+
+  plt = plots._pyplot()
+  fig, ax = plt.subplots(figsize=(3, 2))
+  ax.set_xlim(0, 1)
+  ax.set_ylim(0, 1)
+  texts = [f"a rather long label for problem number {i}" for i in range(12)]
+  labels = plots.label_points(ax, [0.5] * 12, [0.5] * 12, texts, [])
+  assert [a.get_text() for a in labels] == [str(i) for i in range(1, 13)]
+  boxes = _text_boxes(fig, labels)
+  assert not any(boxes[i].overlaps(boxes[j]) for i in range(12) for j in range(i + 1, 12))
+  key = [t.get_text() for t in ax.texts if t not in labels]
+  assert len(key) == 1 and all(f"{i + 1:>3}  {t}" in key[0] for i, t in enumerate(texts))
+  plt.close(fig)

@@ -1,0 +1,365 @@
+"""`ragtune bench SHAPES.yaml`: what the tuning bought, on this device.
+
+For each problem of a shape set it runs the LUT's choice (what `kernels.ragged_dot` picks
+with the LUT), each GPU backend's default config, XLA's `jax.lax.ragged_dot`,
+`tokamax.ragged_dot` with its own shipped config cache (when tokamax is installed) and a
+dense matmul of the same FLOPs. Each ragged variant is checked against `jax.lax.ragged_dot`
+first; one that fails is reported and never timed. The rest are timed together, in one
+tune-jax run per problem (device profiler events, after warm-up), beside the matmul and
+copy ceilings measured in the same process.
+
+On a CPU host the Pallas kernels are interpreted and shapes too big for that shrink: every
+variant is checked and none is timed, since an interpreter's time says nothing about a GPU's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jax
+import pandas as pd
+
+import kernels
+from kernels import registry, target
+from kernels.ragged_dot import Choice, default_interpret, resolve
+from ragtune import ceilings, measure, report, store
+from ragtune.errors import RagtuneError
+from ragtune.run import plan
+from ragtune.shapes import GroupDist, Problem
+
+XLA = "xla ragged_dot"
+TOKAMAX = "tokamax ragged_dot"
+DENSE = "dense matmul, same FLOPs"
+PEERS = {XLA: "xla", TOKAMAX: "tokamax", DENSE: "dense"}  # the ratio column names the fastest
+CPU_ROUTING = GroupDist(dist="multinomial", seed=0)
+CPU_COST_S = 5.0  # a problem the interpreter runs in this many seconds per candidate is benched as it is
+# tokamax's own vjp calls ragged_dot_general with these for dlhs and drhs
+# (tokamax/_src/ops/ragged_dot/base.py, `vjp`); its shipped config cache is keyed by them.
+TOKAMAX_DIMS = {
+  "fwd": ((([1], [1]), ([], [])), [0], [0]),
+  "dlhs": ((([1], [2]), ([], [])), [0], [0]),
+  "drhs": ((([0], [0]), ([], [])), [0], []),
+}
+
+
+@dataclasses.dataclass
+class Row:
+  """One variant of one problem: a line of the table and of the CSV."""
+
+  problem: str  # where the shape file has it, e.g. mixtral-8x7b:up:tokens=4096 or shapes[0]
+  shape: str
+  op: str
+  dtype: str
+  variant: str
+  config: str = ""
+  status: str = "ok"
+  rel_error: float | None = None  # max |variant - lax| / max |lax|; none for the dense matmul
+  ms: float | None = None
+  tflops: float | None = None
+  pct_matmul_peak: float | None = None
+  gbps: float | None = None
+  pct_copy_bw: float | None = None
+  vs_xla: float | None = None
+  vs_peer: float | None = None  # the fastest peer's time / this time
+  peer: str = ""  # which peer that is: xla, tokamax or dense
+  timer: str = ""
+  same_as: str = ""  # the variant this one runs the same code as (its numbers are that one's)
+
+  @property
+  def failed(self) -> bool:
+    """A failure of its own (a row the same as another repeats that one's)."""
+    return not self.same_as and self.status.split(":")[0] in ("wrong", "nan", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  label: str
+  key: tuple[str, Any]  # (backend, config): variants with one key run the same code
+  config: str
+  fn: Callable | None
+  args: tuple
+  checked: bool = True
+  same_as: str = ""  # the label of the variant this one is, when it runs the same code
+
+
+@dataclasses.dataclass(frozen=True)
+class Bench:
+  """What every problem of one run shares."""
+
+  device_kind: str
+  on_device: bool  # False on a CPU host: check, never time
+  backends: tuple[str, ...]
+  lut: kernels.Lut | None
+  tokamax: ModuleType | None
+  tokamax_note: str  # its version, or why it is left out
+  peaks: dict[str, float]  # matmul TF/s per dtype, measured in this process
+  copy_gbps: float | None
+  samples: int
+
+
+def on_device() -> bool:
+  return jax.devices()[0].platform != "cpu"
+
+
+def gpu_backends(device: bool, device_kind: str) -> tuple[str, ...]:
+  """The GPU kernel backends that run compiled on this device; on a CPU host the first one,
+  interpreted."""
+  gpu = [b for b in registry.REGISTRY.values() if b.config_type is not None and "gpu" in b.platforms]
+  if not device:
+    return (gpu[0].name,)
+  platform = target.current().platform
+  return tuple(b.name for b in gpu if b.runs_on(platform, device_kind))
+
+
+def cpu_sized(p: Problem) -> Problem:
+  """p as a CPU host benches it: as it is where the Pallas interpreter runs a candidate in
+  seconds (so a LUT tuned here applies exactly), else shrunk (m/256, k/32, n/32, at most 8
+  groups, multinomial routing)."""
+  if plan.interpret_cost_s(p) <= CPU_COST_S:
+    return p
+  m, k, n, g = min(p.m, max(32, p.m // 256)), min(p.k, max(16, p.k // 32)), min(p.n, max(16, p.n // 32)), min(p.g, 8)
+  sizes = tuple(int(s) for s in CPU_ROUTING.draw(m, g))
+  return dataclasses.replace(p, m=m, k=k, n=n, g=g, group_dist=CPU_ROUTING.label(), group_sizes=sizes)
+
+
+def bench_problems(problems: list[Problem], device: bool) -> list[Problem]:
+  """One problem per op, dtype, shape and routing: a shape file lists one per backend, and
+  the bench runs every backend on each. CPU-sized on a CPU host."""
+  out: dict[tuple, Problem] = {}
+  for p in problems:
+    q = p if device else cpu_sized(p)
+    out.setdefault((q.op, q.dtype, q.m, q.k, q.n, q.g, q.group_sizes), q)
+  return list(out.values())
+
+
+def find_lut(path: Path | None, device_kind: str, results_dir: Path) -> tuple[kernels.Lut | None, Path | None]:
+  """The LUT to bench and its file: `path` (a file, or a folder holding <slug>.json); else the
+  one a model here loads (RAGTUNE_LUT, then kernels/luts/<slug>.json); else the results
+  folder's export (<results>/<slug>.json, where export-lut writes it); else none."""
+  found = kernels.lut.locate_lut(path, device_kind)
+  if found is None:
+    export = results_dir / f"{kernels.device_slug(device_kind)}.json"
+    found = export if export.is_file() else None
+  if found is None:
+    return None, None
+  lut = kernels.Lut.from_file(found)
+  if lut.device_kind != device_kind:
+    raise RagtuneError(f"{found}: LUT was tuned on {lut.device_kind!r} but this device is {device_kind!r}")
+  return lut, found
+
+
+def default_csv(lut_file: Path | None, results_dir: Path, set_name: str) -> Path:
+  """bench-<set>.csv beside the LUT; in the results folder when there is no LUT or it is the
+  one bundled in the kernels package (whose folder is the package's, not a place for results)."""
+  name = f"bench-{set_name}.csv"
+  if lut_file is None or lut_file.resolve().parent == kernels.lut.BUNDLED_DIR.resolve():
+    return results_dir / name
+  return lut_file.parent / name
+
+
+def import_tokamax() -> tuple[ModuleType | None, str]:
+  """(tokamax, its version) or (None, why it is left out)."""
+  try:
+    import tokamax
+  except ImportError as e:
+    return None, f"not installed ({e}); pip install -e '.[bench]' adds it"
+  except Exception as e:  # noqa: BLE001 - installed, but broken with this jax: say so, bench the rest
+    return None, f"fails to import with jax {jax.__version__}: {measure.error_text(e, 200)}"
+  from absl import flags
+
+  # tokamax <= 0.0.12 reads its options by parsing all of sys.argv as absl flags on first
+  # use, and stops at ragtune's own options (openxla/tokamax#957): parse none, so they keep
+  # their defaults.
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS(sys.argv[:1])
+  return tokamax, importlib.metadata.version("tokamax")
+
+
+def tokamax_op(tokamax: ModuleType, op: str, device: bool) -> Callable:
+  """tokamax's ragged_dot for `op`, taking measure.op_args. On a device tokamax picks its
+  implementation (Mosaic GPU, Triton, XLA) and config itself; on a CPU host, its XLA one."""
+  contract, ragged, group = TOKAMAX_DIMS[op]
+  dims = jax.lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=contract, lhs_ragged_dimensions=ragged, rhs_group_dimensions=group
+  )
+  impl = None if device else "xla"
+  return lambda a, b, gs: tokamax.ragged_dot_general(a, b, gs, dims, implementation=impl)
+
+
+def lut_choice(p: Problem, bench: Bench) -> Choice:
+  """What kernels.ragged_dot runs for p.op with the bench's LUT: backend="auto" on a device;
+  on a CPU host, where auto runs XLA, the first GPU backend's LUT entry (or heuristic)."""
+  with kernels.use_lut(bench.lut):
+    return resolve(None, "auto" if bench.on_device else bench.backends[0], p.m, p.k, p.n, p.g, p.dtype)[p.op]
+
+
+def _lut_label(c: Choice) -> str:
+  if c.source == "lut-exact":
+    return f"LUT: {c.backend} (exact)"
+  if c.source == "lut-nearest":
+    m, k, n, g = c.tuned_shape
+    return f"LUT: {c.backend} (nearest, [{m},{k}]x[{g},{k},{n}])"
+  return f"LUT: {c.backend} (no entry)"
+
+
+def _short(cfg: Any) -> str:
+  return "" if cfg is None else report.short_config(cfg.to_dict())
+
+
+def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]:
+  """The LUT's choice first, then each backend's default, XLA, tokamax and dense."""
+  args = measure.op_args(p.op, x)
+  out = []
+  for b in bench.backends:
+    if p.dtype not in registry.get(b).dtypes:
+      continue  # e.g. mosaic_gpu has no float32
+    cfg = registry.default_config(b, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=bench.device_kind)
+    interpret = default_interpret(b)
+    label = f"{b} default" + (" [interpret]" if interpret else "")
+    out.append(Variant(label, (b, cfg), _short(cfg), measure.build_op(p, b, cfg, interpret), args))
+  out.append(Variant(XLA, (registry.REFERENCE, None), "", measure.build_op(p, registry.REFERENCE, None, False), args))
+  if bench.tokamax is not None:
+    impl = "implementation=" + ("auto" if bench.on_device else "xla")
+    out.append(Variant(TOKAMAX, ("tokamax", None), impl, tokamax_op(bench.tokamax, p.op, bench.on_device), args))
+  dense = measure.dense_args(p, x)
+  out.append(Variant(DENSE, ("dense", None), "", measure.dense_matmul, dense, checked=False))
+  c = lut_choice(p, bench)
+  same = next((v.label for v in out if v.key == (c.backend, c.config)), "")
+  fn = None if same else measure.build_op(p, c.backend, c.config, default_interpret(c.backend))
+  return [Variant(_lut_label(c), (c.backend, c.config), _short(c.config), fn, args, same_as=same), *out]
+
+
+def _fill_times(
+  rows: dict[str, Row], times: dict[str, float], timer: str, p: Problem, vs: list[Variant], bench: Bench
+) -> None:
+  peers = {label: t for label, t in times.items() if label in PEERS}
+  best = min(peers, key=peers.get) if peers else None
+  peak, args = bench.peaks.get(p.dtype), {v.label: v.args for v in vs}
+  for label, t in times.items():
+    r = rows[label]
+    r.ms, r.timer, r.tflops = t * 1e3, timer, measure.flops(p) / t / 1e12
+    r.gbps = (measure.dense_bytes(args[label]) if label == DENSE else measure.bytes_moved(p)) / t / 1e9
+    r.pct_matmul_peak = 100 * r.tflops / peak if peak else None
+    r.pct_copy_bw = 100 * r.gbps / bench.copy_gbps if bench.copy_gbps else None
+    r.vs_xla = times[XLA] / t if XLA in times else None
+    if best is not None:
+      r.vs_peer, r.peer = peers[best] / t, PEERS[best]
+
+
+def bench_problem(p: Problem, bench: Bench) -> list[Row]:
+  """Check every variant against jax.lax.ragged_dot, then (on a device) time those that
+  passed together, in one timer run."""
+  x = measure.make_inputs(p)
+  ref = measure.reference(p.op, x)
+  vs = variants(p, x, bench)
+  rows = {v.label: Row(p.source, p.shape_label, p.op, p.dtype, v.label, v.config) for v in vs}
+  ready = {}
+  for v in vs:
+    if v.same_as:
+      continue
+    row = rows[v.label]
+    try:
+      compiled = measure.compile_fn(v.fn, v.args)
+      out = jax.block_until_ready(compiled(*v.args))
+    except Exception as e:  # noqa: BLE001 - a variant that does not run is reported, not fatal
+      row.status = "error: " + measure.error_text(e, 160)
+      continue
+    if v.checked:
+      res = measure.check(p, out, ref)
+      row.rel_error = res.rel_error
+      if not res.passed:
+        row.status = f"{res.status}: {res.summary()}"  # never timed: a wrong kernel has no speed
+        continue
+    ready[v.label] = (v.fn, v.args, compiled)
+  if bench.on_device and ready:
+    times, timer = measure.time_variants(ready, on_device=True, warmup=2, iters=5, samples=bench.samples)
+    _fill_times(rows, times, timer, p, vs, bench)
+  for v in vs:
+    if v.same_as:
+      src = rows[v.same_as]
+      rows[v.label] = dataclasses.replace(src, variant=v.label, config=v.config, same_as=v.same_as)
+  return list(rows.values())
+
+
+def run(problems: list[Problem], bench: Bench, on_problem: Callable[[Problem, list[Row]], None]) -> list[Row]:
+  """bench_problem for each problem; on_problem(problem, its rows) after each."""
+  rows: list[Row] = []
+  for p in problems:
+    try:
+      got = bench_problem(p, bench)
+    except Exception as e:  # noqa: BLE001 - e.g. out of memory on one problem: report it, go on
+      got = [Row(p.source, p.shape_label, p.op, p.dtype, "(all)", status="error: " + measure.error_text(e, 200))]
+    rows += got
+    on_problem(p, got)
+    jax.clear_caches()
+  return rows
+
+
+def start(lut: kernels.Lut | None, dtypes: list[str], samples: int) -> Bench:
+  """The run's device, backends, tokamax and (on a device) the ceilings, measured now."""
+  kind = kernels.lut.current_device_kind()
+  device = on_device()
+  backends = gpu_backends(device, kind)
+  if not backends:
+    raise RagtuneError(f"no GPU kernel backend runs on {kind!r}; ragtune bench times GPU kernels")
+  peaks, copy = {}, None
+  if device:
+    c = ceilings.measure_ceilings(dtypes, jax.devices()[0].platform)
+    peaks, copy = c["matmul_tflops"], c["copy_gbps"]
+  tokamax, note = import_tokamax()
+  return Bench(kind, device, backends, lut, tokamax, note, peaks, copy, samples)
+
+
+def header(bench: Bench, lut_file: Path | None) -> list[str]:
+  """What ran where: device, versions, the LUT, tokamax, the ceilings or why nothing is timed."""
+  d = jax.devices()[0]
+  lines = [
+    f"device: {d.device_kind} ({d.platform}), jax {jax.__version__}",
+    f"LUT: {lut_file if lut_file is not None else 'none found (each op runs its heuristic)'}",
+    f"tokamax: {bench.tokamax_note}",
+  ]
+  if bench.on_device:
+    peaks = ", ".join(f"{dt} {tf:.4g} TF/s" for dt, tf in bench.peaks.items())
+    lines.append(f"ceilings, measured now: matmul {peaks}; copy {bench.copy_gbps:.4g} GB/s")
+  else:
+    lines.append(
+      "CPU host: the Pallas kernels are interpreted, and shapes too big for that are shrunk (m/256, k/32, "
+      "n/32, at most 8 groups, multinomial routing). Every variant is checked against jax.lax.ragged_dot; "
+      "none is timed, since an interpreter's time says nothing about a GPU's."
+    )
+  return lines
+
+
+def _g(v: float | None, spec: str) -> str:
+  return "" if v is None else format(v, spec)
+
+
+def table(rows: list[Row], timed: bool) -> list[str]:
+  """Plain lines: each variant's check and status, with its speed when timed."""
+  width = max(len(r.variant) for r in rows) + 2
+  speed = f"{'ms':>9}{'TF/s':>8}{'%mm':>6}{'GB/s':>8}{'%copy':>7}{'vs best peer':>15}" if timed else ""
+  lines = [f"{'variant':<{width}}{speed}{'rel err':>9}  status  config"]
+  for r in rows:
+    cols = ""
+    if timed:
+      vs = f"{r.vs_peer:.2f}x {r.peer}" if r.vs_peer is not None else ""
+      cols = (
+        f"{_g(r.ms, '.3f'):>9}{_g(r.tflops, '.1f'):>8}{_g(r.pct_matmul_peak, '.0f'):>6}"
+        f"{_g(r.gbps, '.0f'):>8}{_g(r.pct_copy_bw, '.0f'):>7}{vs:>15}"
+      )
+    status = f"{r.status} (same as {r.same_as})" if r.same_as else r.status
+    lines.append(f"{r.variant:<{width}}{cols}{_g(r.rel_error, '.2g'):>9}  {status}  {r.config}")
+  return lines
+
+
+def write_csv(path: Path, rows: list[Row]) -> None:
+  """All rows so far, atomically, times and rates to 4 significant digits."""
+  columns = [f.name for f in dataclasses.fields(Row)]
+  df = pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=columns)
+  store.write_atomic(path, report.csv_text(df))
