@@ -211,8 +211,8 @@ def interpret_skips(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
     else:
       skipped.setdefault((p.backend, p.op), [why, 0])[1] += 1
   notices = [
-    f"skipped {n} {backend} {op} problem{'s' if n > 1 else ''}: {why}; they run on the backend's GPU, "
-    "and nothing is recorded for them here"
+    f"skipped {n} {backend} {op} problem{'s' if n > 1 else ''}, every row of which would fail: {why}. "
+    "Nothing is recorded for them."
     for (backend, op), (why, n) in skipped.items()
   ]
   return keep, notices

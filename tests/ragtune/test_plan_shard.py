@@ -175,12 +175,7 @@ def test_a_strict_sweep_exits_1_when_every_candidate_failed(tmp_path, calibrated
   assert again.exit_code == 0 and "warning: 1 problem(s) have no correct candidate" in again.output, again.output
 
 
-MOSAIC = """
-ops: [fwd, dlhs, drhs]
-backends: [mosaic_gpu]
-shapes:
-  - {m: 64, k: 64, n: 64, g: 2}
-"""
+MOSAIC = "ops: [fwd, dlhs, drhs]\nbackends: [mosaic_gpu]\nshapes:\n  - {m: 64, k: 64, n: 64, g: 2}\n"
 
 
 def test_ops_the_interpreter_cannot_run_are_noticed_and_left_out(tmp_path, calibrated):
