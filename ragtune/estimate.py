@@ -101,7 +101,7 @@ class Calibration:
 @dataclasses.dataclass(frozen=True)
 class Estimate:
   """The time a problem's rows left will take, and where the figure comes from:
-  "rows" (the median time of its recorded rows), "model" (the interpreter cost model),
+  "rows" (the median times of its recorded candidates and baselines), "model" (the interpreter cost model),
   "nominal" (a device with nothing recorded yet) or "unknown" (why in `note`)."""
 
   seconds: float | None
@@ -248,15 +248,20 @@ class CostModel:
       return "model"
     return "nominal" if self._roofline_s(p) is None else "roofline"
 
+  def baselines_s(self, p: Problem, baselines: list[str]) -> float | None:
+    """Seconds of these baseline rows ("baseline:xla", "baseline:dense") of p."""
+    times = [self.baseline_s(p, name.partition(":")[2]) for name in baselines]
+    return None if None in times else sum(times)
+
   def problem(self, p: Problem, left: list, count: int, baselines: list[str]) -> Estimate:
     """The rows left of p: `count` candidates like those in `left` (all of them, when the
     sweep lists its candidates; a budgeted search's are drawn from them) and the baselines."""
     per = [self.candidate_s(p, c) for c in left]
-    base = [self.baseline_s(p, name.partition(":")[2]) for name in baselines]
-    if None in per or None in base:
+    base = self.baselines_s(p, baselines)
+    if None in per or base is None:
       return Estimate(None, None, "unknown", self.note or f"no grid_work for backend {p.backend!r}")
     cands = count * sum(per) / len(per) if per else 0.0
-    return Estimate(cands + sum(base), max(per, default=None), self.source(p))
+    return Estimate(cands + base, max(per, default=None), self.source(p))
 
   def describe(self) -> str:
     """One line on what the estimates are."""

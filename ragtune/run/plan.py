@@ -156,8 +156,9 @@ def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = 
 
   Opens no device here: it reads the results folder and the search space of
   opts.device_kind (by default the probed device's). A problem with candidate rows
-  recorded is estimated from them: the median wall time of its rows, times the rows left.
-  Any other from the model (ragtune/estimate.py), by default the one of opts.
+  recorded is estimated from them: the median wall time of its candidates (and of its
+  baselines, else the model's) times those left. Any other from the model
+  (ragtune/estimate.py), by default the one of opts.
   """
   model = model or CostModel.for_sweep(opts.interpret, opts.device_kind or "", opts.out_dir)
   done = {r.id: r for r in ResultsStore(opts.out_dir).rows()}
@@ -165,15 +166,16 @@ def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = 
   out = []
   for p in problems:
     task, n_todo, n_done = make_task(p, opts, done, grouped.get(p.key, []))
-    rows = grouped.get(p.key, [])
-    times = [r.elapsed_s for r in rows if r.elapsed_s is not None]
-    cand_times = [r.elapsed_s for r in rows if r.elapsed_s is not None and not r.baseline]
-    if cand_times:
-      est = Estimate(statistics.median(times) * n_todo, statistics.median(cand_times), "rows")
+    count = max(0, task.planned - len(task.history))  # candidates left
+    baselines = [b for b in BASELINES if row_id(p.key, b) not in done]
+    timed = [r for r in grouped.get(p.key, []) if r.elapsed_s is not None]
+    cand_s = [r.elapsed_s for r in timed if not r.baseline]
+    if cand_s:
+      base_s = [r.elapsed_s for r in timed if r.baseline]
+      base = statistics.median(base_s) * len(baselines) if base_s else model.baselines_s(p, baselines) or 0.0
+      est = Estimate(statistics.median(cand_s) * count + base, statistics.median(cand_s), "rows")
     else:
-      left = [c for c in task.configs.values() if c not in task.history]
-      baselines = [b for b in BASELINES if row_id(p.key, b) not in done]
-      est = model.problem(p, left, max(0, task.planned - len(task.history)), baselines)
+      est = model.problem(p, [c for c in task.configs.values() if c not in task.history], count, baselines)
     out.append(PlanRow(p, task.planned, task.rejected, n_done, n_todo, est))
   return out
 

@@ -45,7 +45,7 @@ def test_every_format_a_sweep_wrote_loads_and_keeps_its_keys(tmp_path):
   # A sweep resumes from them: the two candidates are done, the baselines are not.
   p = new.problem
   (row,) = planning.plan([p], sweep.SweepOptions(out_dir=tmp_path, max_candidates=2, device_kind="cpu"))
-  assert (row.done, row.todo, row.estimate.seconds, row.estimate.source) == (2, 2, 3.0, "rows")
+  assert (row.done, row.todo, row.estimate.candidate_s, row.estimate.source) == (2, 2, 1.5, "rows")
   for args in (
     ["show", str(tmp_path)],
     ["show", str(tmp_path), "--all"],
