@@ -516,7 +516,7 @@ def plan(
   """List each problem with its candidate count after pruning, how many are done in the
   results folder, and an estimate of the time left: from its recorded rows, or else from a
   model (on a CPU, of the kernels' interpreter, calibrated once per host by timing a tiny
-  kernel for about a second). Runs no sweep (a child process only asks which device this
+  kernel for a few seconds). Runs no sweep (a child process only asks which device this
   is). With --target, first compiles every candidate for that GPU with XLA's real compiler
   on this host and records the outcome in DIR/compile.jsonl."""
   from ragtune import prune
