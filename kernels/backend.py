@@ -30,6 +30,33 @@ def _same_launch(cfg, op, m, k, n, group_sizes) -> Hashable:
   return cfg
 
 
+def _nothing_unsupported() -> dict[str, str]:
+  return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class GridWork:
+  """What one launch of a config does on one problem, in plain counts (a cost model's input).
+
+  steps: grid steps (programs, or a persistent kernel's output cells), spare ones included.
+  tile_steps: the steps that read operands and store an output tile.
+  read_elems, write_elems: elements of the operand refs a tile step reads and of the output
+      ref it writes, where an interpreter handles each whole at every step: whole arrays
+      where the kernel indexes them itself under a condition (pl.when), blocks where
+      BlockSpecs cut them. An unconditional read of an unchanging whole array is 0:
+      pallas_call's interpreter (a loop over the grid) does that once, not per step.
+  inner_steps: iterations of the steps' inner (contraction) loops, all steps together.
+  inner_macs: multiply-adds of one inner iteration (its tile's dot).
+  """
+
+  steps: int
+  tile_steps: int
+  read_elems: int
+  write_elems: int
+  inner_steps: int
+  inner_macs: int
+
+
 @dataclasses.dataclass(frozen=True)
 class Backend:
   """One way to compute ragged_dot's three ops.
@@ -58,6 +85,13 @@ class Backend:
   smem_at_launch: its kernels set their shared memory at launch, so a compiled program
           does not record it; the config's smem_bytes gives it (ragtune's deviceless compile
           report reads it there).
+  grid_work(config, op, m, k, n, group_sizes) -> GridWork: what the config launches on
+          that problem; None for a backend with no kernels of its own.
+  interpreter: which of jax's interpreters runs its kernels off their hardware:
+          "pallas" (pallas_call's, a loop over the grid) or "mosaic_gpu" (Mosaic GPU's,
+          which simulates the GPU's threads and memory); "" when none does.
+  interpret_unsupported() -> {op: why}: the ops its kernels cannot run in this jax's
+          interpreter.
   """
 
   name: str
@@ -76,6 +110,9 @@ class Backend:
   auto_priority: int = 0
   megablox_lut_fn: bool = False
   smem_at_launch: bool = False
+  grid_work: Callable[..., GridWork] | None = None
+  interpreter: str = ""
+  interpret_unsupported: Callable[[], dict[str, str]] = _nothing_unsupported
 
   def default_config(self, op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None):
     op_dims(op, m, k, n)  # validates op

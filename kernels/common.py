@@ -130,6 +130,17 @@ def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
   return seg_starts, seg_ends
 
 
+def row_tiles(group_sizes, m: int, block_m: int) -> tuple[list[int], int]:
+  """tile_schedule in plain ints, for all the groups (no offset): the block_m row tiles each
+  group's rows take (0 for an empty group), and those of the rows past sum(group_sizes)."""
+  tiles, start = [], 0
+  for size in group_sizes:
+    end = min(start + int(size), m)
+    tiles.append(-(-end // block_m) - start // block_m if end > start else 0)
+    start = end
+  return tiles, (-(-m // block_m) - start // block_m if m > start else 0)
+
+
 class TileSchedule(NamedTuple):
   """Which rows each scheduled row tile covers; see tile_schedule."""
 

@@ -28,9 +28,8 @@ import pandas as pd
 import kernels
 from kernels import registry, target
 from kernels.ragged_dot import Choice, default_interpret, resolve
-from ragtune import ceilings, measure, report, store
+from ragtune import ceilings, estimate, measure, report, store
 from ragtune.errors import RagtuneError
-from ragtune.run import plan
 from ragtune.shapes import GroupDist, Problem
 
 XLA = "xla ragged_dot"
@@ -117,11 +116,18 @@ def gpu_backends(device: bool, device_kind: str) -> tuple[str, ...]:
   return tuple(b.name for b in gpu if b.runs_on(platform, device_kind))
 
 
+def _cpu_cost() -> estimate.CostModel:
+  """The interpreter's cost model on this host (calibrated once, then cached)."""
+  return estimate.CostModel.for_sweep(True, "cpu", None)
+
+
 def cpu_sized(p: Problem) -> Problem:
   """p as a CPU host benches it: as it is where the Pallas interpreter runs a candidate in
   seconds (so a LUT tuned here applies exactly), else shrunk (m/256, k/32, n/32, at most 8
   groups, multinomial routing)."""
-  if plan.interpret_cost_s(p) <= CPU_COST_S:
+  cfg = registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g)
+  seconds = _cpu_cost().candidate_s(p, cfg)
+  if seconds is not None and seconds <= CPU_COST_S:
     return p
   m, k, n, g = min(p.m, max(32, p.m // 256)), min(p.k, max(16, p.k // 32)), min(p.n, max(16, p.n // 32)), min(p.g, 8)
   sizes = tuple(int(s) for s in CPU_ROUTING.draw(m, g))

@@ -81,7 +81,8 @@ def pct_of_peak(row: Record, ceil: dict[str, dict[str, Any]]) -> tuple[float | N
   return 100.0 * gbps / bw, "memory"
 
 
-def _best_time(fn, *args, reps: int) -> float:
+def best_time(fn, *args, reps: int) -> float:
+  """The fastest of `reps` runs of fn(*args), after one to warm up."""
   import jax
 
   jax.block_until_ready(fn(*args))
@@ -118,7 +119,7 @@ def measure_ceilings(dtypes: Iterable[str], platform: str) -> dict[str, Any]:
   x = jax.random.normal(jax.random.key(1), (copy_elems,), jnp.float32)
   fns["copy"] = (copy, (x,), measure.compile_fn(copy, (x,)))
   if platform == "cpu":
-    times, timer = {k: _best_time(c, *a, reps=reps) for k, (_, a, c) in fns.items()}, f"wallclock-best-of-{reps}"
+    times, timer = {k: best_time(c, *a, reps=reps) for k, (_, a, c) in fns.items()}, f"wallclock-best-of-{reps}"
   else:
     times, timer = measure.time_variants(fns, on_device=True, warmup=2, iters=reps)
   return {

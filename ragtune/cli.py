@@ -202,10 +202,14 @@ def _split_shapes(values: list[str] | None) -> list[str] | None:
 _INTERPRETER_TIMINGS = "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only."
 
 
+def _interpreting(interpret: bool | None, platform: str) -> bool:
+  """--interpret/--no-interpret, by default on where there is no accelerator."""
+  return platform == "cpu" if interpret is None else interpret
+
+
 def _resolve_interpret(interpret: bool | None, platform: str) -> bool:
   on_cpu = platform == "cpu"
-  if interpret is None:
-    interpret = on_cpu
+  interpret = _interpreting(interpret, platform)
   if interpret and on_cpu:
     err_console.print(
       f"[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. {_INTERPRETER_TIMINGS}"
@@ -349,11 +353,27 @@ def _print(text: str, *, err: bool = False) -> None:
   (err_console if err else console).print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def _print_plan(rows) -> None:
+def _print_plan(rows, cost) -> None:
   from ragtune import views
 
   console.print(views.plan_table(rows))
-  console.print(views.plan_footer(rows))
+  for line in views.plan_summary(rows, cost):
+    _print(line)
+
+
+def _interpretable(problems: list, interpret: bool) -> list:
+  """The problems the kernels' interpreter can run, when interpreting: a notice for each
+  (backend, op) it cannot, whose problems are left out (an error if none is left)."""
+  from ragtune.run import plan as plan_mod
+
+  if not interpret:
+    return problems
+  keep, notices = plan_mod.interpret_skips(problems)
+  if not keep:
+    raise RagtuneError("nothing to run in interpret mode: " + "; ".join(notices))
+  for notice in notices:
+    _print(f"notice: {notice}", err=True)
+  return keep
 
 
 def _device() -> dict:
@@ -403,7 +423,7 @@ def _sweep_dir(out_dir: Path, builder: str) -> Path:
   return out_dir
 
 
-def _place_workers(opts, info: dict, problems: list, devices: str | None, interpret: bool | None) -> None:
+def _place_workers(opts, info: dict, devices: str | None, interpret: bool | None) -> None:
   """Where the workers run (devices, interpret mode) and the LUT a budgeted search starts
   from; says what that means on a CPU host."""
   from ragtune.run import devices as devices_mod
@@ -414,9 +434,6 @@ def _place_workers(opts, info: dict, problems: list, devices: str | None, interp
   opts.devices = devices_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
   opts.interpret = _resolve_interpret(interpret, opts.platform)
   opts.lut = plan_mod.find_lut(info["device_kind"]) if opts.budget else None
-  if opts.platform == "cpu" and opts.interpret:
-    for warning in plan_mod.cpu_timeout_warnings(problems, opts):
-      _print(f"warning: {warning}", err=True)
 
 
 @contextlib.contextmanager
@@ -459,7 +476,8 @@ def _run_sweep(problems: list, opts, on_state):
     return sweep.run_sweep(problems, opts, progress.RichProgress(bar, console), waiting, on_state)
 
 
-def _print_sweep_end(summaries, out_dir: Path, seconds: float) -> None:
+def _print_sweep_end(summaries, out_dir: Path, seconds: float, strict: bool) -> None:
+  """The summary table; with --strict, exit 1 if a problem of a tunable backend has no correct candidate."""
   from ragtune import views
 
   console.print(views.summary_table(summaries))
@@ -468,13 +486,31 @@ def _print_sweep_end(summaries, out_dir: Path, seconds: float) -> None:
   )
   missing = [s for s in summaries if s.best is None and s.problem.backend in kernels.registry.tunable()]
   if missing:
-    _print(f"warning: {len(missing)} problem(s) have no correct candidate; they will be missing from the LUT", err=True)
+    msg = f"{len(missing)} problem(s) have no correct candidate; they will be missing from the LUT"
+    if strict:
+      _fail(
+        f"--strict: {msg} (the first: {missing[0].problem.op} {missing[0].problem.backend} "
+        f"{missing[0].problem.shape_label}, {missing[0].why})",
+        code=1,
+      )
+    _print(f"warning: {msg}", err=True)
   for s in missing[:5]:
     _print(f"warning: {s.problem.op} {s.problem.backend} {s.problem.dtype} {s.problem.shape_label}: {s.why}", err=True)
 
 
 def _load_flagged(shapes_file: Path, flags: SweepFlags):
   return _load_problems(shapes_file, flags.ops, flags.backends, flags.shard, flags.shapes, flags.models)
+
+
+def _check_timeout(rows, timeout_s: float, strict: bool) -> None:
+  """Warn of candidates likely to overrun --timeout; with --strict, refuse to start."""
+  from ragtune.run import plan as plan_mod
+
+  warnings = plan_mod.timeout_warnings(rows, timeout_s)
+  if strict and warnings:
+    raise RagtuneError(f"--strict: {warnings[-1]} The slowest: {warnings[0]}")
+  for warning in warnings:
+    _print(f"warning: {warning}", err=True)
 
 
 @app.command(cls=_Command, epilog=_example(""))
@@ -522,10 +558,21 @@ def sweep(
   ] = False,
   dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (as `ragtune plan`) and exit.")] = False,
   skip_bad_lines: SkipBadLines = False,
+  strict: Annotated[
+    bool,
+    typer.Option(
+      "--strict",
+      help="Refuse to start (exit 2) when candidates will likely overrun --timeout, and exit 1 when a "
+      "problem ends with no correct candidate.",
+    ),
+  ] = False,
 ):
   """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
   compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish. The
-  bare command (SHAPES_FILE and -o only) resumes an unfinished sweep with its options."""
+  bare command (SHAPES_FILE and -o only) resumes an unfinished sweep with its options. It
+  starts with an estimate of its time."""
+  from ragtune import views
+  from ragtune.estimate import CostModel
   from ragtune.run import plan as plan_mod
   from ragtune.run import resume
   from ragtune.run.options import SweepOptions
@@ -567,17 +614,26 @@ def sweep(
     device_kind=info["device_kind"],
     skip_bad_lines=skip_bad_lines,
   )
+  opts.platform, opts.interpret = info["platform"], _interpreting(flags.interpret, info["platform"])
+  problems = _interpretable(problems, opts.interpret)
+  if not dry_run:
+    _place_workers(opts, info, flags.devices, flags.interpret)
+  cost = CostModel.for_sweep(opts.interpret, info["device_kind"], out_dir)
+  rows = plan_mod.plan(problems, opts, cost)
   if dry_run:
-    return _print_plan(plan_mod.plan(problems, opts))
-  _place_workers(opts, info, problems, flags.devices, flags.interpret)
+    _print_plan(rows, cost)
+    return _check_timeout(rows, opts.timeout_s, strict=False)
+  _check_timeout(rows, opts.timeout_s, strict)
   _print(
     f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl ({len(opts.devices)} "
     f"worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})"
   )
+  for line in views.plan_summary(rows, cost):
+    _print(line)
   t0 = time.perf_counter()
   with _stoppable(resume.command(shapes_file, out_dir, flags), out_dir):
     summaries = _run_sweep(problems, opts, lambda done: resume.save(out_dir, shapes_file, flags, finished=done))
-  _print_sweep_end(summaries, out_dir, time.perf_counter() - t0)
+  _print_sweep_end(summaries, out_dir, time.perf_counter() - t0, strict)
 
 
 def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, kind: str) -> None:
@@ -633,11 +689,13 @@ def plan(
   skip_bad_lines: SkipBadLines = False,
 ):
   """List each problem with its candidate count after pruning, how many are done in the
-  results folder, and an estimated time once some timings exist. Measures nothing (a child
-  process only asks which device this is). With --target, first compiles every candidate
-  for that GPU with XLA's real compiler on this host and records the outcome in
-  DIR/compile.jsonl."""
+  results folder, and an estimate of the time left: from its recorded rows, or else from a
+  model (on a CPU, of the kernels' interpreter, calibrated once per host by timing a tiny
+  kernel for a few seconds). Runs no sweep (a child process only asks which device this
+  is). With --target, first compiles every candidate for that GPU with XLA's real compiler
+  on this host and records the outcome in DIR/compile.jsonl."""
   from ragtune import prune
+  from ragtune.estimate import CostModel
   from ragtune.run import plan as plan_mod
   from ragtune.run.options import SweepOptions
 
@@ -649,16 +707,22 @@ def plan(
   if target:
     out_dir = paths.writable_dir(out_dir, "the results folder")
     _compile_for(target, problems, out_dir, jobs, info["device_kind"])
+  platform = "gpu" if target else info["platform"]
+  interpret = _interpreting(None, platform)
+  problems = _interpretable(problems, interpret)
   opts = SweepOptions(
     out_dir=out_dir,
     max_candidates=max_candidates or spec.max_candidates,
     budget=budget,
     device_kind=info["device_kind"],
     skip_bad_lines=skip_bad_lines,
+    platform=platform,
+    interpret=interpret,
   )
   if skip_bad_lines:
     _warn_bad_lines(out_dir)
-  _print_plan(plan_mod.plan(problems, opts))
+  cost = CostModel.for_sweep(interpret, info["device_kind"], out_dir)
+  _print_plan(plan_mod.plan(problems, opts, cost), cost)
 
 
 def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float, full: bool) -> int:

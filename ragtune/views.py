@@ -9,8 +9,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ragtune.estimate import CostModel, duration
 from ragtune.presets import MODEL_PRESETS
 from ragtune.report import DTYPE_ABBREV, short_config
+from ragtune.run.plan import PlanRow
 from ragtune.summary import speedup_text
 
 SHAPE = escape("shape [m,k]x[g,k,n]")
@@ -76,41 +78,56 @@ def summary_table(summaries) -> Table:
   return t
 
 
-def plan_table(rows: list[dict[str, Any]]) -> Table:
-  """One row per problem: candidates after pruning, rows done and to do, estimated time."""
-  pruned = any(r.get("rejected") for r in rows)  # by a deviceless compile (plan --target)
+def plan_table(rows: list[PlanRow]) -> Table:
+  """One row per problem: candidates after pruning, rows done and to do, estimated time and its source."""
+  pruned = any(r.rejected for r in rows)  # by a deviceless compile (plan --target)
   t = _table(
     "plan",
     ("op", "backend", "dtype", SHAPE, "candidates")
     + (("compile-rejected",) if pruned else ())
-    + ("rows done", "rows to do", "est. time"),
+    + ("rows done", "rows to do", "est. time", "a candidate", "from"),
   )
   for r in rows:
-    p = r["problem"]
-    est = f"{r['est_s']:.0f}s" if r["est_s"] is not None else "-"
+    p, e = r.problem, r.estimate
     t.add_row(
       p.op,
       p.backend,
       p.dtype,
       p.shape_label,
-      str(r["candidates"]),
-      *((str(r.get("rejected", 0)),) if pruned else ()),
-      str(r["done"]),
-      str(r["todo"]),
-      est,
+      str(r.candidates),
+      *((str(r.rejected),) if pruned else ()),
+      str(r.done),
+      str(r.todo),
+      duration(e.seconds) if e.seconds is not None and r.todo else "-",
+      duration(e.candidate_s) if e.candidate_s is not None and r.todo else "-",
+      e.source,
     )
   return t
 
 
-def plan_footer(rows: list[dict[str, Any]]) -> str:
-  todo = sum(r["todo"] for r in rows)
-  known = [r["est_s"] for r in rows if r["est_s"] is not None]
-  est = (
-    f", about {sum(known):.0f}s" + (" (partial estimate)" if len(known) < len(rows) else "")
-    if known
-    else " (no time estimate until some rows are recorded)"
-  )
-  return f"{len(rows)} problems, {todo} measurements to do (candidates and the 2 baselines per problem){est}"
+def plan_summary(rows: list[PlanRow], model: CostModel, slowest: int = 3) -> list[str]:
+  """The plan's total and what its estimates are, then its `slowest` problems."""
+  todo = sum(r.todo for r in rows)
+  known = [r for r in rows if r.estimate.seconds is not None and r.todo]
+  unknown = [r for r in rows if r.estimate.seconds is None and r.todo]
+  total = sum(r.estimate.seconds for r in known)
+  by_rows = sum(1 for r in known if r.estimate.source == "rows")
+  head = f"{len(rows)} problems, {todo} measurements to do (candidates and the 2 baselines per problem)"
+  if not todo:
+    return [head]
+  sources = [f"{len(known) - by_rows} from {model.describe()}"] if len(known) > by_rows else []
+  sources += [f"{by_rows} from the median time of their recorded rows"] if by_rows else []
+  sources += [f"{len(unknown)} unknown ({unknown[0].estimate.note})"] if unknown else []
+  lines = [f"{head}: about {duration(total)} (estimates: " + "; ".join(sources) + ")"]
+  worst = sorted(known, key=lambda r: -r.estimate.seconds)[:slowest]
+  lines += [
+    f"  slowest: {r.problem.op} {r.problem.backend} {r.problem.dtype} {r.problem.shape_label}: about "
+    f"{duration(r.estimate.seconds)} for {r.todo} rows"
+    + (f", {duration(r.estimate.candidate_s)} a candidate" if r.estimate.candidate_s is not None else "")
+    for r in worst
+    if len(known) > 1
+  ]
+  return lines
 
 
 def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str) -> Table:

@@ -6,6 +6,8 @@ The kernel modules are imported on first use: jax's Mosaic GPU package imports a
 
 import importlib
 
+import jax
+
 from kernels.backend import Backend
 from kernels.mosaic_gpu import config
 from kernels.mosaic_gpu.config import MosaicConfig
@@ -36,6 +38,20 @@ def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, precision=N
   )
 
 
+def interpret_unsupported() -> dict[str, str]:
+  """dlhs reads rhs and drhs reads lhs transposed from shared memory in wgmma. jax's Mosaic
+  GPU interpreter reads such tiles from 0.11 on; before, every such wgmma raises
+  "'TransposeTransform' object has no attribute 'indices'" (tests/kernels/mgpu_interpret.py
+  adds it for the tests)."""
+  if jax.__version_info__ >= (0, 11):
+    return {}
+  why = (
+    f"jax {jax.__version__}'s Mosaic GPU interpreter cannot run wgmma on a transposed shared-memory tile "
+    "(jax 0.11's can; a Hopper GPU runs them compiled)"
+  )
+  return {"dlhs": why, "drhs": why}
+
+
 # wgmma takes 16-bit inputs here. wgmma is sm_90a only: Blackwell (sm_100) has tcgen05
 # instead, and Ampere neither, so the kernels are Hopper's. TMA loads take 64-bit
 # addresses: wide indexing. Mosaic sets a kernel's shared memory at launch, outside the compiled
@@ -54,4 +70,7 @@ BACKEND = Backend(
   wide_indexing=True,
   abbrev=config.ABBREV,
   smem_at_launch=True,
+  grid_work=config.grid_work,
+  interpreter="mosaic_gpu",
+  interpret_unsupported=interpret_unsupported,
 )

@@ -7,7 +7,8 @@ import dataclasses
 import itertools
 from typing import Any
 
-from kernels.common import check_int_range, gpu_smem_limit, itemsize, op_dims
+from kernels.backend import GridWork
+from kernels.common import check_int_range, gpu_smem_limit, itemsize, op_dims, row_tiles
 
 BLOCK_MN = (64, 128, 192, 256)
 BLOCK_K = (64, 128)
@@ -158,3 +159,29 @@ def launch_key(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: 
   """A snake band no wider than the column blocks."""
   _, _, cols = op_dims(op, m, k, n)
   return dataclasses.replace(cfg, grid_block_n=min(cfg.grid_block_n, -(-cols // cfg.block_n)))
+
+
+def grid_work(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: tuple[int, ...]) -> GridWork:
+  """gmm.py's and tgmm.py's output cells (the persistent programs share them out), after the
+  wrappers' padding: rows to 8, columns to a 64-element swizzle row, gmm's k to block_k."""
+  rows, contraction, cols = op_dims(op, m, k, n)
+  g = len(group_sizes)
+  m_pad = _round_up(rows, 8)
+  if op == "drhs":  # cells (group, k tile, n tile); a pipeline step per row block of the group
+    k_pad, n_pad = _round_up(k, 64), _round_up(n, 64)
+    tiles = -(-k_pad // cfg.block_k) * -(-n_pad // cfg.block_n)
+    steps = g * tiles
+    out = g * _round_up(k_pad, cfg.block_k) * _round_up(n_pad, cfg.block_n)
+    blocks = sum(row_tiles(group_sizes, rows, cfg.block_m)[0])
+    return GridWork(steps, steps, m_pad * (k_pad + n_pad), out, blocks * tiles, cfg.block_m * cfg.block_k * cfg.block_n)
+  k_pad, n_pad = _round_up(contraction, cfg.block_k), _round_up(cols, 64)
+  col_blocks = -(-n_pad // cfg.block_n)
+  group_tiles, rest = row_tiles(group_sizes, m_pad, cfg.block_m)
+  return GridWork(
+    steps=(-(-m_pad // cfg.block_m) + g + 1) * col_blocks,
+    tile_steps=(sum(group_tiles) + rest) * col_blocks,
+    read_elems=m_pad * k_pad + g * k_pad * n_pad,
+    write_elems=m_pad * col_blocks * cfg.block_n,
+    inner_steps=sum(group_tiles) * col_blocks * (k_pad // cfg.block_k),
+    inner_macs=cfg.block_m * cfg.block_k * cfg.block_n,
+  )

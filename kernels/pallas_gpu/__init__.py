@@ -34,4 +34,6 @@ BACKEND = Backend(
   wide_indexing=True,
   abbrev=config.ABBREV,
   auto_priority=2,
+  grid_work=config.grid_work,
+  interpreter="pallas",
 )

@@ -7,7 +7,17 @@ import dataclasses
 import itertools
 from typing import Any
 
-from kernels.common import check_int_range, gpu_family, gpu_smem_limit, is_pow2, itemsize, next_pow2, op_dims
+from kernels.backend import GridWork
+from kernels.common import (
+  check_int_range,
+  gpu_family,
+  gpu_smem_limit,
+  is_pow2,
+  itemsize,
+  next_pow2,
+  op_dims,
+  row_tiles,
+)
 
 BLOCK_RANGE = (16, 256)
 NUM_WARPS = (1, 2, 4, 8, 16)
@@ -215,18 +225,33 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
   return out
 
 
-def _max_segment_tiles(group_sizes: tuple[int, ...], block_m: int) -> int:
-  """Most row tiles any group spans: a launch band (group_m) wider than this is the same
-  order as one exactly this wide."""
-  ends = list(itertools.accumulate(group_sizes))
-  starts = [0] + ends[:-1]
-  return max([(e + block_m - 1) // block_m - s // block_m for s, e in zip(starts, ends) if e > s] or [1])
-
-
 def launch_key(cfg: TritonConfig, op: str, m: int, k: int, n: int, group_sizes: tuple[int, ...]) -> TritonConfig:
   """Blocks clamped to the shape, and a gmm band no wider than the widest group (drhs: than
   the k blocks)."""
   cfg = cfg.clamped(*op_dims(op, m, k, n))
   if op == "drhs":
     return dataclasses.replace(cfg, group_k=min(cfg.group_k, -(-k // cfg.block_k)))
-  return dataclasses.replace(cfg, group_m=min(cfg.group_m, _max_segment_tiles(group_sizes, cfg.block_m)))
+  widest = max([t for t in row_tiles(group_sizes, m, cfg.block_m)[0] if t] or [1])
+  return dataclasses.replace(cfg, group_m=min(cfg.group_m, widest))
+
+
+def grid_work(cfg: TritonConfig, op: str, m: int, k: int, n: int, group_sizes: tuple[int, ...]) -> GridWork:
+  """gmm.py's and tgmm.py's grids. Their refs are whole arrays (each program indexes them);
+  gmm reads and stores under pl.when, tgmm reads unconditionally."""
+  rows, contraction, cols = op_dims(op, m, k, n)
+  c = cfg.clamped(rows, contraction, cols)
+  g = len(group_sizes)
+  group_tiles, rest = row_tiles(group_sizes, m, c.block_m)
+  if op == "drhs":  # a program per (group, k block, n block), reducing over its group's row blocks
+    cells = -(-k // c.block_k) * -(-n // c.block_n)
+    steps = g * cells
+    return GridWork(steps, steps, 0, g * k * n, sum(group_tiles) * cells, c.block_m * c.block_k * c.block_n)
+  col_blocks = -(-cols // c.block_n)
+  return GridWork(
+    steps=(-(-rows // c.block_m) + g + 1) * col_blocks,  # common.num_tiles_bound
+    tile_steps=(sum(group_tiles) + rest) * col_blocks,
+    read_elems=rows * contraction + g * contraction * cols,
+    write_elems=rows * cols,
+    inner_steps=sum(group_tiles) * col_blocks * -(-contraction // c.block_k),
+    inner_macs=c.block_m * c.block_k * c.block_n,
+  )

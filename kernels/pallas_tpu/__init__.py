@@ -34,4 +34,6 @@ BACKEND = Backend(
   abbrev={"tm": "tm", "tk": "tk", "tn": "tn"},
   auto_priority=2,
   megablox_lut_fn=True,
+  grid_work=config.grid_work,
+  interpreter="pallas",
 )

@@ -7,7 +7,8 @@ import dataclasses
 import itertools
 from typing import Any
 
-from kernels.common import itemsize, next_pow2, op_dims
+from kernels.backend import GridWork
+from kernels.common import itemsize, next_pow2, op_dims, row_tiles
 
 VMEM_BYTES = 16 * 1024 * 1024
 
@@ -78,3 +79,15 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
     if cfg.fits(op, dtype, m, k, n):
       out.append(cfg)
   return out
+
+
+def grid_work(cfg: TpuConfig, op: str, m: int, k: int, n: int, group_sizes: tuple[int, ...]) -> GridWork:
+  """megablox's grid, (n tiles, row tiles of the groups, k tiles) with its gmm and tgmm: a
+  row tile per tm rows a group touches (tgmm also visits an empty group once), one dot of
+  BlockSpec blocks a step."""
+  rows, contraction, cols = op_dims(op, m, k, n)  # drhs: tgmm's [k, n] output tiles, over tm rows a step
+  group_tiles, _ = row_tiles(group_sizes, rows, cfg.tm)
+  visits = sum(group_tiles) + (group_tiles.count(0) if op == "drhs" else 0)
+  steps = -(-cols // cfg.tn) * visits * -(-contraction // cfg.tk)
+  reads = cfg.tm * cfg.tk + cfg.tk * cfg.tn
+  return GridWork(steps, steps, reads, cfg.tm * cfg.tn, steps, cfg.tm * cfg.tk * cfg.tn)

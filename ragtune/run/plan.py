@@ -1,5 +1,6 @@
 """Planning a sweep: shards, each problem's task (candidates, what is done, what is next),
-the plan's counts and estimates, and a rough CPU cost model. Opens no device."""
+the plan's counts and estimates (ragtune/estimate.py), the problems an interpreter cannot
+run, and the candidates likely to overrun --timeout. Opens no device."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kernels import registry
 from kernels.lut import locate_lut
 from ragtune import prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
+from ragtune.estimate import CostModel, Estimate, duration
 from ragtune.run import devices
 from ragtune.run.options import SweepOptions
 from ragtune.shapes import Problem
@@ -27,40 +29,6 @@ def shard(problems: list[Problem], index: int, count: int) -> list[Problem]:
   ordered = sorted(problems, key=lambda p: p.key)
   mine = {p.key for p in ordered[index::count]}
   return [p for p in problems if p.key in mine]
-
-
-# Interpret-mode cost model, fitted on a 2-core CPU host: about a second to compile, then
-# each run costs the padded FLOPs (each group boundary adds up to one row tile) at the
-# interpreter's rate. A candidate is compiled once and run 5 times (check, warm-up, 3 timed).
-_INTERP_COMPILE_S = 1.0
-_INTERP_FLOPS_PER_S = {"fwd": 3e9, "dlhs": 3e9, "drhs": 5e8}
-
-
-def interpret_cost_s(p: Problem) -> float:
-  """Rough seconds one candidate of p takes on a CPU in Pallas interpret mode."""
-  cfg = kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g)
-  bm = getattr(cfg, "block_m", None) or getattr(cfg, "tm", 64)
-  padded = 2.0 * (p.m + p.g * bm) * p.k * p.n
-  return _INTERP_COMPILE_S + 5 * padded / _INTERP_FLOPS_PER_S[p.op]
-
-
-def cpu_timeout_warnings(problems: list[Problem], opts: SweepOptions, limit: int = 5) -> list[str]:
-  slow = [(interpret_cost_s(p), p) for p in problems if p.backend in registry.tunable()]
-  slow = [(c, p) for c, p in slow if c > opts.timeout_s]
-  if not slow:
-    return []
-  lines = [
-    f"{p.op} {p.backend} {p.dtype} {p.shape_label}: about {c:.0f}s per candidate in interpret mode, "
-    f"more than --timeout {opts.timeout_s:g}s"
-    for c, p in sorted(slow, key=lambda x: -x[0])[:limit]
-  ]
-  if len(slow) > limit:
-    lines.append(f"... and {len(slow) - limit} more such problems")
-  lines.append(
-    f"{len(slow)} of {len(problems)} problems will likely time out on this CPU. The CPU runs the Pallas "
-    "interpreter: use smoke-sized shapes (shapes/smoke.yaml) to check the pipeline, or raise --timeout."
-  )
-  return lines
 
 
 # --- a budgeted search's seed from a LUT ----------------------------------------------
@@ -170,34 +138,83 @@ def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record], prior: li
   return task, n_todo, n_done
 
 
-def plan(problems: list[Problem], opts: SweepOptions) -> list[dict[str, Any]]:
-  """Per problem: candidates after pruning (and budget), done, to do, estimated seconds.
+@dataclasses.dataclass(frozen=True)
+class PlanRow:
+  """One problem of a plan: candidates after pruning (and budget), rows done and to do, and
+  the estimated time of those left."""
+
+  problem: Problem
+  candidates: int
+  rejected: int  # by a deviceless compile (plan --target)
+  done: int
+  todo: int
+  estimate: Estimate
+
+
+def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = None) -> list[PlanRow]:
+  """Per problem: candidates, rows done and to do, and the estimate of those left.
 
   Opens no device here: it reads the results folder and the search space of
-  opts.device_kind (by default the probed device's). The estimate
-  is the median wall time per row already recorded for the problem (or, failing that,
-  for the folder), times the rows left; None until some rows exist.
+  opts.device_kind (by default the probed device's). A problem with candidate rows
+  recorded is estimated from them: the median wall time of its candidates (and of its
+  baselines, else the model's) times those left. Any other from the model
+  (ragtune/estimate.py), by default the one of opts.
   """
+  model = model or CostModel.for_sweep(opts.interpret, opts.device_kind or "", opts.out_dir)
   done = {r.id: r for r in ResultsStore(opts.out_dir, opts.skip_bad_lines).rows()}
-  per_problem: dict[str, list[float]] = {}
-  for r in done.values():
-    if r.elapsed_s is not None:
-      per_problem.setdefault(r.problem.key, []).append(r.elapsed_s)
-  everything = [t for ts in per_problem.values() for t in ts]
   grouped = by_problem(done)
   out = []
   for p in problems:
     task, n_todo, n_done = make_task(p, opts, done, grouped.get(p.key, []))
-    times = per_problem.get(p.key) or everything
-    est = statistics.median(times) * n_todo if times else None
-    out.append(
-      {
-        "problem": p,
-        "candidates": task.planned,
-        "rejected": task.rejected,
-        "done": n_done,
-        "todo": n_todo,
-        "est_s": est,
-      }
-    )
+    count = max(0, task.planned - len(task.history))  # candidates left
+    baselines = [b for b in BASELINES if row_id(p.key, b) not in done]
+    timed = [r for r in grouped.get(p.key, []) if r.elapsed_s is not None]
+    cand_s = [r.elapsed_s for r in timed if not r.baseline]
+    if cand_s:
+      base_s = [r.elapsed_s for r in timed if r.baseline]
+      base = statistics.median(base_s) * len(baselines) if base_s else model.baselines_s(p, baselines) or 0.0
+      est = Estimate(statistics.median(cand_s) * count + base, statistics.median(cand_s), "rows")
+    else:
+      est = model.problem(p, [c for c in task.configs.values() if c not in task.history], count, baselines)
+    out.append(PlanRow(p, task.planned, task.rejected, n_done, n_todo, est))
   return out
+
+
+def timeout_warnings(rows: list[PlanRow], timeout_s: float, limit: int = 5) -> list[str]:
+  """One line for each of the `limit` problems whose candidates will likely overrun
+  `timeout_s` by most, then a count of them all; [] when none will."""
+  slow = sorted(
+    (r for r in rows if r.estimate.candidate_s is not None and r.estimate.candidate_s > timeout_s),
+    key=lambda r: -r.estimate.candidate_s,
+  )
+  lines = [
+    f"{r.problem.op} {r.problem.backend} {r.problem.dtype} {r.problem.shape_label}: about "
+    f"{duration(r.estimate.candidate_s)} a candidate ({r.estimate.source}), more than --timeout {timeout_s:g}s"
+    for r in slow[:limit]
+  ]
+  if len(slow) > limit:
+    lines.append(f"... and {len(slow) - limit} more such problems")
+  if slow:
+    lines.append(
+      f"{len(slow)} of {len(rows)} problems will likely time out. Use smaller shapes (a CPU runs the kernels "
+      "in an interpreter: shapes/smoke.yaml checks the pipeline) or raise --timeout."
+    )
+  return lines
+
+
+def interpret_skips(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
+  """The problems an interpreter can run here, and one notice per (backend, op) it cannot
+  (its backend's interpret_unsupported), whose problems are left out."""
+  keep, skipped = [], {}
+  for p in problems:
+    why = registry.get(p.backend).interpret_unsupported().get(p.op)
+    if why is None:
+      keep.append(p)
+    else:
+      skipped.setdefault((p.backend, p.op), [why, 0])[1] += 1
+  notices = [
+    f"skipped {n} {backend} {op} problem{'s' if n > 1 else ''}, every row of which would fail: {why}. "
+    "Nothing is recorded for them."
+    for (backend, op), (why, n) in skipped.items()
+  ]
+  return keep, notices

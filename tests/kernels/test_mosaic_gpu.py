@@ -153,6 +153,23 @@ def test_tgmm_larger_tiles_in_interpreter():
   _check(out, ref, jnp.bfloat16)
 
 
+def test_interpret_unsupported_is_what_the_interpreter_cannot_run():
+  """The backend says which ops jax's interpreter here cannot run (a sweep on a CPU skips
+  them): dlhs, which reads rhs transposed in wgmma, fails without the test's shim exactly
+  when it says so."""
+  unsupported = kernels.registry.get("mosaic_gpu").interpret_unsupported()
+  dout, rhs = rand(3, (64, 64), jnp.bfloat16), rand(4, (2, 64, 64), jnp.bfloat16)
+  sizes = jnp.array([30, 34], jnp.int32)
+  run = lambda: jax.block_until_ready(
+    rd.grad_lhs(dout, rhs, sizes, backend="mosaic_gpu", config=SMALL, out_dtype=jnp.bfloat16, interpret=True)
+  )
+  if "dlhs" in unsupported:
+    with pytest.raises(Exception, match="TransposeTransform"):
+      run()
+  else:
+    run()
+
+
 # --- pure helpers ----------------------------------------------------------------------------
 
 

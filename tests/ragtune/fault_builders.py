@@ -53,6 +53,11 @@ def build(p, backend, config, interpret):
   return fn
 
 
+def fail_build(p, backend, config, interpret):
+  """Every candidate fails (as compile_error), so its problem ends with no correct candidate."""
+  raise RuntimeError("injected: this candidate does not build")
+
+
 def compile_faults(target, p, config):
   """A stand-in for ragtune.prune's compile, for compile_many's fault handling: config is a
   word saying what to do."""

@@ -1,17 +1,35 @@
-"""Shards partition a shape set; plan / sweep --dry-run count and estimate without a device; CPU cost warnings."""
+"""Shards partition a shape set; plan / sweep --dry-run count and estimate without a device
+(from rows, else from the calibrated model); --timeout warnings and --strict; what an
+interpreter cannot run."""
 
 import dataclasses
 import json
+import platform
 import random
+from pathlib import Path
 
+import jax
+import pytest
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import search_space, shapes, store, sweep
+from ragtune import estimate, search_space, shapes, store, sweep
 from ragtune.cli import app
 from ragtune.run import plan as planning
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def calibrated(tmp_path, monkeypatch):
+  """A calibration of this host in a fresh cache folder: the model's figures are known, and
+  nothing is measured."""
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+  cal = estimate.Calibration(1e-5, 2.0, 1e10, platform.node(), jax.__version__, "2026-01-01T00:00:00+00:00")
+  estimate.save_calibration(cal)
+  monkeypatch.setattr(estimate, "measure_calibration", lambda: pytest.fail("measured, though one was cached"))
+  return cal
 
 
 def test_shards_partition_the_problems_exactly(tmp_path):
@@ -47,7 +65,7 @@ shapes:
 """
 
 
-def test_plan_and_dry_run_count_done_and_estimate(tmp_path):
+def test_plan_and_dry_run_count_done_and_estimate(tmp_path, calibrated):
   spec, out = tmp_path / "p.yaml", tmp_path / "res"
   spec.write_text(SPEC)
   problems = shapes.expand(shapes.load_shape_set(spec))
@@ -63,28 +81,119 @@ def test_plan_and_dry_run_count_done_and_estimate(tmp_path):
   out.mkdir()
   (out / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
 
-  plan = {r["problem"].op: r for r in planning.plan(problems, sweep.SweepOptions(out_dir=out))}
-  assert plan["fwd"]["candidates"] == len(cands) and plan["fwd"]["done"] == 5
-  assert plan["fwd"]["todo"] == len(cands) - 3
-  assert plan["fwd"]["est_s"] == 4.0 * (len(cands) - 3), "median seconds per row so far x rows left"
-  assert plan["drhs"]["done"] == 0 and plan["drhs"]["est_s"] == 4.0 * plan["drhs"]["todo"]
+  opts = sweep.SweepOptions(out_dir=out, interpret=True, device_kind="cpu")
+  plan = {r.problem.op: r for r in planning.plan(problems, opts)}
+  assert plan["fwd"].candidates == len(cands) and plan["fwd"].done == 5
+  assert plan["fwd"].todo == len(cands) - 3
+  assert plan["fwd"].estimate == estimate.Estimate(4.0 * (len(cands) - 3), 4.0, "rows"), "median s a row x rows left"
+  drhs = plan["drhs"]
+  assert drhs.done == 0 and drhs.estimate.source == "model", "no rows of its own: the model"
+  assert drhs.estimate.seconds > drhs.estimate.candidate_s > calibrated.compile_s
 
-  budgeted = {r["problem"].op: r for r in planning.plan(problems, sweep.SweepOptions(out_dir=out, budget=10))}
-  assert budgeted["fwd"]["candidates"] == 10 and budgeted["fwd"]["todo"] == 10 - 3
+  budgeted = {r.problem.op: r for r in planning.plan(problems, dataclasses.replace(opts, budget=10))}
+  assert budgeted["fwd"].candidates == 10 and budgeted["fwd"].todo == 10 - 3
 
   r = runner.invoke(app, ["plan", str(spec), "-o", str(out)])
   d = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--dry-run"])
   assert r.exit_code == d.exit_code == 0, r.output + d.output
   assert r.output == d.output and "measurements to do" in r.output
+  assert "1 from the median time of their recorded rows" in r.output
+  assert "10.0 us a grid step and 2.0s a compile" in r.output and "calibrated on this host" in r.output, r.output
   assert (out / store.RECORDS).read_text().count("\n") == 5, "a plan measures nothing"
 
 
-def test_cpu_sweep_warns_when_interpret_mode_will_hit_the_timeout():
-  big = shapes.expand(shapes.load_shape_set("shapes/moe.yaml"), ops=["drhs"])
-  warn = planning.cpu_timeout_warnings(big, sweep.SweepOptions(out_dir=None, timeout_s=120))
-  assert warn and "smoke" in warn[-1] and "--timeout" in warn[-1]
-  small = shapes.expand(shapes.load_shape_set("shapes/smoke.yaml"))
-  assert planning.cpu_timeout_warnings(small, sweep.SweepOptions(out_dir=None, timeout_s=120)) == []
+def test_the_estimate_follows_the_calibrated_figure_with_no_rows(tmp_path, calibrated):
+  """With no rows, each problem's estimate is the interpreter model's, at this host's
+  calibrated seconds a step: a host twice as slow doubles the run time of every candidate."""
+  spec = tmp_path / "p.yaml"
+  spec.write_text(SPEC)
+  problems = shapes.expand(shapes.load_shape_set(spec))
+  opts = sweep.SweepOptions(out_dir=tmp_path / "res", interpret=True, device_kind="cpu")
+  fast = planning.plan(problems, opts)
+  slow_cal = dataclasses.replace(calibrated, step_s=2 * calibrated.step_s)
+  slow = planning.plan(problems, opts, estimate.CostModel(True, "cpu", slow_cal))
+  for a, b in zip(fast, slow):
+    assert a.estimate.source == b.estimate.source == "model" and a.done == 0
+    compile_s = estimate.INTERPRETERS["pallas"].compile * calibrated.compile_s
+    assert b.estimate.candidate_s - compile_s == pytest.approx(2 * (a.estimate.candidate_s - compile_s))
+  r = runner.invoke(app, ["plan", str(spec), "-o", str(tmp_path / "res")])
+  todo = sum(row.todo for row in fast)
+  assert r.exit_code == 0, r.output
+  assert f"2 problems, {todo} measurements to do (candidates and the 2 baselines per problem): about" in r.output
+  assert "2 from a model of the interpreter" in r.output and "slowest: " in r.output
+
+
+def test_calibration_is_measured_once_per_host_and_cached(tmp_path, monkeypatch):
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  cal = estimate.calibration()
+  assert cal.step_s > 0 and cal.compile_s > 0 and cal.matmul_flops > 0
+  assert json.loads(estimate.cache_path().read_text()) == {cal.key: dataclasses.asdict(cal)}
+  monkeypatch.setattr(estimate, "measure_calibration", lambda: pytest.fail("measured twice"))
+  assert estimate.calibration() == cal
+
+
+def test_timeout_warnings_and_strict_refuse_what_the_model_says_will_overrun(tmp_path, calibrated):
+  """The model puts a smoke candidate at a compile of 2s plus its runs: more than --timeout
+  1. A dry run warns; --strict refuses to start, writing nothing."""
+  out = tmp_path / "res"
+  args = ["sweep", "shapes/smoke.yaml", "--shape", "96,64,80", "--op", "fwd", "-o", str(out), "--timeout", "1"]
+  smoke = shapes.load_shape_set("shapes/smoke.yaml")
+  (p,) = shapes.select(shapes.expand(smoke, ops=["fwd"]), shapes=["96,64,80"])
+  opts = sweep.SweepOptions(out_dir=out, max_candidates=smoke.max_candidates, interpret=True, device_kind="cpu")
+  (row,) = planning.plan([p], opts)
+  about = estimate.duration(row.estimate.candidate_s)
+  assert row.estimate.candidate_s > calibrated.compile_s > 1
+  d = runner.invoke(app, [*args, "--dry-run"])
+  assert d.exit_code == 0, d.output
+  warning = (
+    f"warning: fwd pallas_gpu bfloat16 [96,64]x[4,64,80]: about {about} a candidate (model), more than --timeout 1s"
+  )
+  assert warning in d.output and "1 of 1 problems will likely time out" in d.output, d.output
+  ok = runner.invoke(app, [*args[:-1], "600", "--dry-run"])
+  assert ok.exit_code == 0 and "warning" not in ok.output, ok.output
+
+  r = runner.invoke(app, [*args, "--strict"])
+  lines = [line for line in r.output.splitlines() if line.startswith("error:")]
+  assert r.exit_code == 2 and len(lines) == 1, r.output
+  assert lines[0].startswith("error: --strict: 1 of 1 problems will likely time out") and f"about {about}" in lines[0]
+  assert not out.exists(), "nothing written"
+
+
+def test_a_strict_sweep_exits_1_when_every_candidate_failed(tmp_path, calibrated, monkeypatch):
+  spec, out = tmp_path / "s.yaml", tmp_path / "res"
+  spec.write_text("max_candidates: 1\nshapes:\n  - {m: 32, k: 16, n: 16, g: 2}\n")
+  monkeypatch.setenv("PYTHONPATH", f"{ROOT / 'tests' / 'ragtune'}:{ROOT}")  # the workers import the builder
+  args = ["sweep", str(spec), "-o", str(out), "--builder", "fault_builders:fail_build"]
+  r = runner.invoke(app, [*args, "--strict"])
+  errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+  assert r.exit_code == 1 and len(errors) == 1, r.output
+  assert (
+    errors[0].startswith("error: --strict: 1 problem(s) have no correct candidate") and "compile_error" in errors[0]
+  )
+  assert [row.status for row in store.ResultsStore(out).rows()] == ["ok", "ok", "compile_error"]
+  again = runner.invoke(app, args)  # resumed: nothing left to measure; without --strict a warning
+  assert again.exit_code == 0 and "warning: 1 problem(s) have no correct candidate" in again.output, again.output
+
+
+MOSAIC = "ops: [fwd, dlhs, drhs]\nbackends: [mosaic_gpu]\nshapes:\n  - {m: 64, k: 64, n: 64, g: 2}\n"
+
+
+def test_ops_the_interpreter_cannot_run_are_noticed_and_left_out(tmp_path, calibrated):
+  spec, out = tmp_path / "m.yaml", tmp_path / "res"
+  spec.write_text(MOSAIC)
+  unsupported = kernels.registry.get("mosaic_gpu").interpret_unsupported()
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--dry-run"])
+  assert r.exit_code == 0, r.output
+  notices = [line for line in r.output.splitlines() if line.startswith("notice: skipped")]
+  assert [n.split()[4] for n in notices] == sorted(unsupported), r.output
+  assert all("Mosaic GPU interpreter" in n for n in notices)
+  kept, _ = planning.interpret_skips(shapes.expand(shapes.load_shape_set(spec)))
+  assert {p.op for p in kept} == {"fwd", "dlhs", "drhs"} - set(unsupported)
+  assert f"{len(kept)} problems, " in r.output
+  if unsupported:  # nothing left: one error line, nothing written
+    only = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--op", "dlhs"])
+    assert only.exit_code == 2 and only.output.strip().splitlines()[-1].startswith("error: nothing to run"), only.output
+    assert not out.exists()
 
 
 def test_the_search_space_is_the_probed_devices_not_the_parents(tmp_path, monkeypatch):
@@ -103,7 +212,7 @@ def test_the_search_space_is_the_probed_devices_not_the_parents(tmp_path, monkey
   opts = sweep.SweepOptions(out_dir=tmp_path, device_kind=h100)
   (row,) = planning.plan([p], opts)
   space = search_space.candidates(p, device_kind=h100)
-  assert row["candidates"] == len(space) > len(search_space.candidates(p, device_kind="cpu"))
+  assert row.candidates == len(space) > len(search_space.candidates(p, device_kind="cpu"))
   assert space[0] == kernels.registry.default_config(
     "pallas_gpu", "fwd", "bfloat16", p.m, p.k, p.n, p.g, device_kind=h100
   )

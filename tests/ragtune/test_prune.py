@@ -54,7 +54,7 @@ def test_a_sweep_skips_and_records_what_the_compile_rejected(tmp_path):
   _reject(out, p, third, outcome="ok", error="")  # a clean compile changes nothing
   opts = sweep.SweepOptions(out_dir=out, max_candidates=2, device_kind=KIND)
   (row,) = planning.plan([p], opts)
-  assert row["candidates"] == 2 and row["rejected"] == 1  # the next candidate takes its place
+  assert row.candidates == 2 and row.rejected == 1  # the next candidate takes its place
   budgeted = sweep.SweepOptions(out_dir=out, budget=len(space), device_kind=KIND)
   task, _, _ = planning.make_task(p, budgeted, {}, [])
   assert task.rejected == 1 and not task.skip_rows and store.candidate_id(default) not in task.configs

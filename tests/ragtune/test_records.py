@@ -52,7 +52,7 @@ def test_every_format_a_sweep_wrote_loads_and_keeps_its_keys(tmp_path):
   # A sweep resumes from them: the two candidates are done, the baselines are not.
   p = new.problem
   (row,) = planning.plan([p], sweep.SweepOptions(out_dir=tmp_path, max_candidates=2, device_kind="cpu"))
-  assert (row["done"], row["todo"], row["est_s"]) == (2, 2, 3.0)
+  assert (row.done, row.todo, row.estimate.candidate_s, row.estimate.source) == (2, 2, 1.5, "rows")
   assert (
     "note: these rows were measured under jax 0.4.35, 0.10.2, 0.11.2"
     in runner.invoke(app, ["show", str(tmp_path)]).output
