@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import tempfile
 from pathlib import Path
 
 # Two host devices so shard_map tests have a real 2-way mesh on CPU. Must precede jax import.
@@ -11,6 +12,9 @@ _ACCELERATORS = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd", "/dev
 if importlib.util.find_spec("jax_plugins") and not any(os.path.exists(p) for p in _ACCELERATORS):
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.pop("RAGTUNE_LUT", None)
+# The interpreter's calibration (ragtune.estimate) is cached under $XDG_CACHE_HOME: keep the
+# tests' out of the user's home, shared by the xdist workers and by later runs.
+os.environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"ragtune-tests-cache-{os.getuid()}")
 # Processes the tests start (the CLI, sweep workers) import this checkout too, from any
 # folder: from tests/, tests/kernels and tests/ragtune would be namespace packages.
 ROOT = Path(__file__).resolve().parents[1]
