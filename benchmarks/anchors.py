@@ -45,7 +45,7 @@ SHAPE_FILE = ROOT / "shapes" / "anchors.yaml"
 
 def anchor_of(shape: str) -> str | None:
   """The anchor whose forward shape label ([m,k]x[g,k,n]) is `shape`."""
-  return next((a for a, (m, k, n, g, _) in ANCHORS.items() if shape == f"[{m},{k}]x[{g},{k},{n}]"), None)
+  return next((a for a, (m, k, n, g, _) in ANCHORS.items() if shape == kernels.lut.shape_text(m, k, n, g)), None)
 
 
 def is_kernel(r: Row) -> bool:

@@ -15,6 +15,7 @@ variant is checked and none is timed, since an interpreter's time says nothing a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import sys
 from collections.abc import Callable
@@ -27,6 +28,7 @@ import pandas as pd
 
 import kernels
 from kernels import registry, target
+from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
 from ragtune import ceilings, estimate, measure, report, store
 from ragtune.errors import RagtuneError
@@ -116,6 +118,7 @@ def gpu_backends(device: bool, device_kind: str) -> tuple[str, ...]:
   return tuple(b.name for b in gpu if b.runs_on(platform, device_kind))
 
 
+@functools.cache  # one read of the calibration cache per process, not one per problem
 def _cpu_cost() -> estimate.CostModel:
   """The interpreter's cost model on this host (calibrated once, then cached)."""
   return estimate.CostModel.for_sweep(True, "cpu", None)
@@ -209,8 +212,7 @@ def _lut_label(c: Choice) -> str:
   if c.source == "lut-exact":
     return f"LUT: {c.backend} (exact)"
   if c.source == "lut-nearest":
-    m, k, n, g = c.tuned_shape
-    return f"LUT: {c.backend} (nearest, [{m},{k}]x[{g},{k},{n}])"
+    return f"LUT: {c.backend} (nearest, {shape_text(*c.tuned_shape)})"
   return f"LUT: {c.backend} (no entry)"
 
 

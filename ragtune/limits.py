@@ -7,6 +7,7 @@ from typing import Any
 
 from kernels import registry
 from kernels.common import itemsize
+from kernels.lut import shape_text
 from ragtune.errors import RagtuneError
 
 INT32_MAX = 2**31 - 1
@@ -54,7 +55,7 @@ def _label(p: Any, where: str = "") -> str:
   (a Problem's source) and the problem."""
   src, backend = getattr(p, "source", ""), getattr(p, "backend", "")
   prefix = "".join(f"{part}: " for part in (where, src) if part)
-  return f"{prefix}{p.op} {backend + ' ' if backend else ''}[{p.m},{p.k}]x[{p.g},{p.k},{p.n}] {p.dtype}"
+  return f"{prefix}{p.op} {backend + ' ' if backend else ''}{shape_text(p.m, p.k, p.n, p.g)} {p.dtype}"
 
 
 def too_big(p: Any, memory: int | None, where: str = "") -> str | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 import kernels
+from kernels.lut import shape_text
 from ragtune import ceilings as ceilings_mod
 from ragtune import report
 from ragtune.store import Record, write_atomic
@@ -111,7 +112,7 @@ def point_labels(df: pd.DataFrame) -> list[str]:
     model, _, rest = str(r.get("source") or "").partition(":")
     proj, _, tokens = rest.partition(":tokens=")
     tokens, _, layout = tokens.partition(":")  # e.g. "4096:ep=8:tp=2"
-    shape = f"[{r['m']},{r['k']}]x[{r['g']},{r['k']},{r['n']}]"
+    shape = shape_text(r["m"], r["k"], r["n"], r["g"])
     name = f"{model} {proj} {tokens} tok {layout.replace(':', ' ')}".strip() if tokens else shape
     parts = [name, r["op"]] + [report.DTYPE_ABBREV.get(r[c], r[c]) for c in ("backend", "dtype") if several[c]]
     labels.append(" ".join(parts))

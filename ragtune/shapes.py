@@ -53,6 +53,7 @@ from pydantic import (
 
 from kernels import registry
 from kernels.common import DTYPES, OPS
+from kernels.lut import shape_text
 from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError
 from ragtune.presets import MODEL_PRESETS, MoePreset
@@ -277,7 +278,7 @@ class Problem:
 
   @property
   def shape_label(self) -> str:
-    return f"[{self.m},{self.k}]x[{self.g},{self.k},{self.n}]"
+    return shape_text(self.m, self.k, self.n, self.g)
 
   def fields(self) -> dict[str, Any]:
     return {

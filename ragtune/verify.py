@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import kernels
-from kernels.lut import locate_lut
+from kernels.lut import locate_lut, shape_text
 from ragtune import provenance
 from ragtune.errors import RagtuneError
 from ragtune.numerics import TOLERANCE, NumericsResult, compare
@@ -250,7 +250,7 @@ def entry_line(i: int, total: int, res: EntryResult) -> str:
   cfg = " ".join(f"{k}={v}" for k, v in e.config.to_dict().items()) if e.config else "-"
   return (
     f"[{i}/{total}] {'PASS' if res.passed else 'FAIL'} {e.op} {e.backend} {e.dtype} "
-    f"[{e.m},{e.k}]x[{e.g},{e.k},{e.n}]  {res.n_passed}/{len(res.draws)} draws{why}  "
+    f"{shape_text(e.m, e.k, e.n, e.g)}  {res.n_passed}/{len(res.draws)} draws{why}  "
     f"worst rel {'-' if rel is None else f'{rel:.2e}'}  {res.time_s:.1f}s  config: {cfg}"
   )
 
