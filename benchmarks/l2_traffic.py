@@ -99,7 +99,7 @@ def gmm_programs(p: Problem, cfg: triton.TritonConfig, sizes: np.ndarray, order:
   else:
     band = int(sched.active[0]) if order == "m_fastest" else 1
     tile, col = gpu_gmm.program_tile(pid, int(sched.active[0]), ncol, band)
-  tile_block = sched.tile_row_block
+  tile_block = sched.tile_row_start // c.block_m
   seg = sched.tile_segment[tile]
   is_group = (seg >= 1) & (seg <= p.g)
   return c, np.where(is_group, tile_block[tile], -1), seg - 1, col

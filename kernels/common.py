@@ -11,10 +11,16 @@ The rows [0, m) are cut into contiguous *segments*:
   segments 1..g_local   local group i-1 (rhs[i-1])
   segment g_local+1     rows after the local groups, including rows past sum(group_sizes) -> zeros
 
-A row block of size block_m that straddles a segment boundary is visited once per
-segment it touches, each visit writing only its own rows. So a boundary costs at most
-one extra (partial) tile, an empty segment costs none, and every output row is written
-exactly once: no memset, no races.
+Two ways to cut a segment into row tiles of block_m rows (`group_start`):
+
+- aligned (False): tiles sit on the fixed block_m grid of [0, m); a grid block that
+  straddles a segment boundary is visited once per segment it touches, each visit writing
+  only its own rows, so every boundary costs one extra partial tile;
+- group-start (True): a segment's first tile starts at its first row, and only its last
+  tile is partial (tokamax's Triton kernel and DeepGEMM cut groups the same way).
+
+Either way an empty segment costs no tile and every output row is written exactly once:
+no memset, no races.
 """
 
 from __future__ import annotations
@@ -130,41 +136,53 @@ def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
   return seg_starts, seg_ends
 
 
-def row_tiles(group_sizes, m: int, block_m: int) -> tuple[list[int], int]:
+def row_tiles(group_sizes, m: int, block_m: int, group_start: bool = False) -> tuple[list[int], int]:
   """tile_schedule in plain ints, for all the groups (no offset): the block_m row tiles each
   group's rows take (0 for an empty group), and those of the rows past sum(group_sizes)."""
+
+  def count(start, end):
+    if end <= start:
+      return 0
+    return -(-(end - start) // block_m) if group_start else -(-end // block_m) - start // block_m
+
   tiles, start = [], 0
   for size in group_sizes:
     end = min(start + int(size), m)
-    tiles.append(-(-end // block_m) - start // block_m if end > start else 0)
+    tiles.append(count(start, end))
     start = end
-  return tiles, (-(-m // block_m) - start // block_m if m > start else 0)
+  return tiles, count(start, m)
 
 
 class TileSchedule(NamedTuple):
   """Which rows each scheduled row tile covers; see tile_schedule."""
 
   tile_segment: jax.Array  # int32 [num_tiles]: the segment of tile t
-  tile_row_block: jax.Array  # int32 [num_tiles]: the block_m row block of tile t
+  tile_row_start: jax.Array  # int32 [num_tiles]: the first row of tile t (block_m rows from it)
   active: jax.Array  # int32 [1]: tiles t >= active are spare launch slots
   segment_first_tile: jax.Array  # int32 [g_local + 2]: index of each segment's first tile
   segment_num_tiles: jax.Array  # int32 [g_local + 2]: tiles of each segment (0 if empty)
 
 
-def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int) -> TileSchedule:
-  """Tiles in segment order: each segment's row blocks, one tile per block it touches."""
+def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int, *, group_start: bool = False) -> TileSchedule:
+  """Tiles in segment order: each segment's row tiles, aligned or group-start (see the
+  module docstring). num_tiles_bound bounds both: a segment of r rows takes at most
+  ceil(r / block_m) + 1 aligned tiles and exactly ceil(r / block_m) group-start ones."""
   nonempty = seg_ends > seg_starts
-  first_block = seg_starts // block_m
-  last_block = (seg_ends + block_m - 1) // block_m
-  tiles_per_seg = jnp.where(nonempty, last_block - first_block, 0).astype(jnp.int32)
+  if group_start:
+    first_row = seg_starts
+    count = (seg_ends - seg_starts + block_m - 1) // block_m
+  else:
+    first_row = (seg_starts // block_m) * block_m
+    count = (seg_ends + block_m - 1) // block_m - seg_starts // block_m
+  tiles_per_seg = jnp.where(nonempty, count, 0).astype(jnp.int32)
   tiles_end = jnp.cumsum(tiles_per_seg)
   tiles_begin = (tiles_end - tiles_per_seg).astype(jnp.int32)
   t = jnp.arange(num_tiles, dtype=jnp.int32)
   seg = jnp.searchsorted(tiles_end, t, side="right").astype(jnp.int32)
   seg = jnp.minimum(seg, seg_starts.shape[0] - 1)
-  row_block = first_block[seg] + (t - tiles_begin[seg])
+  row_start = first_row[seg] + (t - tiles_begin[seg]) * block_m
   active = tiles_end[-1:].astype(jnp.int32)
-  return TileSchedule(seg, row_block.astype(jnp.int32), active, tiles_begin, tiles_per_seg)
+  return TileSchedule(seg, row_start.astype(jnp.int32), active, tiles_begin, tiles_per_seg)
 
 
 # --- vmap -----------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def load(ref, mask):
 
 def _gmm_kernel(
   tile_seg_ref,
-  tile_block_ref,
+  tile_row_ref,
   active_ref,
   seg_first_ref,
   seg_tiles_ref,
@@ -121,7 +121,7 @@ def _gmm_kernel(
   seg = tile_seg_ref[t]
   is_group = (seg >= 1) & (seg <= g_local)
 
-  row0 = tile_block_ref[t] * block_m
+  row0 = tile_row_ref[t]
   rows = row0 + jnp.arange(block_m)
   cols = j * block_n + jnp.arange(block_n)
   # Only the store needs the segment mask: rows of a neighbouring segment are computed
@@ -213,7 +213,7 @@ def gmm(
     name="ragtune_gmm",
   )(
     sched.tile_segment,
-    sched.tile_row_block,
+    sched.tile_row_start,
     sched.active,
     sched.segment_first_tile,
     sched.segment_num_tiles,
