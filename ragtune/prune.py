@@ -125,12 +125,12 @@ def _compile_one(target: str, p: Problem, config) -> dict[str, Any]:
 
 
 def compile_class(cfg):
-  """The config with its launch-order knobs (group_m, group_k, grid_block_n) at 1. They
+  """The config with its launch-order knobs (group_m, group_k) at 1. They
   only change the few integer instructions that pick each program's output cell, not the
   k loop that sets registers, spills and shared memory (tests/ragtune/test_prune.py compares a pair
   per backend), so the kernels that differ in them alone are compiled once: the first one
   met stands for all, and the others' rows name it in `compiled_as`."""
-  names = {f.name for f in dataclasses.fields(cfg)} & {"group_m", "group_k", "grid_block_n"}
+  names = {f.name for f in dataclasses.fields(cfg)} & {"group_m", "group_k"}
   return dataclasses.replace(cfg, **{n: 1 for n in names})
 
 

@@ -1,5 +1,9 @@
 """Mosaic GPU config: its knobs and ranges, the fit in shared memory, the defaults, and
-the search space a sweep draws from."""
+the search space a sweep draws from.
+
+The kernels are warp-specialized (gmm.py, tgmm.py): one producer warpgroup issues the TMA
+loads, and two consumer warpgroups split the CTA's output tile and run wgmma on it.
+"""
 
 from __future__ import annotations
 
@@ -10,90 +14,107 @@ from typing import Any
 from kernels.backend import GridWork
 from kernels.common import check_int_range, gpu_smem_limit, itemsize, op_dims, row_tiles
 
-BLOCK_MN = (64, 128, 192, 256)
-BLOCK_K = (64, 128)
+BLOCK_M = (64, 128, 256)
+BLOCK_N = (64, 128, 256)
+BLOCK_K = (64, 128, 256)
 STEPS_RANGE = (2, 8)
 BAND_RANGE = (1, 64)
+CONSUMERS = 2  # consumer warpgroups; a third one produces
+WGMMA_M = 64  # rows of one warpgroup's wgmma
+SWIZZLE_ELEMS = 64  # 16-bit elements in a 128-byte swizzle row: the unit any operand tile is cut in
+EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles, double-buffered per consumer
 
 
 @dataclasses.dataclass(frozen=True)
 class MosaicConfig:
-  """Mosaic GPU (Hopper TMA + wgmma) kernel config, in the op's own frame.
+  """Mosaic GPU (Hopper TMA + wgmma, warp-specialized) kernel config, in the op's own frame.
 
-  block_m:  fwd/dlhs: rows per output tile (a multiple of 64: one wgmma per warpgroup
-            row of 64); drhs: rows of a group reduced per pipeline step. One of 64, 128,
-            192, 256.
-  block_n:  output columns per tile; one of 64, 128, 192, 256 (a wgmma N; the f32
-            accumulator holds block_m x block_n in registers of one warpgroup).
-  block_k:  fwd/dlhs: contraction per pipeline step; drhs: output rows (of k) per tile.
-            64 or 128 (64 16-bit elements are one 128-byte swizzle row; a drhs output tile
-            needs 64 rows per warpgroup).
-            k is zero-padded to a multiple of block_k only when it is not one already.
-  max_concurrent_steps: TMA pipeline depth (operand tiles in flight); 2..8.
-  grid_block_n: width, in column blocks, of the band the persistent grid snakes through
-            (plgpu.planar_snake): the programs in flight share a band's weight columns and
-            rows. In [1, 64].
+  block_m:  fwd/dlhs: rows per CTA output tile (64, 128 or 256); drhs: rows of a group
+            reduced per pipeline step (64 or 128).
+  block_n:  output columns per CTA tile: 64, 128 or 256.
+  block_k:  fwd/dlhs: contraction per pipeline step (64 or 128); drhs: output rows (of k)
+            per CTA tile (128 or 256).
+  max_concurrent_steps: TMA pipeline depth (operand stages in flight); 2..8.
+  group_m:  band of the group-major launch order (common.launch_cell): this many row
+            tiles of one group walk the column blocks together (drhs: k tiles over the n
+            tiles). In [1, 64].
 
-  Shared memory: max_concurrent_steps stages of the two operand tiles plus one output
-  tile; see smem_bytes. Blocks are not clamped to the shape: TMA reads past the end of an
-  array as zeros and clips stores, so any block is valid for any shape that fits.
+  The two consumer warpgroups split the CTA tile (consumer_tile): fwd/dlhs by rows when
+  block_m >= 128, else by columns; drhs by its block_k output rows. Rows are cut from each
+  group's first row (group-start tiles), so only a group's last tile is partial.
   """
 
   block_m: int = 128
   block_n: int = 128
   block_k: int = 64
   max_concurrent_steps: int = 4
-  grid_block_n: int = 1
+  group_m: int = 1
 
   def __post_init__(self):
-    for name, allowed in (("block_m", BLOCK_MN), ("block_n", BLOCK_MN), ("block_k", BLOCK_K)):
+    for name, allowed in (("block_m", BLOCK_M), ("block_n", BLOCK_N), ("block_k", BLOCK_K)):
       v = getattr(self, name)
       if isinstance(v, bool) or v not in allowed:
         raise ValueError(f"MosaicConfig.{name} must be one of {allowed}, got {v!r}")
     check_int_range("MosaicConfig", "max_concurrent_steps", self.max_concurrent_steps, *STEPS_RANGE)
-    check_int_range("MosaicConfig", "grid_block_n", self.grid_block_n, *BAND_RANGE)
+    check_int_range("MosaicConfig", "group_m", self.group_m, *BAND_RANGE)
+
+  def consumer_tile(self, op: str) -> tuple[int, int, bool]:
+    """(rows, cols, split_rows): each consumer warpgroup's share of the CTA output tile and
+    whether the two shares stack by rows (else side by side by columns)."""
+    if op == "drhs":
+      return self.block_k // CONSUMERS, self.block_n, True
+    if self.block_m >= CONSUMERS * WGMMA_M:
+      return self.block_m // CONSUMERS, self.block_n, True
+    return self.block_m, self.block_n // CONSUMERS, False
+
+  def valid_for(self, op: str) -> str | None:
+    """Why this config cannot drive `op`'s kernel, or None: each consumer's share must be
+    whole wgmma rows (64) and whole swizzle rows of columns (64)."""
+    rows, cols, _ = self.consumer_tile(op)
+    if op == "drhs" and self.block_m > 128:
+      return f"drhs reduces at most 128 rows a step, got block_m={self.block_m}"
+    if op != "drhs" and self.block_k > 128:
+      return f"fwd/dlhs take at most 128 of k a step, got block_k={self.block_k}"
+    if rows % WGMMA_M or cols % SWIZZLE_ELEMS:
+      return f"each of the 2 consumer warpgroups needs a [64k, 64k] share of the tile, got [{rows}, {cols}]"
+    return None
 
   def smem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
-    """Shared memory the kernel allocates: max_concurrent_steps stages of the operand
-    tiles (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m,
-    block_k] lhs and [block_m, block_n] dout) and one output tile ([block_m, block_n];
-    tgmm [block_k, block_n]) in the output dtype, taken as `dtype`. Stages beyond the
-    gmm pipeline's static length are not allocated, as emit_pipeline shrinks them;
-    tgmm's pipeline length is a group's row count, dynamic, so it always takes all."""
-    _, contraction, _ = op_dims(op, m, k, n)
+    """Shared memory the kernel allocates: max_concurrent_steps stages of the operand tiles
+    (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m, block_k] lhs and
+    [block_m, block_n] dout), and the epilogue's two [64, 64] slots per consumer, in the
+    output dtype, taken as `dtype`. The allocation is made once for the persistent loop, so
+    every stage is taken whatever the problem's length."""
+    del m, k, n
     b = itemsize(dtype)
     if op == "drhs":
-      steps = self.max_concurrent_steps
       stage = self.block_m * (self.block_k + self.block_n)
-      out = self.block_k * self.block_n
     else:
-      steps = -(-contraction // self.block_k)
       stage = self.block_k * (self.block_m + self.block_n)
-      out = self.block_m * self.block_n
-    return (stage * max(1, min(self.max_concurrent_steps, steps)) + out) * b
+    out = CONSUMERS * 2 * EPI_TILE * EPI_TILE
+    return (stage * self.max_concurrent_steps + out) * b
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
-    """Whether this config's shared memory fits a block on a device of this kind."""
-    return self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
+    """Whether this config drives `op` and its shared memory fits a block on `device_kind`."""
+    return self.valid_for(op) is None and self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
 
 
-ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "max_concurrent_steps": "cs", "grid_block_n": "gn"}
+ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "max_concurrent_steps": "cs", "group_m": "gm"}
 
 
 # --- defaults -----------------------------------------------------------------------------
 
-# In the op's own frame. Why: one warpgroup holds the f32 accumulator in registers, and
-# 128x128 is the largest tile it holds without spilling (128 values per thread); block_k
-# 64 is one 128-byte swizzle row of 16-bit elements. Four stages in flight (~160 KiB of
-# shared memory with the output tile) hide HBM latency on Hopper. Few rows per group
-# (decode) take 64-row tiles, so less of each tile is wasted on rows of a neighbouring
-# group. drhs reduces 64 rows a step into a [128, 128] tile of [k, n].
+# In the op's own frame. Why: 128x256 CTA tiles (two 64x256 consumers) halve the operand
+# traffic per MMA against 128x128; block_k 64 is one 128-byte swizzle row of 16-bit
+# elements; four stages (48 KiB each) hide HBM latency. Few rows per group (decode) take
+# 64-row tiles split by columns, so less of each tile is wasted on rows past the group.
+# drhs reduces 64 rows a step into a [128, 256] tile of [k, n].
 _DEFAULTS = {
-  "gmm": MosaicConfig(block_m=128, block_n=128, block_k=64, max_concurrent_steps=4, grid_block_n=4),
-  "tgmm": MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=4, grid_block_n=1),
+  "gmm": MosaicConfig(block_m=128, block_n=256, block_k=64, max_concurrent_steps=4, group_m=8),
+  "tgmm": MosaicConfig(block_m=64, block_n=256, block_k=128, max_concurrent_steps=4, group_m=4),
 }
 
 
@@ -109,18 +130,16 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
 
 # --- search space -------------------------------------------------------------------------
 
-# [block_m, block_n] output tiles (drhs: [block_k, block_n]); pipeline depth; snake band
-# width in column blocks.
-SPACE_BLOCK_M = (64, 128, 192, 256)
-SPACE_BLOCK_N = (64, 128, 192, 256)
+SPACE_BLOCK_M = (64, 128, 256)
+SPACE_BLOCK_N = (64, 128, 256)
 SPACE_BLOCK_K = (64, 128)
-SPACE_TGMM_BLOCK_M = (64, 128, 256)
+SPACE_TGMM_BLOCK_M = (64, 128)
+SPACE_TGMM_BLOCK_K = (128, 256)
 SPACE_STEPS = (2, 3, 4, 5, 6)
-SPACE_GRID_BLOCK_N = (1, 2, 4, 8, 16)
-# One warpgroup holds the f32 accumulator: 128 threads x at most 192 values. Compiled for
-# H100: 192x128 is clean at 226 registers; 128x256, 256x128 and larger spill 0.5-1.6 KB a
-# thread (tests/ragtune/test_aot_compile.py::test_each_pruning_rule_against_the_compiler).
-MAX_ACC = 128 * 192
+SPACE_GROUP_M = (1, 2, 4, 8, 16)
+# f32 accumulator elements one consumer warpgroup holds in registers (128 threads): 64x256
+# is 128 values a thread, under setmaxnreg's 232 for a consumer.
+MAX_ACC = 64 * 256
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -134,31 +153,37 @@ def _tiles_evenly(dim: int, block: int) -> bool:
 
 
 def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) -> list[MosaicConfig]:
-  """Configs that fit shared memory on `device_kind`, keep the accumulator in registers,
-  and tile the dims evenly: a ragged column tile wastes a wgmma, and a block_k that does
-  not divide k makes the wrapper pad (copy) the operands."""
+  """Configs that drive the op, fit shared memory on `device_kind`, keep each consumer's
+  accumulator in registers, and tile the dims evenly: a ragged column tile wastes a wgmma,
+  and a block_k that does not divide k makes the wrapper pad (copy) the operands."""
   rows, contraction, cols = op_dims(op, m, k, n)
-  first = SPACE_TGMM_BLOCK_M if op == "drhs" else SPACE_BLOCK_M
+  if op == "drhs":
+    axes = (SPACE_TGMM_BLOCK_M, SPACE_BLOCK_N, SPACE_TGMM_BLOCK_K)
+  else:
+    axes = (SPACE_BLOCK_M, SPACE_BLOCK_N, SPACE_BLOCK_K)
   out = []
-  for bm, bn, bk, steps, band in itertools.product(
-    first, SPACE_BLOCK_N, SPACE_BLOCK_K, SPACE_STEPS, SPACE_GRID_BLOCK_N
-  ):
+  for bm, bn, bk, steps, band in itertools.product(*axes, SPACE_STEPS, SPACE_GROUP_M):
     cfg = MosaicConfig(bm, bn, bk, steps, band)
+    acc_rows, acc_cols, _ = cfg.consumer_tile(op)
     if op == "drhs":  # block_m steps over rows; [block_k, block_n] tiles the [k, n] output
-      tile, evenly = bk * bn, _tiles_evenly(contraction, bk) and _tiles_evenly(cols, bn)
+      evenly = _tiles_evenly(contraction, bk) and _tiles_evenly(cols, bn)
+      too_big = band > max(1, -(-contraction // bk))
     else:
-      tile = bm * bn
       evenly = _tiles_evenly(cols, bn) and (contraction % bk == 0 or bk == 64)
-    too_big = bm > max(64, _round_up(rows, 64)) or band > max(1, -(-cols // bn))
-    if tile <= MAX_ACC and evenly and not too_big and cfg.fits(op, dtype, m, k, n, device_kind):
+      too_big = bm > max(64, _round_up(rows, 64))
+    if acc_rows * acc_cols <= MAX_ACC and evenly and not too_big and cfg.fits(op, dtype, m, k, n, device_kind):
       out.append(cfg)
   return out
 
 
 def launch_key(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: tuple[int, ...]) -> MosaicConfig:
-  """A snake band no wider than the column blocks."""
-  _, _, cols = op_dims(op, m, k, n)
-  return dataclasses.replace(cfg, grid_block_n=min(cfg.grid_block_n, -(-cols // cfg.block_n)))
+  """A band no wider than the widest group's row tiles (drhs: than the k tiles)."""
+  rows, _, _ = op_dims(op, m, k, n)
+  if op == "drhs":
+    widest = -(-_round_up(k, 64) // cfg.block_k)
+  else:
+    widest = max([t for t in row_tiles(group_sizes, rows, cfg.block_m, group_start=True)[0] if t] or [1])
+  return dataclasses.replace(cfg, group_m=min(cfg.group_m, widest))
 
 
 def grid_work(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: tuple[int, ...]) -> GridWork:
@@ -167,19 +192,20 @@ def grid_work(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: t
   rows, contraction, cols = op_dims(op, m, k, n)
   g = len(group_sizes)
   m_pad = _round_up(rows, 8)
-  if op == "drhs":  # cells (group, k tile, n tile); a pipeline step per row block of the group
+  if op == "drhs":  # cells (group, k tile, n tile); a pipeline step per block_m rows of the group
     k_pad, n_pad = _round_up(k, 64), _round_up(n, 64)
     tiles = -(-k_pad // cfg.block_k) * -(-n_pad // cfg.block_n)
     steps = g * tiles
     out = g * _round_up(k_pad, cfg.block_k) * _round_up(n_pad, cfg.block_n)
-    blocks = sum(row_tiles(group_sizes, rows, cfg.block_m)[0])
+    blocks = sum(row_tiles(group_sizes, rows, cfg.block_m, group_start=True)[0])
     return GridWork(steps, steps, m_pad * (k_pad + n_pad), out, blocks * tiles, cfg.block_m * cfg.block_k * cfg.block_n)
   k_pad, n_pad = _round_up(contraction, cfg.block_k), _round_up(cols, 64)
   col_blocks = -(-n_pad // cfg.block_n)
-  group_tiles, rest = row_tiles(group_sizes, m_pad, cfg.block_m)
+  group_tiles, rest = row_tiles(group_sizes, m_pad, cfg.block_m, group_start=True)
+  cells = (sum(group_tiles) + rest) * col_blocks
   return GridWork(
-    steps=(-(-m_pad // cfg.block_m) + g + 1) * col_blocks,
-    tile_steps=(sum(group_tiles) + rest) * col_blocks,
+    steps=cells,
+    tile_steps=cells,
     read_elems=m_pad * k_pad + g * k_pad * n_pad,
     write_elems=m_pad * col_blocks * cfg.block_n,
     inner_steps=sum(group_tiles) * col_blocks * (k_pad // cfg.block_k),

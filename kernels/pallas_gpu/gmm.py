@@ -5,11 +5,8 @@ body, pallas_call. With transpose_rhs the weights are read as [g, n, k] blocks a
 the dot transposed, so dlhs never materialises rhs^T.
 
 Launch order is what bounds this kernel on a big problem: it decides how often lhs and
-the weights travel from HBM through L2. `launch_cell` takes the groups in row order and
-walks each group's (row tile, column block) cells with `program_tile`, in bands of
-`group_m` row tiles: a band's lhs rows stay in L2 while it walks the weight columns, and
-each weight column block is shared by the band's tiles while it is hot.
-benchmarks/l2_traffic.py models the bytes this fetches.
+the weights travel from HBM through L2. It is common.launch_cell's group-major order, in
+bands of `group_m` row tiles; benchmarks/l2_traffic.py models the bytes it fetches.
 """
 
 from __future__ import annotations
@@ -18,63 +15,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from kernels import common
+from kernels.common import launch_cell, program_tile  # noqa: F401  (re-exported: tests and benchmarks)
 from kernels.pallas_gpu.config import TritonConfig
-
-
-def _elementwise(py_fn, np_fn, jnp_fn):
-  """A binary op for Python ints, NumPy arrays and traced int32 alike."""
-
-  def fn(a, b):
-    if isinstance(a, jax.Array) or isinstance(b, jax.Array):
-      return jnp_fn(a, b)
-    if isinstance(a, int) and isinstance(b, int):
-      return py_fn(a, b)
-    return np_fn(a, b)
-
-  return fn
-
-
-_minimum = _elementwise(min, np.minimum, jnp.minimum)
-_maximum = _elementwise(max, np.maximum, jnp.maximum)
-
-
-def program_tile(pid, num_tiles, num_col_blocks, group_m):
-  """The (tile, col_block) that launch slot `pid` computes, in banded order.
-
-  Slots are taken in bands of `group_m` consecutive tiles (the last band may be short);
-  within a band the tile varies fastest, then the column block. group_m=1 walks one
-  tile's column blocks before the next tile; group_m >= num_tiles walks every tile of a
-  column block first. A bijection from [0, num_tiles * num_col_blocks) onto the cells.
-
-  Integer arithmetic only, so it runs on Python ints, NumPy arrays and traced int32
-  inside the kernel (where num_tiles is the dynamic count of scheduled tiles).
-  """
-  per_band = group_m * num_col_blocks
-  band = pid // per_band
-  first = band * group_m
-  band_size = _maximum(_minimum(num_tiles - first, group_m), 1)  # >= 1 guards spare slots
-  local = pid - band * per_band
-  return first + local % band_size, local // band_size
-
-
-def launch_cell(pid, tile_segment, segment_first_tile, segment_num_tiles, num_col_blocks, group_m):
-  """The (tile, col_block) of launch slot `pid` in the kernel's launch order.
-
-  Segments (groups) go in row order, and each one's cells follow `program_tile` on its
-  own tiles, so a band never holds tiles of two groups: a band that did would fetch two
-  groups' weights for every column block it walks. A segment's slots are exactly its
-  tiles times num_col_blocks, so `tile_segment[pid // num_col_blocks]` finds it.
-  The tables may be kernel refs (traced scalars) or NumPy arrays (vectors of slots).
-  """
-  seg = tile_segment[pid // num_col_blocks]
-  first = segment_first_tile[seg]
-  tile, col = program_tile(pid - first * num_col_blocks, segment_num_tiles[seg], num_col_blocks, group_m)
-  return first + tile, col
 
 
 def mask_2d(row_ok, col_ok, shape):

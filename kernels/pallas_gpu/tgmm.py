@@ -19,9 +19,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from kernels import common
+from kernels.common import program_tile as gmm_program_tile
 from kernels.pallas_gpu.config import TritonConfig
 from kernels.pallas_gpu.gmm import load, mask_2d
-from kernels.pallas_gpu.gmm import program_tile as gmm_program_tile
 
 
 def program_tile(pid, num_groups, num_k_blocks, num_n_blocks, group_k):

@@ -60,8 +60,8 @@ def test_kernels_import_and_run_without_absl():
     ("block_n", 100),
     ("block_k", 256),
     ("max_concurrent_steps", 1),
-    ("grid_block_n", 0),
-    ("grid_block_n", True),
+    ("group_m", 0),
+    ("group_m", True),
   ],
 )
 def test_mosaic_config_rejects_invalid(field, value):

@@ -23,7 +23,7 @@ HI = jax.lax.Precision.HIGHEST
 TOL = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 2e-2}
 # Mosaic GPU's smallest tiles, cheapest to interpret; the other backends run their defaults.
 CONFIGS = {
-  "mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, grid_block_n=2)
+  "mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, group_m=2)
 }
 
 

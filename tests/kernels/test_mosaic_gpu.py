@@ -36,7 +36,7 @@ S = jax.ShapeDtypeStruct
 MOSAIC = "mosaic_gpu_v2"
 TRITON = "__gpu$xla.gpu.triton"
 H100 = "NVIDIA H100 80GB HBM3"
-SMALL = kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, grid_block_n=2)
+SMALL = kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, group_m=2)
 
 
 def export_for_h100(f, *args):
@@ -141,7 +141,7 @@ def test_tgmm_larger_tiles_in_interpreter():
       block_m=128,
       tile_a=128,
       tile_b=64,
-      grid_block_n=1,
+      group_m=1,
       max_concurrent_steps=3,
       out_dtype=jnp.float32,
       interpret=True,

@@ -127,7 +127,7 @@ def test_compile_command_prints_each_kernel_and_fails_on_what_does_not_compile(t
   "a,b",
   [
     ("pallas_gpu", (dict(group_m=1, group_k=1), dict(group_m=64, group_k=16))),
-    ("mosaic_gpu", (dict(grid_block_n=1), dict(grid_block_n=16))),
+    ("mosaic_gpu", (dict(group_m=1), dict(group_m=16))),
   ],
   ids=["pallas_gpu", "mosaic_gpu"],
 )
