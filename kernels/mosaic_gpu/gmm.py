@@ -1,16 +1,22 @@
 """Mosaic GPU (Hopper TMA + wgmma) grouped matmul: out[rows of group i] = lhs[rows] @ rhs[i].
 
 Layout, in order: tile schedule (group metadata), launch order, kernel body, kernel call.
-The design follows jax's `ragged_dot_mgpu` (a persistent grid of one program per SM that
-walks the output cells in a snake, a TMA pipeline over k feeding wgmma, and stores of
-partial row tiles by a ladder of power-of-two TMA copies), with what a model needs added:
+Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper kernels):
 
-- the row tiles come from common's group metadata segments, so rows of other shards' groups
-  (group_offset) and rows past sum(group_sizes) are written as zeros, and every output
-  row is written exactly once;
-- k is zero-padded to a multiple of block_k in the wrapper, only when it is not one;
-- n and m need no padding: TMA reads past an array's end as zeros and clips stores;
-- the SM count comes from the device (see num_sms);
+- three warpgroups a CTA: a producer that only issues the TMA loads (its registers cut to 40
+  by setmaxnreg) and two consumers that split the CTA's output tile (MosaicConfig.
+  consumer_tile) and run wgmma on it, each keeping one wgmma in flight;
+- persistent: one CTA per SM walks the output cells in common.launch_cell's group-major
+  order (a band of one group's row tiles walks the column blocks while its lhs rows stay in
+  L2). The pipeline's buffers are allocated once, so the producer loads the next cell's
+  operands while the consumers store this one's tile;
+- group-start row tiles (common.tile_schedule): a group's first tile starts at its first
+  row, so only its last tile is partial; rows of other shards' groups (group_offset) and rows
+  past sum(group_sizes) are written as zeros, every output row exactly once;
+- the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer, by
+  TMA, rows of a partial tile by a ladder of power-of-two copies;
+- k is zero-padded to a multiple of block_k in the wrapper, only when it is not one; TMA
+  reads past an array's end as zeros;
 - transpose_rhs reads the weights as [g, n, k] tiles and feeds them to wgmma transposed,
   so dlhs never materialises rhs^T.
 """
@@ -26,7 +32,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common, target
-from kernels.mosaic_gpu.config import MosaicConfig
+from kernels.mosaic_gpu.config import CONSUMERS, EPI_TILE, SWIZZLE_ELEMS, MosaicConfig
 
 # H100 SXM's SM count: the grid size when the default device is not a GPU (export for
 # CUDA from a CPU host). A persistent grid of any size is correct, only its speed moves.
@@ -35,6 +41,9 @@ FALLBACK_NUM_SMS = 132
 INTERPRET_NUM_SMS = 2
 DTYPES = ("bfloat16", "float16")  # wgmma's 16-bit inputs; kernels/mosaic_gpu/__init__.py
 ROW_TILE = 8  # rows of a TMA box in the swizzled layout
+# setmaxnreg for the producer warpgroup, which only issues TMA; the consumers get the rest
+# ((512 - 40) / 2, rounded down to 232, in emit_pipeline_warp_specialized).
+PRODUCER_REGISTERS = 40
 
 
 def check_inputs(*arrays) -> None:
@@ -67,111 +76,145 @@ def pad_to_multiple(x: jax.Array, axis: int, multiple: int) -> jax.Array:
   return jnp.pad(x, widths)
 
 
-def out_cols(n: int, block_n: int, interpret) -> int:
-  """Columns of the kernel's output array. A GPU's TMA clips a store past the end of an
-  array; jax's interpreter drops such a store whole, so interpreted kernels write to an
-  output padded to whole column blocks, sliced after."""
-  return n + (-n % block_n if interpret else 0)
-
-
-def store_rows(o_smem, o_gmem, first_row, num_rows, max_rows: int, row0, col0, block_n: int):
-  """Copy rows [first_row, first_row + num_rows) of the smem tile to o_gmem[row0 + ...].
+def store_rows(src_smem, dst_gmem, num_rows, max_rows: int, row0, col0, cols: int):
+  """Copy rows [0, num_rows) of the smem tile to dst_gmem[row0 + ..., col0 + [0, cols)].
 
   TMA copies need static shapes, so the dynamic row count is stored as its binary digits:
-  one copy of 2**i rows for each set bit i of num_rows (num_rows <= max_rows)."""
-  start = first_row
+  one copy of 2**i rows for each set bit i of num_rows (num_rows <= max_rows). The copies
+  join the calling thread's open group: the caller commits it."""
+  start = 0
   for bit in reversed(range(int(math.log2(max_rows)) + 1)):
     rows = 1 << bit
 
     @pl.when(num_rows & rows != 0)
     def _copy():
-      plgpu.copy_smem_to_gmem(o_smem.at[pl.ds(start, rows)], o_gmem.at[pl.ds(row0 + start, rows), pl.ds(col0, block_n)])
+      plgpu.copy_smem_to_gmem(
+        src_smem.at[pl.ds(start, rows)],
+        dst_gmem.at[pl.ds(row0 + start, rows), pl.ds(col0, cols)],
+        commit_group=False,
+      )
 
     start = start + (num_rows & rows)
 
 
-def band_snake(idx, num_rows: int, num_cols: int, band: int):
-  """The (row, col) cell of step `idx` when a num_rows x num_cols grid is walked in bands
-  of `band` columns: within a band the column varies fastest, every other band walks its
-  rows bottom-up (so consecutive bands share the rows at their turn), and the last band
-  may be narrower. A bijection from [0, num_rows * num_cols); the same order as
-  plgpu.planar_snake(idx, shape, 1, band), with no division by a zero-width tail band
-  (which XLA's CPU compiler constant-folds into a SIGFPE in the interpreter)."""
-  band = max(1, min(band, num_cols))
-  per_band = band * num_rows
-  b = idx // per_band
-  local = idx - b * per_band
-  first_col = b * band
-  width = jnp.maximum(jnp.minimum(band, num_cols - first_col), 1)
-  row = local // width
-  row = jnp.where(b % 2 == 0, row, num_rows - 1 - row)
-  return row, first_col + local % width
-
-
 def _gmm_kernel(
   tile_seg_ref,
-  tile_block_ref,
+  tile_row_ref,
   active_ref,
-  seg_start_ref,
+  seg_first_ref,
+  seg_tiles_ref,
   seg_end_ref,
   lhs_gmem,
   rhs_gmem,
   o_gmem,
   *,
-  m,
+  n,
   k,
   g_local,
-  num_tiles,
   num_col_blocks,
   cfg: MosaicConfig,
   transpose_rhs,
 ):
   block_m, block_n, block_k = cfg.block_m, cfg.block_n, cfg.block_k
+  wg_rows, wg_cols, split_rows = cfg.consumer_tile("fwd")
+  out_dtype = o_gmem.dtype
+  transforms = (plgpu.TilingTransform((ROW_TILE, SWIZZLE_ELEMS)), plgpu.SwizzleTransform(128))
+  # delay_release=1: a step's buffers go back to the producer only after the next step's
+  # wgmma is issued, so each consumer keeps one wgmma in flight (wgmma_wait(1) below).
+  lhs_spec = plgpu.BlockSpec((block_m, block_k), lambda kb: (0, kb), transforms=transforms, delay_release=1)
+  if transpose_rhs:
+    rhs_spec = plgpu.BlockSpec((block_n, block_k), lambda kb: (0, kb), transforms=transforms, delay_release=1)
+  else:
+    rhs_spec = plgpu.BlockSpec((block_k, block_n), lambda kb: (kb, 0), transforms=transforms, delay_release=1)
 
-  @plgpu.nd_loop((num_tiles * num_col_blocks,), collective_axes="sm")
-  def _cell(loop_info):
-    t, j = band_snake(loop_info.index[0], num_tiles, num_col_blocks, cfg.grid_block_n)
-    is_real = t < active_ref[0]  # spare tiles of the static bound store nothing
-    seg = tile_seg_ref[t]
-    is_group = is_real & (seg >= 1) & (seg <= g_local)
-    row0 = tile_block_ref[t] * block_m
-    first = jnp.maximum(seg_start_ref[seg], row0)
-    last = jnp.minimum(seg_end_ref[seg], row0 + block_m)
-    num_rows = jnp.where(is_real, last - first, 0)
-    group = jnp.clip(seg - 1, 0, g_local - 1)
+  def pipeline(body, compute_context):
+    return plgpu.emit_pipeline_warp_specialized(
+      body,
+      grid=(k // block_k,),
+      memory_registers=PRODUCER_REGISTERS,
+      in_specs=[lhs_spec, rhs_spec],
+      wg_axis="wg",
+      num_compute_wgs=CONSUMERS,
+      max_concurrent_steps=cfg.max_concurrent_steps,
+      compute_context=compute_context,
+    )
 
-    def acc_scope(acc_ref):
-      @pl.when(is_group)  # other segments' rows stay 0: the accumulator starts at 0
+  def rhs_tile(group, j):
+    cols = pl.ds(j * block_n, block_n)
+    return rhs_gmem.at[group, cols, :] if transpose_rhs else rhs_gmem.at[group, :, cols]
+
+  # Allocated once for the persistent loop: the producer starts a cell's loads while the
+  # consumers still store the previous cell's tile.
+  ignore = lambda *_, **__: None
+  allocations = pipeline(ignore, ignore).get_allocations(lhs_gmem.at[pl.ds(0, block_m), :], rhs_tile(0, 0))
+
+  @functools.partial(
+    pl.run_scoped,
+    allocations=allocations,
+    out_smem=plgpu.SMEM((CONSUMERS, 2, EPI_TILE, EPI_TILE), out_dtype),
+    collective_axes="wg",
+  )
+  def _scope(allocations, out_smem):
+    wg = jax.lax.axis_index("wg")
+    wg_row0 = wg * wg_rows if split_rows else 0
+    wg_col0 = 0 if split_rows else wg * wg_cols
+
+    @plgpu.nd_loop((active_ref[0] * num_col_blocks,), collective_axes="sm")
+    def _cell(loop_info):
+      t, j = common.launch_cell(
+        loop_info.index[0], tile_seg_ref, seg_first_ref, seg_tiles_ref, num_col_blocks, cfg.group_m
+      )
+      seg, row0 = tile_seg_ref[t], tile_row_ref[t]
+      num_rows = jnp.minimum(seg_end_ref[seg] - row0, block_m)  # group-start: only a last tile is partial
+      is_group = (seg >= 1) & (seg <= g_local)
+
+      def epilogue(acc):
+        """Store this consumer's share ([64, 64] sub-tiles through two smem slots); acc None
+        stores zeros (rows of no local group)."""
+        sub_cols = wg_cols // EPI_TILE
+        for ei in range(wg_rows // EPI_TILE):
+          for ej in range(sub_cols):
+            slot = (ei * sub_cols + ej) % 2
+            col0 = j * block_n + wg_col0 + ej * EPI_TILE
+            rows = jnp.clip(num_rows - wg_row0 - ei * EPI_TILE, 0, EPI_TILE)
+            rows = jnp.where(col0 < n, rows, 0)  # a sub-tile past the padded n stores nothing
+            plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # this slot's previous store has read it
+            if acc is None:
+              out_smem[wg, slot] = jnp.zeros((EPI_TILE, EPI_TILE), out_dtype)
+            else:
+              out_smem[wg, slot] = acc[ei * EPI_TILE : (ei + 1) * EPI_TILE, ej * EPI_TILE : (ej + 1) * EPI_TILE]
+            plgpu.commit_smem()
+            store_rows(out_smem.at[wg, slot], o_gmem, rows, EPI_TILE, row0 + wg_row0 + ei * EPI_TILE, col0, EPI_TILE)
+            plgpu.commit_smem_to_gmem_group()
+
+      def compute_context(run_pipeline):
+        @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((wg_rows, wg_cols), jnp.float32))
+        def _acc_scope(acc_ref):
+          run_pipeline(acc_ref)
+          epilogue(acc_ref[...].astype(out_dtype))
+
+      def mma(_, lhs_smem, rhs_smem, acc_ref):
+        a = lhs_smem.at[pl.ds(wg_row0, wg_rows)] if split_rows else lhs_smem
+        if transpose_rhs:  # read transposed; wgmma supports it for 16-bit inputs
+          b = (rhs_smem if split_rows else rhs_smem.at[pl.ds(wg_col0, wg_cols)]).T
+        else:
+          b = rhs_smem if split_rows else rhs_smem.at[:, pl.ds(wg_col0, wg_cols)]
+        plgpu.wgmma(acc_ref, a, b)
+        plgpu.wgmma_wait(1)
+        return acc_ref
+
+      @pl.when(is_group)
       def _matmul():
-        def step(_, lhs_smem, rhs_smem):
-          rhs_tile = rhs_smem.T if transpose_rhs else rhs_smem  # read transposed; wgmma supports it for 16-bit
-          plgpu.wgmma(acc_ref, lhs_smem, rhs_tile)
-          # Keep one wgmma in flight: the previous step's is done before delay_release=1
-          # lets the pipeline refill its buffers (jax's pipelining docs pair the two).
-          plgpu.wgmma_wait(1)
+        group = jnp.clip(seg - 1, 0, g_local - 1)
+        pipeline(mma, compute_context)(
+          lhs_gmem.at[pl.ds(row0, block_m), :], rhs_tile(group, j), allocations=allocations
+        )
 
-        rhs_shape = (block_n, block_k) if transpose_rhs else (block_k, block_n)
-        rhs_index = (lambda kb: (j, kb)) if transpose_rhs else (lambda kb: (kb, j))
-        plgpu.emit_pipeline(
-          step,
-          grid=(k // block_k,),
-          in_specs=[
-            plgpu.BlockSpec((block_m, block_k), lambda kb: (tile_block_ref[t], kb), delay_release=1),
-            plgpu.BlockSpec(rhs_shape, rhs_index, delay_release=1),
-          ],
-          max_concurrent_steps=cfg.max_concurrent_steps,
-        )(lhs_gmem, rhs_gmem.at[group])
+      @pl.when(jnp.logical_not(is_group) & (wg < CONSUMERS))
+      def _zeros():
+        epilogue(None)
 
-      return acc_ref[...]
-
-    acc = pl.run_scoped(acc_scope, plgpu.ACC((block_m, block_n)))
-
-    @functools.partial(pl.run_scoped, o_smem=plgpu.SMEM((block_m, block_n), o_gmem.dtype))
-    def _store(o_smem):
-      o_smem[...] = acc.astype(o_smem.dtype)
-      plgpu.commit_smem()
-      store_rows(o_smem, o_gmem, first - row0, num_rows, min(block_m, m), row0, j * block_n, block_n)
-      plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+  plgpu.wait_smem_to_gmem(0)  # every store done before the kernel exits
 
 
 def gmm(
@@ -213,14 +256,13 @@ def gmm(
   # Rows m..m_pad are past sum(group_sizes): the zero segment after the groups.
   num_tiles = common.num_tiles_bound(m_pad, cfg.block_m, g_local)
   seg_starts, seg_ends = common.segment_bounds(group_sizes, m_pad, offset, g_local)
-  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
+  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles, group_start=True)
 
   kernel = functools.partial(
     _gmm_kernel,
-    m=m_pad,
+    n=n_pad,
     k=lhs.shape[1],
     g_local=g_local,
-    num_tiles=num_tiles,
     num_col_blocks=pl.cdiv(n_pad, cfg.block_n),
     cfg=cfg,
     transpose_rhs=transpose_rhs,
@@ -228,13 +270,24 @@ def gmm(
   kernel.__name__ = "ragtune_mgpu_gmm"  # the kernel's name in the machine code and profiles
   call = plgpu.kernel(
     kernel,
-    out_type=jax.ShapeDtypeStruct((m_pad, out_cols(n_pad, cfg.block_n, interpret)), out_dtype),
+    out_type=jax.ShapeDtypeStruct((m_pad, n_pad), out_dtype),
     grid=(num_sms(interpret),),
     grid_names=("sm",),
+    num_threads=CONSUMERS + 1,
+    thread_name="wg",
     compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
     interpret=interpret_params(interpret),
   )
-  out = call(sched.tile_segment, sched.tile_row_block, sched.active, seg_starts, seg_ends, lhs, rhs)
+  out = call(
+    sched.tile_segment,
+    sched.tile_row_start,
+    sched.active,
+    sched.segment_first_tile,
+    sched.segment_num_tiles,
+    seg_ends,
+    lhs,
+    rhs,
+  )
   return out[:m, :n]
 
 
