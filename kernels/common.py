@@ -16,8 +16,9 @@ Two ways to cut a segment into row tiles of block_m rows (`group_start`):
 - aligned (False): tiles sit on the fixed block_m grid of [0, m); a grid block that
   straddles a segment boundary is visited once per segment it touches, each visit writing
   only its own rows, so every boundary costs one extra partial tile;
-- group-start (True): a segment's first tile starts at its first row, and only its last
-  tile is partial (tokamax's Triton kernel and DeepGEMM cut groups the same way).
+- group-start (True): a segment's first tile starts at its first row (or up to `align` - 1
+  rows before it, see tile_schedule), and only its last tile is partial (tokamax's Triton
+  kernel and DeepGEMM cut groups the same way).
 
 Either way an empty segment costs no tile and every output row is written exactly once:
 no memset, no races.
@@ -137,14 +138,16 @@ def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
   return seg_starts, seg_ends
 
 
-def row_tiles(group_sizes, m: int, block_m: int, group_start: bool = False) -> tuple[list[int], int]:
+def row_tiles(group_sizes, m: int, block_m: int, group_start: bool = False, align: int = 1) -> tuple[list[int], int]:
   """tile_schedule in plain ints, for all the groups (no offset): the block_m row tiles each
   group's rows take (0 for an empty group), and those of the rows past sum(group_sizes)."""
 
   def count(start, end):
     if end <= start:
       return 0
-    return -(-(end - start) // block_m) if group_start else -(-end // block_m) - start // block_m
+    if group_start:
+      return -(-(end - start // align * align) // block_m)
+    return -(-end // block_m) - start // block_m
 
   tiles, start = [], 0
   for size in group_sizes:
@@ -164,14 +167,19 @@ class TileSchedule(NamedTuple):
   segment_num_tiles: jax.Array  # int32 [g_local + 2]: tiles of each segment (0 if empty)
 
 
-def tile_schedule(seg_starts, seg_ends, block_m: int, num_tiles: int, *, group_start: bool = False) -> TileSchedule:
+def tile_schedule(
+  seg_starts, seg_ends, block_m: int, num_tiles: int, *, group_start: bool = False, align: int = 1
+) -> TileSchedule:
   """Tiles in segment order: each segment's row tiles, aligned or group-start (see the
-  module docstring). num_tiles_bound bounds both: a segment of r rows takes at most
-  ceil(r / block_m) + 1 aligned tiles and exactly ceil(r / block_m) group-start ones."""
+  module docstring). A group-start tile may begin up to align - 1 rows before its segment,
+  for copies whose row offset must be a multiple of `align` (TMA's 8-row boxes); those rows
+  are a neighbour's and are not stored. num_tiles_bound bounds both ways: a segment takes at
+  most as many group-start tiles as aligned ones (its first tile starts at or after the
+  aligned grid's), and a segment of r rows at most ceil(r / block_m) + 1 aligned ones."""
   nonempty = seg_ends > seg_starts
   if group_start:
-    first_row = seg_starts
-    count = (seg_ends - seg_starts + block_m - 1) // block_m
+    first_row = seg_starts // align * align
+    count = (seg_ends - first_row + block_m - 1) // block_m
   else:
     first_row = (seg_starts // block_m) * block_m
     count = (seg_ends + block_m - 1) // block_m - seg_starts // block_m

@@ -182,7 +182,7 @@ def launch_key(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: 
   if op == "drhs":
     widest = -(-_round_up(k, 64) // cfg.block_k)
   else:
-    widest = max([t for t in row_tiles(group_sizes, rows, cfg.block_m, group_start=True)[0] if t] or [1])
+    widest = max([t for t in row_tiles(group_sizes, rows, cfg.block_m, group_start=True, align=8)[0] if t] or [1])
   return dataclasses.replace(cfg, group_m=min(cfg.group_m, widest))
 
 
@@ -201,7 +201,7 @@ def grid_work(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: t
     return GridWork(steps, steps, m_pad * (k_pad + n_pad), out, blocks * tiles, cfg.block_m * cfg.block_k * cfg.block_n)
   k_pad, n_pad = _round_up(contraction, cfg.block_k), _round_up(cols, 64)
   col_blocks = -(-n_pad // cfg.block_n)
-  group_tiles, rest = row_tiles(group_sizes, m_pad, cfg.block_m, group_start=True)
+  group_tiles, rest = row_tiles(group_sizes, m_pad, cfg.block_m, group_start=True, align=8)
   cells = (sum(group_tiles) + rest) * col_blocks
   return GridWork(
     steps=cells,

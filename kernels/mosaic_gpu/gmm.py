@@ -11,8 +11,9 @@ Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper 
   L2). The pipeline's buffers are allocated once, so the producer loads the next cell's
   operands while the consumers store this one's tile;
 - group-start row tiles (common.tile_schedule): a group's first tile starts at its first
-  row, so only its last tile is partial; rows of other shards' groups (group_offset) and rows
-  past sum(group_sizes) are written as zeros, every output row exactly once;
+  row (rounded down to a TMA box of 8 rows), so only its last tile is partial; rows of other
+  shards' groups (group_offset) and rows past sum(group_sizes) are written as zeros, every
+  output row exactly once;
 - the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer, by
   TMA, rows of a partial tile by a ladder of power-of-two copies;
 - k is zero-padded to a multiple of block_k in the wrapper, only when it is not one; TMA
@@ -76,13 +77,14 @@ def pad_to_multiple(x: jax.Array, axis: int, multiple: int) -> jax.Array:
   return jnp.pad(x, widths)
 
 
-def store_rows(src_smem, dst_gmem, num_rows, max_rows: int, row0, col0, cols: int):
-  """Copy rows [0, num_rows) of the smem tile to dst_gmem[row0 + ..., col0 + [0, cols)].
+def store_rows(src_smem, dst_gmem, first, num_rows, max_rows: int, row0, col0, cols: int):
+  """Copy rows [first, first + num_rows) of the smem tile to dst_gmem[row0 + ..., col0 +
+  [0, cols)].
 
   TMA copies need static shapes, so the dynamic row count is stored as its binary digits:
   one copy of 2**i rows for each set bit i of num_rows (num_rows <= max_rows). The copies
   join the calling thread's open group: the caller commits it."""
-  start = 0
+  start = first
   for bit in reversed(range(int(math.log2(max_rows)) + 1)):
     rows = 1 << bit
 
@@ -99,10 +101,11 @@ def store_rows(src_smem, dst_gmem, num_rows, max_rows: int, row0, col0, cols: in
 
 def _gmm_kernel(
   tile_seg_ref,
-  tile_row_ref,
+  tile_row8_ref,
   active_ref,
   seg_first_ref,
   seg_tiles_ref,
+  seg_start_ref,
   seg_end_ref,
   lhs_gmem,
   rhs_gmem,
@@ -152,9 +155,13 @@ def _gmm_kernel(
     pl.run_scoped,
     allocations=allocations,
     out_smem=plgpu.SMEM((CONSUMERS, 2, EPI_TILE, EPI_TILE), out_dtype),
+    # The pipeline releases no buffer of a cell's last step (delay_release), so the consumers
+    # arrive here once their last wgmma is done, and the producer waits for it before it
+    # loads the next cell into those buffers.
+    drained=plgpu.Barrier(num_arrivals=CONSUMERS),
     collective_axes="wg",
   )
-  def _scope(allocations, out_smem):
+  def _scope(allocations, out_smem, drained):
     wg = jax.lax.axis_index("wg")
     wg_row0 = wg * wg_rows if split_rows else 0
     wg_col0 = 0 if split_rows else wg * wg_cols
@@ -164,19 +171,25 @@ def _gmm_kernel(
       t, j = common.launch_cell(
         loop_info.index[0], tile_seg_ref, seg_first_ref, seg_tiles_ref, num_col_blocks, cfg.group_m
       )
-      seg, row0 = tile_seg_ref[t], tile_row_ref[t]
-      num_rows = jnp.minimum(seg_end_ref[seg] - row0, block_m)  # group-start: only a last tile is partial
+      # Tiles start at their segment's first row rounded down to a TMA box (8 rows): the rows
+      # before `lead` are a neighbour's. Only a segment's last tile ends before block_m.
+      seg, row0 = tile_seg_ref[t], tile_row8_ref[t] * ROW_TILE
+      lead = jnp.maximum(seg_start_ref[seg] - row0, 0)
+      end = jnp.minimum(seg_end_ref[seg] - row0, block_m)
       is_group = (seg >= 1) & (seg <= g_local)
 
       def epilogue(acc):
         """Store this consumer's share ([64, 64] sub-tiles through two smem slots); acc None
         stores zeros (rows of no local group)."""
         sub_cols = wg_cols // EPI_TILE
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last cell's copies have read the slots
         for ei in range(wg_rows // EPI_TILE):
           for ej in range(sub_cols):
             slot = (ei * sub_cols + ej) % 2
             col0 = j * block_n + wg_col0 + ej * EPI_TILE
-            rows = jnp.clip(num_rows - wg_row0 - ei * EPI_TILE, 0, EPI_TILE)
+            base = wg_row0 + ei * EPI_TILE
+            lo = jnp.clip(lead - base, 0, EPI_TILE)
+            rows = jnp.clip(end - base, 0, EPI_TILE) - lo
             rows = jnp.where(col0 < n, rows, 0)  # a sub-tile past the padded n stores nothing
             plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # this slot's previous store has read it
             if acc is None:
@@ -184,13 +197,15 @@ def _gmm_kernel(
             else:
               out_smem[wg, slot] = acc[ei * EPI_TILE : (ei + 1) * EPI_TILE, ej * EPI_TILE : (ej + 1) * EPI_TILE]
             plgpu.commit_smem()
-            store_rows(out_smem.at[wg, slot], o_gmem, rows, EPI_TILE, row0 + wg_row0 + ei * EPI_TILE, col0, EPI_TILE)
+            store_rows(out_smem.at[wg, slot], o_gmem, lo, rows, EPI_TILE, row0 + base, col0, EPI_TILE)
             plgpu.commit_smem_to_gmem_group()
 
       def compute_context(run_pipeline):
         @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((wg_rows, wg_cols), jnp.float32))
         def _acc_scope(acc_ref):
           run_pipeline(acc_ref)
+          plgpu.wgmma_wait(0)
+          plgpu.barrier_arrive(drained)
           epilogue(acc_ref[...].astype(out_dtype))
 
       def mma(_, lhs_smem, rhs_smem, acc_ref):
@@ -209,6 +224,10 @@ def _gmm_kernel(
         pipeline(mma, compute_context)(
           lhs_gmem.at[pl.ds(row0, block_m), :], rhs_tile(group, j), allocations=allocations
         )
+
+        @pl.when(wg == CONSUMERS)
+        def _wait_drained():
+          plgpu.barrier_wait(drained)
 
       @pl.when(jnp.logical_not(is_group) & (wg < CONSUMERS))
       def _zeros():
@@ -256,7 +275,7 @@ def gmm(
   # Rows m..m_pad are past sum(group_sizes): the zero segment after the groups.
   num_tiles = common.num_tiles_bound(m_pad, cfg.block_m, g_local)
   seg_starts, seg_ends = common.segment_bounds(group_sizes, m_pad, offset, g_local)
-  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles, group_start=True)
+  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles, group_start=True, align=ROW_TILE)
 
   kernel = functools.partial(
     _gmm_kernel,
@@ -280,10 +299,11 @@ def gmm(
   )
   out = call(
     sched.tile_segment,
-    sched.tile_row_start,
+    sched.tile_row_start // ROW_TILE,  # in TMA boxes, so the kernel's row offsets are whole ones
     sched.active,
     sched.segment_first_tile,
     sched.segment_num_tiles,
+    seg_starts,
     seg_ends,
     lhs,
     rhs,

@@ -12,18 +12,20 @@ from ragtune import measure
 from ragtune.shapes import Problem
 
 
-@pytest.mark.parametrize("group_start", [False, True])
+@pytest.mark.parametrize("group_start, align", [(False, 1), (True, 1), (True, 8)])
 @pytest.mark.parametrize("block_m", [8, 16, 64])
-def test_row_tiles_are_the_tile_schedules(block_m, group_start):
+def test_row_tiles_are_the_tile_schedules(block_m, group_start, align):
   g, m = 5, 160
   bound = common.num_tiles_bound(m, block_m, g)
   schedule = jax.jit(
-    lambda sizes: common.tile_schedule(*common.segment_bounds(sizes, m, 0, g), block_m, bound, group_start=group_start)
+    lambda sizes: common.tile_schedule(
+      *common.segment_bounds(sizes, m, 0, g), block_m, bound, group_start=group_start, align=align
+    )
   )
   rng = np.random.default_rng(block_m)
   for _ in range(30):
     sizes = rng.integers(0, 40, g) * (rng.random(g) > 0.3)
-    tiles, rest = common.row_tiles(tuple(int(s) for s in sizes), m, block_m, group_start)
+    tiles, rest = common.row_tiles(tuple(int(s) for s in sizes), m, block_m, group_start, align)
     sched = schedule(np.asarray(sizes, np.int32))
     assert [0, *tiles, rest] == np.asarray(sched.segment_num_tiles).tolist(), sizes
     # Every row of [0, m) is covered by exactly one tile of its own segment.
@@ -33,8 +35,9 @@ def test_row_tiles_are_the_tile_schedules(block_m, group_start):
       seg, row0 = int(sched.tile_segment[t]), int(sched.tile_row_start[t])
       lo, hi = max(row0, starts[seg]), min(row0 + block_m, ends[seg])
       assert hi > lo, (t, sizes)
-      if group_start:  # a tile starts in its segment; only the segment's last one is partial
-        assert row0 >= starts[seg] and (hi - lo == block_m or hi == ends[seg]), (t, sizes)
+      if group_start:  # a tile starts in its segment (up to align - 1 rows before it); only the last is partial
+        assert row0 > starts[seg] - align and row0 % align == 0, (t, sizes)
+        assert row0 + block_m >= ends[seg] or lo == max(row0, starts[seg]) and hi == row0 + block_m, (t, sizes)
       owner[lo:hi] += 1
     assert (owner == 1).all(), sizes
 
