@@ -36,7 +36,7 @@ from kernels import common
 from kernels.mosaic_gpu.gmm import ROW_TILE, check_inputs, interpret_params, num_sms, pad_to_multiple, swizzle_elems
 
 CONSUMERS = 2  # consumer warpgroups; the last warpgroup (index CONSUMERS) produces
-PRODUCER_REGISTERS = 40  # per thread of the TMA warpgroup (setmaxnreg); jax's Hopper matmul uses 40
+PRODUCER_REGISTERS = 32  # per thread of the TMA warpgroup (setmaxnreg): the consumers get (512 - 32) / 2 = 240
 EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer
 
 
