@@ -36,7 +36,9 @@ from kernels import common
 from kernels.mosaic_gpu.gmm import ROW_TILE, check_inputs, interpret_params, num_sms, pad_to_multiple, swizzle_elems
 
 CONSUMERS = 2  # consumer warpgroups; the last warpgroup (index CONSUMERS) produces
-PRODUCER_REGISTERS = 32  # per thread of the TMA warpgroup (setmaxnreg): the consumers get (512 - 32) / 2 = 240
+# Registers per thread of the TMA warpgroup (setmaxnreg); the consumers get (512 - 32) / 2 = 240.
+# jax's Hopper matmul gives its producer 40, but here ptxas then spills in the producer (also at 48).
+PRODUCER_REGISTERS = 32
 EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer
 
 
@@ -215,13 +217,11 @@ def tgmm(
   kb = b.shape[1]
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
   starts, ends = common.group_row_bounds(group_sizes, m, offset, num_groups)
-  # TMA boxes are [8, 128 bytes]: pad rows (past every group) and columns to them, and rows
-  # to one step at least, so no box is larger than its array.
-  rows = max(m, block_m)
-  a = pad_to_multiple(pad_to_multiple(a, 0, ROW_TILE), 1, swizzle_elems(a.dtype))
-  b = pad_to_multiple(pad_to_multiple(b, 0, ROW_TILE), 1, swizzle_elems(b.dtype))
-  if a.shape[0] < rows:
-    a, b = pad_to_multiple(a, 0, rows), pad_to_multiple(b, 0, rows)
+  # TMA boxes are [8, 128 bytes]: zero-pad columns to 128 bytes and rows (past every group)
+  # to 8, and to one step at least, so no box is larger than its array.
+  rows = max(-(-m // ROW_TILE) * ROW_TILE, block_m)
+  a = pad_to_multiple(pad_to_multiple(a, 1, swizzle_elems(a.dtype)), 0, rows)
+  b = pad_to_multiple(pad_to_multiple(b, 1, swizzle_elems(b.dtype)), 0, rows)
   kernel = functools.partial(
     _tgmm_kernel,
     num_groups=num_groups,
