@@ -34,8 +34,9 @@ _EM_CUDA = 190
 
 # Instructions that say how a kernel computes and moves data (Hopper SASS names).
 # HGMMA: Hopper's wgmma; UTCHMMA: Blackwell's tcgen05 MMA; HMMA: mma.sync. UTMALDG/UTMASTG:
-# TMA loads/stores; LDGSTS: cp.async; STL/LDL: local memory (spills) traffic.
-INSTRUCTIONS = ("HGMMA", "UTCHMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDSM", "STL", "LDL")
+# TMA loads/stores; LDGSTS: cp.async; STL/LDL: local memory (spills) traffic; USETMAXREG:
+# setmaxnreg, a warp-specialized kernel moving registers from its producer to its consumers.
+INSTRUCTIONS = ("HGMMA", "UTCHMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDSM", "STL", "LDL", "USETMAXREG")
 
 
 class MachineCodeError(RuntimeError):

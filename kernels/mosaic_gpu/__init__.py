@@ -19,7 +19,9 @@ def forward(lhs, rhs, group_sizes, **kw):
 
 def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, precision=None, **kw):
   """drhs in the config's [g,k,n] frame: the output tile is [block_k, block_n] of [k, n]
-  (with transpose_rhs, [block_n, block_k] of [n, k]); block_m rows are reduced a step."""
+  (with transpose_rhs, [block_n, block_k] of [n, k]); block_m rows are reduced a step. The
+  two consumer warpgroups split the tile's k (config.consumer_tile): a's columns, or b's
+  with transpose_rhs."""
   del precision  # wgmma on 16-bit inputs has one precision
   tgmm = importlib.import_module("kernels.mosaic_gpu.tgmm")
   a, b = (dout, lhs) if transpose_rhs else (lhs, dout)
@@ -32,8 +34,9 @@ def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, precision=N
     block_m=config.block_m,
     tile_a=tile_a,
     tile_b=tile_b,
-    grid_block_n=config.grid_block_n,
+    group_m=config.group_m,
     max_concurrent_steps=steps,
+    split_b=transpose_rhs,
     **kw,
   )
 

@@ -1,19 +1,25 @@
 """Mosaic GPU (Hopper TMA + wgmma) transposed grouped matmul: out[i] = a[rows of i]^T @ b[rows of i].
 
 This is the weight gradient of gmm.py: lhs [m,k], dout [m,n] -> [g,k,n] (with
-transpose_rhs, dout [m,n], lhs [m,k] -> [g,n,k]). Layout, in order: group row ranges
-(group metadata), launch order, kernel body, kernel call.
+transpose_rhs, dout [m,n], lhs [m,k] -> [g,n,k]). Layout, in order: a group's row steps,
+the kernel body, the kernel call.
 
-Like jax's `transposed_ragged_dot_mgpu`, a persistent grid walks (group, output tile)
-cells, and each cell runs a TMA pipeline over only its group's row blocks into a wgmma
-whose A operand is the a tile read transposed from shared memory. Unlike it:
+The kernel is warp-specialized, as jax's `hopper_matmul_mgpu`: one program per SM walks
+the output cells (group, a tile, b tile), group by group, and in each cell a producer
+warpgroup streams the group's rows of a and b into shared memory by TMA while two
+consumer warpgroups each reduce half of the a tile's columns (the output tile's rows)
+with wgmma, reading a transposed from shared memory. What it adds, so it means what
+`kernels.ragged_dot` means:
 
-- any m and n: rows of a group's first and last block that belong to a neighbour are
-  zeroed in shared memory before the wgmma reads them; ragged output tiles rely on TMA
-  reading zeros past an array's end and clipping stores;
+- row steps start at each group's first row (rounded down to 8, see group_steps), so only
+  a group's last step holds rows of the next group; rows of a neighbour in a step are
+  zeroed in shared memory before the wgmma reads them;
 - group_offset: the cells cover the local groups [group_offset, group_offset + g) only;
 - an empty group runs no pipeline step and stores a zero tile;
-- the SM count comes from the device; no test-only imports.
+- any m and k, n: TMA reads past an array's end as zeros; output sub-tiles that start past
+  the 64-padded extent are not stored;
+- the pipeline's buffers are allocated once, so the producer loads the next cell's rows
+  while the consumers store the last cell's tile.
 """
 
 from __future__ import annotations
@@ -22,27 +28,30 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common
-from kernels.mosaic_gpu.gmm import (
-  ROW_TILE,
-  band_snake,
-  check_inputs,
-  interpret_params,
-  num_sms,
-  out_cols,
-  pad_to_multiple,
-  swizzle_elems,
-)
+from kernels.mosaic_gpu.gmm import ROW_TILE, check_inputs, interpret_params, num_sms, pad_to_multiple, swizzle_elems
+
+CONSUMERS = 2  # consumer warpgroups; the last warpgroup (index CONSUMERS) produces
+# Registers per thread of the TMA warpgroup (setmaxnreg); the consumers get (512 - 32) / 2 = 240.
+# jax's Hopper matmul gives its producer 40, but here ptxas then spills in the producer (also at 48).
+PRODUCER_REGISTERS = 32
+EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer
 
 
-def group_row_blocks(start, end, block_m):
-  """(first row block, number of row blocks) a group's rows [start, end) touch; 0 if empty."""
-  first = start // block_m
-  count = jnp.where(end > start, (end + block_m - 1) // block_m - first, 0)
-  return first, count
+def group_steps(start, end, block_m: int):
+  """(first row, pipeline steps) that reduce a group's rows [start, end) in block_m-row steps.
+
+  The first step starts at the group's first row rounded down to ROW_TILE: Mosaic tiles a
+  TMA copy's global rows in 8-row boxes, so a box cannot start between them. Its rows
+  before `start` (at most 7) and the last step's rows from `end` on are masked. An empty
+  group takes no step."""
+  first = start // ROW_TILE * ROW_TILE
+  steps = jnp.where(end > start, (end - first + block_m - 1) // block_m, 0)
+  return first, steps
 
 
 def _tgmm_kernel(
@@ -52,61 +61,130 @@ def _tgmm_kernel(
   b_gmem,
   o_gmem,
   *,
-  num_groups,
-  block_m,
-  tile_a,
-  tile_b,
-  grid_a,
-  grid_b,
-  grid_block_n,
-  max_concurrent_steps,
+  num_groups: int,
+  block_m: int,
+  tile_a: int,
+  tile_b: int,
+  split_b: bool,
+  group_m: int,
+  max_concurrent_steps: int,
 ):
+  m, ka = a_gmem.shape
+  kb = b_gmem.shape[1]
+  tiles_a, tiles_b = pl.cdiv(ka, tile_a), pl.cdiv(kb, tile_b)
+  # Each consumer owns half of the split operand's columns: half of the output tile's rows
+  # (a) or columns (b).
+  own = (tile_b if split_b else tile_a) // CONSUMERS
+  acc_shape = (tile_a, own) if split_b else (own, tile_b)
+  swizzle = swizzle_elems(a_gmem.dtype)
+  transforms = (plgpu.TilingTransform((ROW_TILE, swizzle)), plgpu.SwizzleTransform(128))
+  out_transforms = (plgpu.TilingTransform((ROW_TILE, swizzle_elems(o_gmem.dtype))), plgpu.SwizzleTransform(128))
 
-  @plgpu.nd_loop((num_groups, grid_a * grid_b), collective_axes="sm")
-  def _cell(loop_info):
-    group = loop_info.index[0]
-    ai, bi = band_snake(loop_info.index[1], grid_a, grid_b, grid_block_n)
-    start, end = start_ref[group], end_ref[group]
-    first, count = group_row_blocks(start, end, block_m)
+  def get_pipeline(body, compute_context, steps, ai, bi):
+    return plgpu.emit_pipeline_warp_specialized(
+      body,
+      grid=(steps,),
+      memory_registers=PRODUCER_REGISTERS,
+      in_specs=[
+        plgpu.BlockSpec((block_m, tile_a), lambda i: (i, ai), transforms=transforms, delay_release=1),
+        plgpu.BlockSpec((block_m, tile_b), lambda i: (i, bi), transforms=transforms, delay_release=1),
+      ],
+      wg_axis="wg",
+      num_compute_wgs=CONSUMERS,
+      max_concurrent_steps=max_concurrent_steps,
+      compute_context=compute_context,
+    )
 
-    def acc_scope(acc_ref):
-      def step(idx, a_smem, b_smem):
-        row_block = first + idx[0]
+  # The allocation depends on the block shapes only; a static grid of max_concurrent_steps
+  # steps keeps every stage (a shorter one would shrink them).
+  ignore = lambda *_, **__: None
+  allocs = get_pipeline(ignore, ignore, max_concurrent_steps, 0, 0).get_allocations(a_gmem, b_gmem)
 
-        # Only a group's edge blocks hold a neighbour's rows; zero them in a (b's rows
-        # then multiply zeros) before the wgmma reads the tile.
-        @pl.when((idx[0] == 0) | (idx[0] == count - 1))
-        def _mask_edges():
-          rows = row_block * block_m + jax.lax.broadcasted_iota(jnp.int32, (block_m, tile_a), 0)
+  @functools.partial(
+    pl.run_scoped,
+    pipeline_allocs=allocs,
+    out_smem=plgpu.SMEM((CONSUMERS, 2, EPI_TILE, EPI_TILE), o_gmem.dtype, transforms=out_transforms),
+    # The consumers arrive once their last wgmma of a cell is done: the pipeline releases
+    # no buffer of its last step (delay_release), so the producer waits on this before it
+    # loads the next cell's first steps into those buffers.
+    drained=plgpu.Barrier(num_arrivals=CONSUMERS),
+    collective_axes="wg",
+  )
+  def _scope(pipeline_allocs, out_smem, drained):
+    wg = lax.axis_index("wg")
+    cols = pl.ds(wg * own, own)
+
+    @plgpu.nd_loop((num_groups, tiles_a * tiles_b), collective_axes="sm")
+    def _cell(loop_info):
+      group = loop_info.index[0]
+      ai, bi = common.program_tile(loop_info.index[1], tiles_a, tiles_b, group_m)
+      start, end = start_ref[group], end_ref[group]
+      first, steps = group_steps(start, end, block_m)
+      mask_first = start != first
+      mask_last = (end - first) % block_m != 0
+
+      def step(idx, a_smem, b_smem, acc_ref):
+        i = idx[0]
+        a_tile, b_tile = (a_smem, b_smem.at[:, cols]) if split_b else (a_smem.at[:, cols], b_smem)
+        owned = b_tile if split_b else a_tile
+
+        # Rows of a neighbouring group are zeroed in the consumer's own columns (the other
+        # operand's rows then multiply zeros), so the two consumers never write the same bytes.
+        @pl.when((mask_first & (i == 0)) | (mask_last & (i == steps - 1)))
+        def _mask():
+          rows = first + i * block_m + lax.broadcasted_iota(jnp.int32, (block_m, own), 0)
           keep = (rows >= start) & (rows < end)
-          a_smem[...] = jnp.where(keep, a_smem[...], jnp.zeros((), a_smem.dtype))
+          owned[...] = jnp.where(keep, owned[...], jnp.zeros((), owned.dtype))
           plgpu.commit_smem()
 
-        plgpu.wgmma(acc_ref, a_smem.T, b_smem)
-        plgpu.wgmma_wait(1)  # step s-1's buffers are refilled next (delay_release=1)
+        plgpu.wgmma(acc_ref, a_tile.T, b_tile)
+        plgpu.wgmma_wait(1)  # step i-1's buffers are released next (delay_release=1)
+        return acc_ref
 
-      @pl.when(count > 0)
-      def _reduce():
-        plgpu.emit_pipeline(
-          step,
-          grid=(count,),
-          in_specs=[
-            plgpu.BlockSpec((block_m, tile_a), lambda i: (first + i, ai), delay_release=1),
-            plgpu.BlockSpec((block_m, tile_b), lambda i: (first + i, bi), delay_release=1),
-          ],
-          max_concurrent_steps=max_concurrent_steps,
-        )(a_gmem, b_gmem)
+      def compute_context(eval_pipeline):
+        @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC(acc_shape, jnp.float32))
+        def _acc_scope(acc_ref):
+          eval_pipeline(acc_ref)
+          plgpu.wgmma_wait(0)
+          plgpu.barrier_arrive(drained)
+          row0, col0 = ai * tile_a, bi * tile_b
+          if split_b:
+            col0 = col0 + wg * own
+          else:
+            row0 = row0 + wg * own
+          _store(acc_ref[...].astype(o_gmem.dtype), out_smem.at[wg], o_gmem.at[group], row0, col0, ka, kb)
 
-      return acc_ref[...]
+      get_pipeline(step, compute_context, steps, ai, bi)(
+        a_gmem.at[pl.ds(first, m)], b_gmem.at[pl.ds(first, m)], allocations=pipeline_allocs
+      )
 
-    acc = pl.run_scoped(acc_scope, plgpu.ACC((tile_a, tile_b)))
+      @pl.when(wg == CONSUMERS)
+      def _wait_drained():
+        plgpu.barrier_wait(drained)
 
-    @functools.partial(pl.run_scoped, o_smem=plgpu.SMEM((tile_a, tile_b), o_gmem.dtype))
-    def _store(o_smem):
-      o_smem[...] = acc.astype(o_smem.dtype)
-      plgpu.commit_smem()
-      plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[group, pl.ds(ai * tile_a, tile_a), pl.ds(bi * tile_b, tile_b)])
-      plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+  plgpu.wait_smem_to_gmem(0)  # every output tile is written before the kernel ends
+
+
+def _store(acc, slots, o_gmem, row0, col0, rows: int, cols: int):
+  """acc [r, c] to o_gmem[row0 + ..., col0 + ...] by TMA, in [64, 64] sub-tiles through two
+  shared-memory slots used in turn; sub-tiles that start at or past (rows, cols) are skipped
+  (both are multiples of 64, so a sub-tile is all in or all out)."""
+  plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last cell's copies have read the slots
+  issued = jnp.int32(0)
+  for r in range(acc.shape[0] // EPI_TILE):
+    for c in range(acc.shape[1] // EPI_TILE):
+      row, col = row0 + r * EPI_TILE, col0 + c * EPI_TILE
+      inside = (row < rows) & (col < cols)
+      slot = slots.at[issued % 2]
+
+      @pl.when(inside)
+      def _copy():
+        plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # the copy before last read this slot
+        slot[...] = acc[r * EPI_TILE : (r + 1) * EPI_TILE, c * EPI_TILE : (c + 1) * EPI_TILE]
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(slot, o_gmem.at[pl.ds(row, EPI_TILE), pl.ds(col, EPI_TILE)])
+
+      issued = issued + inside.astype(jnp.int32)
 
 
 def tgmm(
@@ -118,43 +196,50 @@ def tgmm(
   block_m: int,
   tile_a: int,
   tile_b: int,
-  grid_block_n: int,
+  group_m: int,
   max_concurrent_steps: int,
   out_dtype,
+  split_b: bool = False,
   group_offset: jax.Array | None = None,
   interpret=False,
 ) -> jax.Array:
   """Per-group a^T @ b: [m,ka] x [m,kb] -> [num_groups,ka,kb] for the groups
-  [group_offset, group_offset + num_groups) of group_sizes; an output tile is
-  [tile_a, tile_b] and block_m rows are reduced per pipeline step. a and b share a 16-bit
-  dtype."""
+  [group_offset, group_offset + num_groups) of group_sizes. An output tile is
+  [tile_a, tile_b]; each of the two consumer warpgroups makes [tile_a / 2, tile_b] of it
+  ([tile_a, tile_b / 2] with split_b), and block_m rows are reduced per pipeline step.
+  Within a group, bands of group_m a tiles walk the b tiles (common.program_tile). a and b
+  share a 16-bit dtype."""
   check_inputs(a, b)
+  own = (tile_b if split_b else tile_a) // CONSUMERS
+  if own % EPI_TILE:
+    raise ValueError(f"each consumer warpgroup needs a multiple of {EPI_TILE} output rows or columns, got {own}")
   m, ka = a.shape
   kb = b.shape[1]
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
   starts, ends = common.group_row_bounds(group_sizes, m, offset, num_groups)
-  # TMA boxes are [8, 128 bytes]: pad rows (past every group) and columns to them.
-  a = pad_to_multiple(pad_to_multiple(a, 0, ROW_TILE), 1, swizzle_elems(a.dtype))
-  b = pad_to_multiple(pad_to_multiple(b, 0, ROW_TILE), 1, swizzle_elems(b.dtype))
-  ka_pad, kb_pad = a.shape[1], b.shape[1]
+  # TMA boxes are [8, 128 bytes]: zero-pad columns to 128 bytes and rows (past every group)
+  # to 8, and to one step at least, so no box is larger than its array.
+  rows = max(-(-m // ROW_TILE) * ROW_TILE, block_m)
+  a = pad_to_multiple(pad_to_multiple(a, 1, swizzle_elems(a.dtype)), 0, rows)
+  b = pad_to_multiple(pad_to_multiple(b, 1, swizzle_elems(b.dtype)), 0, rows)
   kernel = functools.partial(
     _tgmm_kernel,
     num_groups=num_groups,
     block_m=block_m,
     tile_a=tile_a,
     tile_b=tile_b,
-    grid_a=pl.cdiv(ka_pad, tile_a),
-    grid_b=pl.cdiv(kb_pad, tile_b),
-    grid_block_n=grid_block_n,
+    split_b=split_b,
+    group_m=group_m,
     max_concurrent_steps=max_concurrent_steps,
   )
   kernel.__name__ = "ragtune_mgpu_tgmm"  # the kernel's name in the machine code and profiles
-  out_shape = (num_groups, out_cols(ka_pad, tile_a, interpret), out_cols(kb_pad, tile_b, interpret))
   call = plgpu.kernel(
     kernel,
-    out_type=jax.ShapeDtypeStruct(out_shape, out_dtype),
+    out_type=jax.ShapeDtypeStruct((num_groups, a.shape[1], b.shape[1]), out_dtype),
     grid=(num_sms(interpret),),
     grid_names=("sm",),
+    num_threads=CONSUMERS + 1,
+    thread_name="wg",
     compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
     interpret=interpret_params(interpret),
   )

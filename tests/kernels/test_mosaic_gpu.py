@@ -23,7 +23,7 @@ from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 
 pytest.importorskip("absl", reason="jax's Mosaic GPU package needs absl-py")
 
-from conftest import plan_of, rand  # noqa: E402
+from conftest import np_ragged_dot_grads, plan_of, rand  # noqa: E402
 from mgpu_interpret import transposed_wgmma  # noqa: E402
 
 import kernels  # noqa: E402
@@ -128,29 +128,90 @@ def _check(out, ref64, dtype):
   np.testing.assert_allclose(np.asarray(out, np.float64), ref64, atol=TOL[dtype] * scale, rtol=TOL[dtype])
 
 
-def test_tgmm_larger_tiles_in_interpreter():
-  """drhs with a row step larger than a group, a 128-row output tile and a ragged n."""
-  m, k, n, sizes = 90, 128, 72, [30, 0, 41]
-  a, b = rand(8, (m, k), jnp.bfloat16), rand(9, (m, n), jnp.bfloat16)
+def _race_checked():
+  """Interpreter params that also run its race detector (TMA reads past an array's end as zeros)."""
+  from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
+  return InterpretGPUParams(detect_races=True, out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
+
+
+def _races_found() -> bool:
+  from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
+
+  return gpu_callbacks.get_races().races_found
+
+
+def test_tgmm_warp_specialized_in_interpreter():
+  """tgmm against float64 NumPy, with no race: group boundaries off 8-row multiples, an
+  empty group, a group of more steps than stages, rows past sum(group_sizes), group_offset,
+  ragged ka and kb padded to 64 inside a 128-wide b tile (a skipped sub-tile)."""
+  m, ka, kb, sizes, offset, g = 210, 72, 40, [37, 0, 13, 140, 5, 5], 1, 4
+  a, b = rand(8, (m, ka), jnp.bfloat16), rand(9, (m, kb), jnp.bfloat16)
   with transposed_wgmma():
     out = mgpu_tgmm.tgmm(
       a,
       b,
       jnp.array(sizes, jnp.int32),
-      num_groups=3,
-      block_m=128,
+      num_groups=g,
+      block_m=64,
       tile_a=128,
+      tile_b=128,
+      group_m=2,
+      max_concurrent_steps=2,
+      out_dtype=jnp.float32,
+      group_offset=jnp.int32(offset),
+      interpret=_race_checked(),
+    )
+    out = np.asarray(out)
+  assert not _races_found()
+  ref = np_ragged_dot_grads(a, np.zeros((g, kb, ka)), jnp.array(sizes), b, transpose_rhs=True, group_offset=offset)[1]
+  assert out.shape == (g, ka, kb) and not np.any(out[0]), "the empty group's tile is zeros"
+  _check(out, ref.transpose(0, 2, 1), jnp.bfloat16)
+
+
+def test_grad_rhs_transposed_in_interpreter():
+  """drhs with transpose_rhs ([g,n,k]: the consumers split b's columns), a row step larger
+  than every group, a consumer whose columns lie past k, and an empty group."""
+  m, k, n, sizes = 90, 40, 72, [30, 0, 41]
+  lhs, dout, gs = rand(10, (m, k), jnp.bfloat16), rand(11, (m, n), jnp.bfloat16), jnp.array(sizes, jnp.int32)
+  cfg = kernels.MosaicConfig(block_m=128, block_n=64, block_k=128, max_concurrent_steps=2, group_m=1)
+  assert cfg.valid_for("drhs") is None
+  with transposed_wgmma():
+    drhs = rd.grad_rhs(
+      lhs,
+      dout,
+      gs,
+      num_groups=3,
+      backend="mosaic_gpu",
+      config=cfg,
+      out_dtype=jnp.bfloat16,
+      transpose_rhs=True,
+      interpret=_race_checked(),
+    )
+    drhs = np.asarray(drhs, np.float64)
+  assert not _races_found()
+  rhs = jnp.zeros((3, n, k), jnp.bfloat16)
+  _, lax_vjp = jax.vjp(lambda w: jax.lax.ragged_dot(lhs, jnp.swapaxes(w, 1, 2), gs), rhs)
+  assert drhs.shape == (3, n, k)
+  _check(drhs, np.asarray(lax_vjp(dout)[0], np.float64), jnp.bfloat16)
+  _check(drhs, np_ragged_dot_grads(lhs, rhs, gs, dout, transpose_rhs=True)[1], jnp.bfloat16)
+
+
+def test_tgmm_refuses_a_consumer_share_under_64():
+  a = jnp.zeros((64, 64), jnp.bfloat16)
+  with pytest.raises(ValueError, match="multiple of 64 output rows or columns, got 32"):
+    mgpu_tgmm.tgmm(
+      a,
+      a,
+      jnp.array([64]),
+      num_groups=1,
+      block_m=64,
+      tile_a=64,
       tile_b=64,
       group_m=1,
-      max_concurrent_steps=3,
+      max_concurrent_steps=2,
       out_dtype=jnp.float32,
-      interpret=True,
     )
-  a64, b64, ref, start = np.asarray(a, np.float64), np.asarray(b, np.float64), np.zeros((3, k, n)), 0
-  for i, size in enumerate(sizes):
-    ref[i] = a64[start : start + size].T @ b64[start : start + size]
-    start += size
-  _check(out, ref, jnp.bfloat16)
 
 
 def test_interpret_unsupported_is_what_the_interpreter_cannot_run():

@@ -169,6 +169,19 @@ def test_mosaic_k_loop_waits_for_the_previous_wgmma():
     assert r.kernels[0].loops_wait_one, (op, r.kernels[0])
 
 
+def test_mosaic_tgmm_default_is_warp_specialized_and_clean():
+  """tgmm's default on DeepSeek-V3 down's drhs: a producer warpgroup gives registers back
+  and two consumers take more (two setmaxnreg), TMA loads and stores, wgmma with one left
+  in flight in the loop, no spill and no serialized wgmma."""
+  m, k, n, g = ANCHORS["dsv3_down"]
+  cfg = kernels.registry.default_config("mosaic_gpu", "drhs", BF16, m, k, n, g, device_kind=H100)
+  r = aot.compile_op("h100", "mosaic_gpu", "drhs", BF16, m, k, n, g, cfg)
+  _assert_clean(r, kernels_expected=1)
+  (kr,) = r.kernels
+  assert kr.copy == "tma" and kr.counts.get("UTMASTG") and kr.loops_wait_one, kr
+  assert kr.counts.get("USETMAXREG") == 2, kr
+
+
 def test_the_wait_check_sees_a_missing_wait(monkeypatch):
   from jax.experimental.pallas import mosaic_gpu as plgpu
 
