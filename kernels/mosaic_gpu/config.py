@@ -122,9 +122,13 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
   cfg = _DEFAULTS["tgmm" if op == "drhs" else "gmm"]
   if op != "drhs" and max(1, m // max(1, g)) <= 96:
     cfg = dataclasses.replace(cfg, block_m=64)
-  # A device with less shared memory than Hopper gets fewer stages in flight.
-  while cfg.max_concurrent_steps > STEPS_RANGE[0] and not cfg.fits(op, dtype, m, k, n, device_kind):
-    cfg = dataclasses.replace(cfg, max_concurrent_steps=cfg.max_concurrent_steps - 1)
+  # A device with less shared memory than Hopper gets fewer stages in flight, then narrower tiles.
+  for block_n in sorted({cfg.block_n, 128}, reverse=True):
+    narrowed = dataclasses.replace(cfg, block_n=block_n)
+    while narrowed.max_concurrent_steps > STEPS_RANGE[0] and not narrowed.fits(op, dtype, m, k, n, device_kind):
+      narrowed = dataclasses.replace(narrowed, max_concurrent_steps=narrowed.max_concurrent_steps - 1)
+    if narrowed.fits(op, dtype, m, k, n, device_kind):
+      return narrowed
   return cfg
 
 

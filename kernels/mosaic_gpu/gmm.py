@@ -257,6 +257,8 @@ def gmm(
   """
   del precision
   check_inputs(lhs, rhs)
+  if why := config.valid_for("fwd"):
+    raise ValueError(f"MosaicConfig {config} cannot drive gmm: {why}")
   m, k = lhs.shape
   g_local = rhs.shape[0]
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]

@@ -1,5 +1,6 @@
 """The backend registry, Lut.query over backends, and backend="auto" following it op by op."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -58,7 +59,7 @@ def test_kernels_import_and_run_without_absl():
   [
     ("block_m", 32),
     ("block_n", 100),
-    ("block_k", 256),
+    ("block_k", 32),
     ("max_concurrent_steps", 1),
     ("group_m", 0),
     ("group_m", True),
@@ -71,9 +72,12 @@ def test_mosaic_config_rejects_invalid(field, value):
 
 def test_mosaic_smem_bounds_and_defaults():
   big = M(block_m=256, block_n=256, block_k=64, max_concurrent_steps=4)
-  assert big.smem_bytes("fwd", "bfloat16", 8192, 4096, 4096) == (4 * 64 * 512 + 256 * 256) * 2
+  # Four stages of [256, 64] + [64, 256] operands and the epilogue's 2 x 2 [64, 64] slots.
+  assert big.smem_bytes("fwd", "bfloat16", 8192, 4096, 4096) == (4 * 64 * 512 + 4 * 64 * 64) * 2
   assert not big.fits("fwd", "bfloat16", 8192, 4096, 4096, H100)
-  assert big.fits("fwd", "bfloat16", 8192, 64, 4096, H100)  # one k step: one stage allocated
+  # The persistent loop allocates every stage whatever k is; two stages fit.
+  assert not big.fits("fwd", "bfloat16", 8192, 64, 4096, H100)
+  assert dataclasses.replace(big, max_concurrent_steps=2).fits("fwd", "bfloat16", 8192, 64, 4096, H100)
   for op in kernels.common.OPS:
     cfg = kernels.registry.default_config("mosaic_gpu", op, "bfloat16", 8192, 4096, 14336, 8, device_kind=H100)
     assert cfg.fits(op, "bfloat16", 8192, 4096, 14336, H100)
@@ -96,7 +100,7 @@ def _entry(op, backend, cfg, time_s, **shape):
 
 def _mixed_lut(winners):
   """Entries of three backends for each op at SHAPE; `winners[op]` is the fastest there."""
-  configs = {"pallas_gpu": G(64, 64, 128, 4, 3), "mosaic_gpu": M(64, 128, 64, 2, 1), "xla": None}
+  configs = {"pallas_gpu": G(64, 64, 128, 4, 3), "mosaic_gpu": M(64, 128, 128, 2, 1), "xla": None}
   entries = []
   for op in kernels.common.OPS:
     for backend, cfg in configs.items():
@@ -155,7 +159,7 @@ def test_resolve_explicit_backend_and_configs_under_auto(monkeypatch):
   assert plan == {"fwd": ("mosaic_gpu", M()), "dlhs": ("xla", None), "drhs": ("xla", None)}
   # An explicit backend takes its own LUT entries (query with a backend), not the per-shape winner.
   plan = plan_of("mosaic_gpu", None, *s)
-  assert all(name == "mosaic_gpu" and cfg == M(64, 128, 64, 2, 1) for name, cfg in plan.values())
+  assert all(name == "mosaic_gpu" and cfg == M(64, 128, 128, 2, 1) for name, cfg in plan.values())
   with pytest.raises(TypeError, match="must be a MosaicConfig"):
     plan_of("mosaic_gpu", G(), *s)
   from kernels.ragged_dot import default_interpret

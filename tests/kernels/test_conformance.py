@@ -21,23 +21,33 @@ from kernels import common, registry
 
 HI = jax.lax.Precision.HIGHEST
 TOL = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 2e-2}
-# Mosaic GPU's smallest tiles, cheapest to interpret; the other backends run their defaults.
-CONFIGS = {
-  "mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, group_m=2)
-}
+# Mosaic GPU's smallest tiles for every op (two 64-wide consumer shares), cheapest to
+# interpret; the other backends run their defaults.
+CONFIGS = {"mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=2, group_m=2)}
 
 
 @pytest.fixture(params=list(registry.REGISTRY))
-def backend(request):
-  """A backend's name, inside what its interpreter needs."""
+def backend(request, monkeypatch, capsys):
+  """A backend's name, inside what its interpreter needs. Mosaic GPU runs with the
+  interpreter's race detector on, and a case fails if it reports a race (it prints one
+  "RACE DETECTED" block per race)."""
   if request.param != "mosaic_gpu":
     yield request.param
     return
   pytest.importorskip("absl", reason="jax's Mosaic GPU interpreter needs absl-py")
+  from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
   from mgpu_interpret import transposed_wgmma
 
+  from kernels.mosaic_gpu import gmm, tgmm
+
+  checked = InterpretGPUParams(detect_races=True, out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
+  original = gmm.interpret_params
+  race_checked = lambda interpret: checked if interpret is True else original(interpret)
+  for module in (gmm, tgmm):
+    monkeypatch.setattr(module, "interpret_params", race_checked)
   with transposed_wgmma():
     yield request.param
+  assert "RACE DETECTED" not in capsys.readouterr().out
 
 
 def _widest(backend: str) -> str:

@@ -7,8 +7,8 @@ tests skip. The interpreter runs the kernels as they are, except for two things 
 not model, handled here and in the kernels:
 - its wgmma cannot read a transposed tile (transpose_rhs, drhs): tests/kernels/mgpu_interpret.py
   adds that, as Hopper's wgmma does for 16-bit inputs;
-- it drops a store that runs past an array's end, where a GPU's TMA clips it: interpreted
-  kernels write to an output padded to whole tiles (mgpu_gmm.out_cols).
+- it drops a store that runs past an array's end, where a GPU's TMA clips it: the kernels
+  store no sub-tile that starts past the (64-padded) output.
 Each interpreted kernel call simulates INTERPRET_NUM_SMS programs on host threads, so
 shapes are small and each case is one call.
 """
@@ -36,7 +36,7 @@ S = jax.ShapeDtypeStruct
 MOSAIC = "mosaic_gpu_v2"
 TRITON = "__gpu$xla.gpu.triton"
 H100 = "NVIDIA H100 80GB HBM3"
-SMALL = kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, group_m=2)
+SMALL = kernels.MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=2, group_m=2)
 
 
 def export_for_h100(f, *args):
@@ -141,6 +141,55 @@ def _races_found() -> bool:
   return gpu_callbacks.get_races().races_found
 
 
+@pytest.mark.parametrize(
+  "cfg, transpose_rhs",
+  [
+    (kernels.MosaicConfig(64, 128, 64, 2, 2), False),  # consumers split the columns
+    (kernels.MosaicConfig(128, 64, 64, 3, 1), True),  # consumers split the rows; rhs read transposed
+  ],
+  ids=["split-cols", "split-rows-transposed"],
+)
+def test_gmm_warp_specialized_in_interpreter(cfg, transpose_rhs):
+  """gmm against float64 NumPy, with no race: group boundaries off 8-row multiples (a tile
+  starts up to 7 rows before its group), an empty group, a group of several row tiles,
+  rows past sum(group_sizes), group_offset (rows of other shards' groups are zeros), ragged
+  k (padded to block_k) and n (a sub-tile past it stores nothing)."""
+  m, k, n, sizes, offset, g = 230, 72, 136, [21, 0, 13, 150, 3, 9], 1, 4
+  lhs = rand(12, (m, k), jnp.bfloat16)
+  rhs = rand(13, (g, n, k) if transpose_rhs else (g, k, n), jnp.bfloat16)
+  with transposed_wgmma():
+    out = mgpu_gmm.gmm(
+      lhs,
+      rhs,
+      jnp.array(sizes, jnp.int32),
+      config=cfg,
+      out_dtype=jnp.float32,
+      transpose_rhs=transpose_rhs,
+      group_offset=jnp.int32(offset),
+      interpret=_race_checked(),
+    )
+    out = np.asarray(out)
+  assert not _races_found()
+  rhs_kn = np.asarray(jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs, np.float64)
+  ref, row = np.zeros((m, n)), sum(sizes[:offset])
+  for i, size in enumerate(sizes[offset : offset + g]):
+    ref[row : row + size] = np.asarray(lhs[row : row + size], np.float64) @ rhs_kn[i]
+    row += size
+  _check(out, ref, jnp.bfloat16)
+
+
+def test_gmm_refuses_a_config_its_consumers_cannot_split():
+  x = jnp.zeros((64, 64), jnp.bfloat16)
+  with pytest.raises(ValueError, match="consumer warpgroups"):
+    mgpu_gmm.gmm(
+      x,
+      jnp.zeros((1, 64, 64), jnp.bfloat16),
+      jnp.array([64]),
+      config=kernels.MosaicConfig(64, 64, 64),
+      out_dtype=jnp.float32,
+    )
+
+
 def test_tgmm_warp_specialized_in_interpreter():
   """tgmm against float64 NumPy, with no race: group boundaries off 8-row multiples, an
   empty group, a group of more steps than stages, rows past sum(group_sizes), group_offset,
@@ -232,20 +281,6 @@ def test_interpret_unsupported_is_what_the_interpreter_cannot_run():
 
 
 # --- pure helpers ----------------------------------------------------------------------------
-
-
-def test_band_snake_matches_planar_snake_and_is_a_bijection():
-  from jax.experimental.pallas import mosaic_gpu as plgpu
-
-  for rows, cols, band in [(5, 7, 2), (1, 1, 1), (6, 4, 4), (2, 3, 16)]:
-    idx = jnp.arange(rows * cols, dtype=jnp.int32)
-    r, c = (np.asarray(x) for x in mgpu_gmm.band_snake(idx, rows, cols, band))
-    assert len(set(zip(r.tolist(), c.tolist()))) == rows * cols
-    assert r.min() >= 0 and r.max() < rows and c.min() >= 0 and c.max() < cols
-    # One index at a time (jax >= 0.11 branches on a scalar); vmap selects away its 0-wide tail.
-    pr, pc = jax.jit(jax.vmap(lambda i: plgpu.planar_snake(i, (rows, cols), 1, band)))(idx)
-    np.testing.assert_array_equal(r, pr)
-    np.testing.assert_array_equal(c, pc)
 
 
 def test_pad_to_multiple_pads_only_when_needed():
