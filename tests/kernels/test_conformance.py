@@ -22,9 +22,7 @@ from kernels import common, registry
 HI = jax.lax.Precision.HIGHEST
 TOL = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 2e-2}
 # Mosaic GPU's smallest tiles, cheapest to interpret; the other backends run their defaults.
-CONFIGS = {
-  "mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, group_m=2)
-}
+CONFIGS = {"mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=64, block_k=64, max_concurrent_steps=2, group_m=2)}
 
 
 @pytest.fixture(params=list(registry.REGISTRY))
@@ -146,6 +144,20 @@ SHAPES = {
 def test_shapes(backend, case):
   m, k, n, sizes = SHAPES[case]
   _check(backend, _widest(backend), m, k, n, [sizes], seed=10)
+
+
+# Many small groups whose boundaries fall off every block grid (no row sum is a multiple of
+# 16), one longer than a 64-row tile, m a multiple of 64: group-start row tiles of the last
+# groups and of the rows past sum(group_sizes) run past m, and every tile but a group's last
+# reaches into the next group's rows.
+SMALL_GROUPS = [
+  [5, 12, 3, 0, 17, 9, 70, 2, 13, 30, 7, 19, 21],  # sum 208 < m
+  [5, 12, 3, 0, 17, 9, 70, 2, 13, 30, 7, 19, 69],  # sum m: the last group ends at m
+]
+
+
+def test_many_small_groups_off_the_block_grid(backend):
+  _check(backend, _widest(backend), 256, 24, 40, SMALL_GROUPS, seed=15)
 
 
 @pytest.mark.parametrize("dtype", common.DTYPES)
