@@ -231,17 +231,18 @@ def launch_key(cfg: TritonConfig, op: str, m: int, k: int, n: int, group_sizes: 
   cfg = cfg.clamped(*op_dims(op, m, k, n))
   if op == "drhs":
     return dataclasses.replace(cfg, group_k=min(cfg.group_k, -(-k // cfg.block_k)))
-  widest = max([t for t in row_tiles(group_sizes, m, cfg.block_m)[0] if t] or [1])
+  widest = max([t for t in row_tiles(group_sizes, m, cfg.block_m, group_start=True)[0] if t] or [1])
   return dataclasses.replace(cfg, group_m=min(cfg.group_m, widest))
 
 
 def grid_work(cfg: TritonConfig, op: str, m: int, k: int, n: int, group_sizes: tuple[int, ...]) -> GridWork:
   """gmm.py's and tgmm.py's grids. Their refs are whole arrays (each program indexes them);
-  gmm reads and stores under pl.when, tgmm reads unconditionally."""
+  gmm reads and stores under pl.when, tgmm reads unconditionally. Both cut a group's rows
+  from its first row (common.tile_schedule's group_start)."""
   rows, contraction, cols = op_dims(op, m, k, n)
   c = cfg.clamped(rows, contraction, cols)
   g = len(group_sizes)
-  group_tiles, rest = row_tiles(group_sizes, m, c.block_m)
+  group_tiles, rest = row_tiles(group_sizes, m, c.block_m, group_start=True)
   if op == "drhs":  # a program per (group, k block, n block), reducing over its group's row blocks
     cells = -(-k // c.block_k) * -(-n // c.block_n)
     steps = g * cells

@@ -1,8 +1,9 @@
 """Pallas GPU (Triton) grouped matmul: out[rows of group i] = lhs[rows] @ rhs[i].
 
 Layout, in order: tile schedule (group metadata), launch order (program_tile), kernel
-body, pallas_call. With transpose_rhs the weights are read as [g, n, k] blocks and fed to
-the dot transposed, so dlhs never materialises rhs^T.
+body, pallas_call. Row tiles are group-start (common.tile_schedule): a group's first tile
+starts at its first row, so only its last tile is partial. With transpose_rhs the weights
+are read as [g, n, k] blocks and fed to the dot transposed, so dlhs never materialises rhs^T.
 
 Launch order is what bounds this kernel on a big problem: it decides how often lhs and
 the weights travel from HBM through L2. It is common.launch_cell's group-major order, in
@@ -43,7 +44,6 @@ def _gmm_kernel(
   active_ref,
   seg_first_ref,
   seg_tiles_ref,
-  seg_start_ref,
   seg_end_ref,
   lhs_ref,
   rhs_ref,
@@ -70,11 +70,11 @@ def _gmm_kernel(
   row0 = tile_row_ref[t]
   rows = row0 + jnp.arange(block_m)
   cols = j * block_n + jnp.arange(block_n)
-  # Only the store needs the segment mask: rows of a neighbouring segment are computed
-  # and dropped. Loads mask only what can fall outside the arrays, and only when the
-  # dimension is not a multiple of its block.
-  row_mask = (rows >= seg_start_ref[seg]) & (rows < seg_end_ref[seg])
-  rows_in = (rows < m) if m % block_m else None
+  # The store drops the rows of the next segment (and those past m); they are computed from
+  # this segment's weights. Loads mask only what can fall outside the arrays: rows for any m,
+  # since a tile may start anywhere, k and n only when not a multiple of their block.
+  row_mask = rows < seg_end_ref[seg]
+  rows_in = rows < m
   cols_in = (cols < n) if n % block_n else None
   out_mask = mask_2d(row_mask, cols_in, (block_m, block_n))
   out_block = out_ref.at[pl.ds(row0, block_m), pl.ds(j * block_n, block_n)]
@@ -131,9 +131,9 @@ def gmm(
   cfg = config.clamped(m, k, n)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
 
-  num_tiles = common.num_tiles_bound(m, cfg.block_m, g_local)
+  num_tiles = common.num_tiles_bound(m, cfg.block_m, g_local)  # bounds group-start tiles too
   seg_starts, seg_ends = common.segment_bounds(group_sizes, m, offset, g_local)
-  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles)
+  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles, group_start=True)
 
   num_col_blocks = pl.cdiv(n, cfg.block_n)
   kernel = functools.partial(
@@ -163,7 +163,6 @@ def gmm(
     sched.active,
     sched.segment_first_tile,
     sched.segment_num_tiles,
-    seg_starts,
     seg_ends,
     lhs,
     rhs,

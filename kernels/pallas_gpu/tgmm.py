@@ -2,7 +2,8 @@
 
 This is the weight gradient of gmm: lhs [m,k], rhs (dout) [m,n] -> [g,k,n]. Each
 program owns one (group, k block, n block) output tile and reduces over only that
-group's rows, so an empty group runs zero loop iterations and stores zeros.
+group's rows, in steps of block_m from its first row, so only the last step is partial and
+an empty group runs no step and stores zeros.
 
 Launch order (program_tile): the group is the slowest axis, so the programs in flight
 share one group's rows of lhs and dout, which then stay in L2; within a group the
@@ -45,22 +46,19 @@ def _tgmm_kernel(
   k_in = (kb * block_k + jnp.arange(block_k) < k) if k % block_k else None
   n_in = (nb * block_n + jnp.arange(block_n) < n) if n % block_n else None
 
-  def step(mb, acc):
-    rows = mb * block_m + jnp.arange(block_m)
-    in_group = (rows >= start) & (rows < end)  # other groups' rows must not add in
-    a = load(
-      lhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(kb * block_k, block_k)],
-      mask_2d(in_group, k_in, (block_m, block_k)),
-    )
-    b = load(
-      rhs_ref.at[pl.ds(mb * block_m, block_m), pl.ds(nb * block_n, block_n)],
-      mask_2d(in_group, n_in, (block_m, block_n)),
-    )
+  def step(i, acc, row_mask):
+    rows = pl.ds(start + i * block_m, block_m)
+    a = load(lhs_ref.at[rows, pl.ds(kb * block_k, block_k)], mask_2d(row_mask, k_in, (block_m, block_k)))
+    b = load(rhs_ref.at[rows, pl.ds(nb * block_n, block_n)], mask_2d(row_mask, n_in, (block_m, block_n)))
     return acc + plgpu.dot(a, b, trans_a=True, precision=precision)
 
-  first = start // block_m
-  last = jnp.where(end > start, (end + block_m - 1) // block_m, first)
-  acc = jax.lax.fori_loop(first, last, step, jnp.zeros((block_k, block_n), jnp.float32))
+  # Steps from the group's first row: the full ones read only the group's rows (no row mask);
+  # the partial last one, if any, masks the rows of the next group and those past m. A cond
+  # rather than a second loop: the loop would be pipelined again (+20 registers on H100).
+  full = (end - start) // block_m
+  acc = jax.lax.fori_loop(0, full, lambda i, acc: step(i, acc, None), jnp.zeros((block_k, block_n), jnp.float32))
+  last_rows = start + full * block_m + jnp.arange(block_m)
+  acc = jax.lax.cond(start + full * block_m < end, lambda a: step(full, a, last_rows < end), lambda a: a, acc)
   plgpu.store(
     out_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(nb * block_n, block_n)],
     acc.astype(out_ref.dtype),

@@ -158,6 +158,20 @@ def test_shapes(backend, case):
   _check(backend, _widest(backend), m, k, n, [sizes], seed=10)
 
 
+# Many small groups whose boundaries fall off every block grid (no row sum is a multiple of
+# 16), one longer than a 64-row tile, m a multiple of 64: group-start row tiles of the last
+# groups and of the rows past sum(group_sizes) run past m, and every tile but a group's last
+# reaches into the next group's rows.
+SMALL_GROUPS = [
+  [5, 12, 3, 0, 17, 9, 70, 2, 13, 30, 7, 19, 21],  # sum 208 < m
+  [5, 12, 3, 0, 17, 9, 70, 2, 13, 30, 7, 19, 69],  # sum m: the last group ends at m
+]
+
+
+def test_many_small_groups_off_the_block_grid(backend):
+  _check(backend, _widest(backend), 256, 24, 40, SMALL_GROUPS, seed=15)
+
+
 @pytest.mark.parametrize("dtype", common.DTYPES)
 def test_dtypes(backend, dtype):
   """Each dtype the backend has, in and out of all three ops; the others refused."""

@@ -51,4 +51,12 @@ def test_grid_steps_are_the_pallas_calls_grid(op):
     jaxpr = jax.make_jaxpr(measure.build_op(p, p.backend, cfg, True))(*measure.op_args(op, x))
     (call,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call"]
     grid = call.params["grid_mapping"].grid
-    assert b.grid_work(cfg, op, p.m, p.k, p.n, p.group_sizes).steps == math.prod(grid), (op, cfg)
+    work = b.grid_work(cfg, op, p.m, p.k, p.n, p.group_sizes)
+    assert work.steps == math.prod(grid), (op, cfg)
+    if op != "drhs":  # gmm: the row tiles its schedule made (its one int32[1] operand) x column blocks
+      (active,) = [v for v in call.invars if v.aval.shape == (1,)]
+      before = jaxpr.jaxpr.replace(eqns=jaxpr.jaxpr.eqns[: jaxpr.jaxpr.eqns.index(call)], outvars=[active])
+      (tiles,) = jax.core.eval_jaxpr(before, jaxpr.consts, *measure.op_args(op, x))
+      rows, contraction, cols = common.op_dims(op, p.m, p.k, p.n)
+      col_blocks = -(-cols // cfg.clamped(rows, contraction, cols).block_n)
+      assert work.tile_steps == int(tiles[0]) * col_blocks, (op, cfg)

@@ -4,6 +4,7 @@ the band knob reaches its two extremes, and every band gives the same numbers.""
 import itertools
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels
-from kernels import common
+from kernels import common, registry
 from kernels.pallas_gpu import gmm as gpu_gmm
 from kernels.pallas_gpu import tgmm as gpu_tgmm
 
@@ -84,6 +85,29 @@ def test_launch_cell_covers_every_scheduled_tile_once_and_keeps_bands_in_a_group
   assert (np.diff(sched.tile_segment[tile]) >= 0).all()
 
 
+def test_configs_share_a_launch_key_when_they_launch_alike():
+  """pallas_gpu's launch_key (one timing per key) clamps group_m to the widest group's
+  group-start tiles: two bands get one key exactly when gmm walks its cells in the same order.
+  The middle group's 80 rows take 2 tiles from its first row (3 on the aligned grid)."""
+  m, k, n, sizes, block_m, cols = 256, 64, 192, (60, 80, 116), 64, 3
+  starts, ends = common.segment_bounds(jnp.asarray(sizes, jnp.int32), m, jnp.int32(0), len(sizes))
+  bound = common.num_tiles_bound(m, block_m, len(sizes))
+  sched = common.TileSchedule(
+    *(np.asarray(a) for a in common.tile_schedule(starts, ends, block_m, bound, group_start=True))
+  )
+  pids = np.arange(int(sched.active[0]) * cols)
+  keys, orders = {}, {}
+  for group_m in range(1, 6):
+    cfg = kernels.TritonConfig(block_m, 64, 64, 4, 3, group_m=group_m)
+    keys[group_m] = registry.get("pallas_gpu").launch_key(cfg, "fwd", m, k, n, sizes)
+    cells = gpu_gmm.launch_cell(
+      pids, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles, cols, group_m
+    )
+    orders[group_m] = np.stack(cells).tolist()
+  for a, b in itertools.combinations(keys, 2):
+    assert (keys[a] == keys[b]) == (orders[a] == orders[b]), (a, b)
+
+
 CFG = dict(block_m=16, block_k=16, block_n=16, num_warps=4, num_stages=2)
 
 
@@ -104,6 +128,32 @@ def test_gmm_gives_the_same_numbers_for_every_band(group_m, transpose_rhs):
   assert not np.asarray(out)[sum(sizes) :].any()
 
 
+def _reversed_launch(monkeypatch):
+  """Run gmm's programs last to first (the interpreter runs them in launch order): a tile
+  that wrote rows of the next segment would then overwrite that segment's own results."""
+  cell = gpu_gmm.launch_cell
+
+  def reversed_cell(pid, tile_segment, segment_first_tile, segment_num_tiles, num_col_blocks, group_m):
+    last = segment_first_tile.shape[0] - 1
+    slots = (segment_first_tile[last] + segment_num_tiles[last]) * num_col_blocks
+    return cell(slots - 1 - pid, tile_segment, segment_first_tile, segment_num_tiles, num_col_blocks, group_m)
+
+  monkeypatch.setattr(gpu_gmm, "launch_cell", reversed_cell)
+
+
+def test_gmm_stores_only_its_own_segments_rows_in_any_order(monkeypatch):
+  """Group-start tiles reach into the next group's rows and past m (a multiple of block_m);
+  whatever order the programs run in, each row holds its own group's product."""
+  m, k, n, sizes = 64, 24, 16, [5, 0, 20, 3, 29]  # tiles start at rows 0, 5, 21, 25, 28, 44 and 57 (to 73 > m)
+  lhs, rhs = rand(8, (m, k), jnp.float32), rand(9, (len(sizes), k, n), jnp.float32)
+  _reversed_launch(monkeypatch)
+  cfg = kernels.TritonConfig(**CFG, group_m=2)
+  out = gpu_gmm.gmm(
+    lhs, rhs, jnp.array(sizes, jnp.int32), config=cfg, out_dtype=jnp.float32, precision=(HI, HI), interpret=True
+  )
+  np.testing.assert_allclose(np.asarray(out, np.float64), np_ragged_dot(lhs, rhs, sizes), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("group_k", [1, 2, 5])
 def test_tgmm_gives_the_same_numbers_for_every_band(group_k):
   m, k, n, sizes = 90, 48, 40, [20, 0, 41, 9]  # 3 k blocks x 3 n blocks per group; sum < m
@@ -120,7 +170,7 @@ def test_tgmm_gives_the_same_numbers_for_every_band(group_k):
 
 @pytest.mark.parametrize("op", ["fwd", "dlhs", "drhs"])
 def test_unmasked_fast_path_when_dims_are_block_multiples(op):
-  """m, k and n all multiples of the blocks: loads carry no bounds masks, stores only the rows'."""
+  """m, k and n all multiples of the blocks: loads carry no k or n bounds masks."""
   m, k, n, sizes = 64, 32, 48, [16, 0, 40]
   lhs, rhs, dout = rand(5, (m, k), jnp.float32), rand(6, (3, k, n), jnp.float32), rand(7, (m, n), jnp.float32)
   gs = jnp.array(sizes, jnp.int32)
@@ -134,3 +184,28 @@ def test_unmasked_fast_path_when_dims_are_block_multiples(op):
   want = jax.vjp(r, lhs, rhs)[1](dout)
   i = 0 if op == "dlhs" else 1
   np.testing.assert_allclose(got[i], want[i], atol=1e-5)
+
+
+def _loads(jaxpr):
+  """(ref shape, mask or None) of every load in a kernel's jaxpr, its loops and conds included."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "masked_load":
+      ref, _, mask, _ = eqn.params["args_tree"].unflatten(eqn.invars)
+      yield ref.aval.shape, mask
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      yield from _loads(sub)
+
+
+@pytest.mark.parametrize("transpose_rhs", [False, True])
+def test_gmm_masks_lhs_rows_past_m_when_m_is_a_block_multiple(transpose_rhs):
+  """A group-start tile may start anywhere, so its rows can run past m for any m: every lhs
+  load is masked (on a GPU an unmasked one reads past the array; the interpreter would drop
+  those rows at the store and never notice)."""
+  m, k, n, g = 64, 32, 48, 3
+  cfg = kernels.TritonConfig(**CFG)
+  rhs = jnp.zeros((g, n, k) if transpose_rhs else (g, k, n))
+  f = lambda x, w, s: gpu_gmm.gmm(x, w, s, config=cfg, out_dtype=jnp.float32, transpose_rhs=transpose_rhs)
+  jaxpr = jax.make_jaxpr(f)(jnp.zeros((m, k)), rhs, jnp.zeros((g,), jnp.int32))
+  (call,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call"]
+  masks = [mask for shape, mask in _loads(call.params["jaxpr"]) if shape == (m, k)]
+  assert masks and all(mask is not None for mask in masks)
