@@ -92,6 +92,8 @@ class Backend:
           which simulates the GPU's threads and memory); "" when none does.
   interpret_unsupported() -> {op: why}: the ops its kernels cannot run in this jax's
           interpreter.
+  unavailable() -> why: "" when this jax ships what its kernels are written in; else why
+          not (it then runs nowhere and is never "auto"'s fallback).
   """
 
   name: str
@@ -113,6 +115,7 @@ class Backend:
   grid_work: Callable[..., GridWork] | None = None
   interpreter: str = ""
   interpret_unsupported: Callable[[], dict[str, str]] = _nothing_unsupported
+  unavailable: Callable[[], str] = lambda: ""
 
   def default_config(self, op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None):
     op_dims(op, m, k, n)  # validates op
@@ -134,8 +137,10 @@ class Backend:
   def check_device(self, platform: str, device_kind: str, alternatives: tuple[str, ...] = ()) -> None:
     """Raise ValueError when this backend's kernels cannot compile for the device; the
     message names `alternatives`."""
+    hint = f"use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else "use another backend"
+    if why := self.unavailable():
+      raise ValueError(f"backend {self.name!r} is not available: {why}; {hint}")
     if self.families and platform in self.platforms and gpu_family(device_kind) not in self.families:
-      hint = f"use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else "use another backend"
       raise ValueError(
         f"backend {self.name!r} compiles for {'/'.join(self.families)} GPUs only, not "
         f"{device_kind!r} ({gpu_family(device_kind)}); {hint}"

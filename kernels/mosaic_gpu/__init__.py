@@ -76,4 +76,7 @@ BACKEND = Backend(
   grid_work=config.grid_work,
   interpreter="mosaic_gpu",
   interpret_unsupported=interpret_unsupported,
+  # Below pallas_gpu until a GPU measurement says otherwise; "auto"'s fallback on Hopper
+  # where jax no longer ships Pallas Triton.
+  auto_priority=1,
 )

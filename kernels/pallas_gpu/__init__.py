@@ -1,14 +1,25 @@
-"""Backend 'pallas_gpu': Pallas Triton kernels (gmm.py, tgmm.py), configured by TritonConfig."""
+"""Backend 'pallas_gpu': Pallas Triton kernels (gmm.py, tgmm.py), configured by TritonConfig.
+
+Pallas Triton is deprecated since jax 0.11 in favour of Mosaic GPU. The kernel modules are
+imported on first use, so `import kernels` works on a jax that no longer ships it; the
+backend then says so (unavailable) and "auto" falls back to mosaic_gpu on Hopper.
+"""
 
 import dataclasses
+import importlib
+import importlib.util
+
+import jax
 
 from kernels.backend import Backend
-from kernels.pallas_gpu import config, gmm, tgmm
+from kernels.pallas_gpu import config
 from kernels.pallas_gpu.config import TritonConfig
+
+TRITON_MODULE = "jax.experimental.pallas.triton"
 
 
 def forward(lhs, rhs, group_sizes, **kw):
-  return gmm.gmm(lhs, rhs, group_sizes, **kw)
+  return importlib.import_module("kernels.pallas_gpu.gmm").gmm(lhs, rhs, group_sizes, **kw)
 
 
 def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, **kw):
@@ -16,7 +27,13 @@ def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, **kw):
   if transpose_rhs:
     lhs, dout = dout, lhs
     config = dataclasses.replace(config, block_k=config.block_n, block_n=config.block_k)
-  return tgmm.tgmm(lhs, dout, group_sizes, config=config, **kw)
+  return importlib.import_module("kernels.pallas_gpu.tgmm").tgmm(lhs, dout, group_sizes, config=config, **kw)
+
+
+def unavailable() -> str:
+  if importlib.util.find_spec(TRITON_MODULE) is None:
+    return f"jax {jax.__version__} has no Pallas Triton ({TRITON_MODULE}); Mosaic GPU replaces it"
+  return ""
 
 
 # Pallas's Triton lowering makes pointer offsets int64 for any array over 4 GiB
@@ -36,4 +53,5 @@ BACKEND = Backend(
   auto_priority=2,
   grid_work=config.grid_work,
   interpreter="pallas",
+  unavailable=unavailable,
 )

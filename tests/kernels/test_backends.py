@@ -167,3 +167,17 @@ def test_resolve_explicit_backend_and_configs_under_auto(monkeypatch):
   assert default_interpret("mosaic_gpu") and not default_interpret("xla")
   monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
   assert not default_interpret("mosaic_gpu") and not default_interpret("pallas_gpu")
+
+
+def test_auto_falls_back_to_mosaic_gpu_on_hopper_where_pallas_triton_is_gone(monkeypatch):
+  """"auto" keeps pallas_gpu on Hopper; a jax without Pallas Triton gets mosaic_gpu there
+  (Hopper only: a B200 then gets xla), and asking for pallas_gpu by name says why not."""
+  reg = kernels.registry
+  assert reg.get("pallas_gpu").unavailable() == ""  # this jax ships it
+  assert reg.auto_backend("gpu", H100) == "pallas_gpu"
+  gone = dataclasses.replace(reg.get("pallas_gpu"), unavailable=lambda: "jax 9.9 has no Pallas Triton")
+  monkeypatch.setitem(reg.REGISTRY, "pallas_gpu", gone)
+  assert reg.auto_backend("gpu", H100) == "mosaic_gpu"
+  assert reg.auto_backend("gpu", "NVIDIA B200") == "xla"
+  with pytest.raises(ValueError, match="'pallas_gpu' is not available: jax 9.9 has no Pallas Triton; use backend="):
+    reg.check_device("pallas_gpu", "gpu", H100)

@@ -122,7 +122,7 @@ PRUNED = [
   ("acc > 128/thread", "fwd", kernels.TritonConfig(128, 64, 256, 4, 3), "spill"),
   ("acc > 128/thread", "drhs", kernels.TritonConfig(64, 256, 128, 4, 3), "spill"),
   ("2 warps, tile >= 64x64", "fwd", kernels.TritonConfig(64, 64, 128, 2, 3), "mma.sync"),
-  ("mosaic acc > 128x192", "fwd", kernels.MosaicConfig(128, 256, 64, 3, 4), "spill"),
+  ("mosaic consumer acc > 64x256", "fwd", kernels.MosaicConfig(256, 256, 64, 2, 4), "spill"),
 ]
 
 
