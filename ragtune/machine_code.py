@@ -158,34 +158,50 @@ def snappy_decompress(src: bytes) -> bytes:
   return bytes(out)
 
 
+def _chunk_values(body: bytes, decoded: int) -> bytes:
+  """The records of one simple chunk, concatenated."""
+  compression = body[:1]
+  sizes_len, p = _varint(body, 1)
+  values = body[p + sizes_len :]
+  if compression == b"s":
+    _, p = _varint(values, 0)  # Riegeli's own prefix: the decompressed size
+    values = snappy_decompress(values[p:])
+  elif compression != b"\x00":
+    raise MachineCodeError(f"unsupported Riegeli compression {compression!r}")
+  if len(values) != decoded:
+    raise MachineCodeError("Riegeli chunk size mismatch")
+  return values
+
+
 def riegeli_records(data: bytes) -> list[bytes]:
-  """The decoded values of every simple chunk of a Riegeli stream (records concatenated)."""
+  """The decoded values of every simple chunk of a Riegeli stream (records concatenated).
+
+  XLA writes one chunk, or for a large executable a small one and then the rest. `data`
+  runs on past the stream into the outer proto's tail, which the chunk headers do not
+  bound: the stream ends at the first header that is no chunk (an unknown type, a size
+  past the data), or, once records were read, at a chunk that does not decode."""
   stream = bytearray()  # the stream with its 64 KiB block headers cut out
   for start in range(0, len(data), _RIEGELI_BLOCK):
     stream += data[start + _RIEGELI_BLOCK_HEADER : start + _RIEGELI_BLOCK]
   out, pos = [], 0
   while pos + _RIEGELI_CHUNK_HEADER <= len(stream):
     _, size, _, type_and_count, decoded = struct.unpack_from("<QQQQQ", stream, pos)
-    pos += _RIEGELI_CHUNK_HEADER
-    body = bytes(stream[pos : pos + size])
-    pos += size
     kind = chr(type_and_count & 0xFF)
-    if kind in ("s", "p", "m"):  # signature, padding, metadata
+    end = pos + _RIEGELI_CHUNK_HEADER + size
+    if kind not in ("r", "s", "p", "m") or end > len(stream):
+      break
+    body = bytes(stream[pos + _RIEGELI_CHUNK_HEADER : end])
+    pos = end
+    if kind != "r":  # signature, padding, metadata
       continue
-    if kind != "r":
-      raise MachineCodeError(f"unsupported Riegeli chunk type {kind!r}")
-    compression = body[:1]
-    sizes_len, p = _varint(body, 1)
-    values = body[p + sizes_len :]
-    if compression == b"s":
-      _, p = _varint(values, 0)  # Riegeli's own prefix: the decompressed size
-      values = snappy_decompress(values[p:])
-    elif compression != b"\x00":
-      raise MachineCodeError(f"unsupported Riegeli compression {compression!r}")
-    if len(values) != decoded:
-      raise MachineCodeError("Riegeli chunk size mismatch")
-    out.append(values)
-    break  # XLA writes one record; what follows the stream is the outer proto's tail
+    try:
+      out.append(_chunk_values(body, decoded))
+    except (MachineCodeError, IndexError):
+      if not out:
+        raise
+      break
+  if not out:
+    raise MachineCodeError("no record chunk in the Riegeli stream")
   return out
 
 

@@ -6,6 +6,7 @@ here: tests/ragtune/test_aot_compile.py reads real cubins."""
 import dataclasses
 import io
 import json
+import struct
 
 from rich.console import Console
 
@@ -154,3 +155,21 @@ def test_the_compile_table_shows_loop_spills_hgmma_n_and_setmaxnreg():
   header, row = [l.replace("┃", "│").split("│") for l in out.getvalue().splitlines() if "┃" in l or "│" in l]
   cells = dict(zip([c.strip() for c in header], [c.strip() for c in row]))
   assert (cells["loop spills"], cells["HGMMA n"], cells["setmaxnreg"]) == ("496", "192", "no"), cells
+
+
+def _chunk(kind: str, values: bytes = b"", records: int = 1) -> bytes:
+  """A Riegeli simple chunk, uncompressed: a 40-byte header (hashes left 0: the reader
+  does not check them), then compression 0, the record sizes and the values."""
+  sizes = bytes([len(values)]) if kind == "r" else b""
+  body = b"\x00" + bytes([len(sizes)]) + sizes + values if kind == "r" else b""
+  header = struct.pack("<QQQQQ", 0, len(body), 0, ord(kind) | (records if kind == "r" else 0) << 8, len(values))
+  return header + body
+
+
+def test_every_record_chunk_is_read_up_to_the_outer_tail():
+  """A large executable's stream holds a small record chunk and then the one with the
+  cubins; the bytes after the stream belong to the outer proto and end it."""
+  head = machine_code._RIEGELI_MAGIC + bytes(machine_code._RIEGELI_BLOCK_HEADER - 8)
+  tail = b"\x12\x03abc" + bytes(64)  # no chunk type, and a size past the data
+  stream = head + _chunk("s") + _chunk("r", b"header") + _chunk("p") + _chunk("r", b"\x7fELF...") + tail
+  assert machine_code.riegeli_records(stream) == [b"header", b"\x7fELF..."]
