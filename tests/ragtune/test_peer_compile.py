@@ -2,24 +2,16 @@
 deviceless for a GPU, one table of what their kernels are made of."""
 
 import contextlib
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 from test_aot_compile import _UNAVAILABLE
 
 from ragtune import aot
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _peer():
-  spec = importlib.util.spec_from_file_location("peer_compile", ROOT / "benchmarks" / "peer_compile.py")
-  mod = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = mod
-  spec.loader.exec_module(mod)
-  return mod
+  return load_benchmark("peer_compile")
 
 
 def _kernel(name: str, **kw) -> aot.KernelReport:
