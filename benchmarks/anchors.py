@@ -43,6 +43,15 @@ TARGETS = {"geomean_vs_xla_prefill": 5.0, "min_vs_xla": 1.0, "mixtral_fwd_tflops
 SHAPE_FILE = ROOT / "shapes" / "anchors.yaml"
 
 
+def chosen(text: str, known, what: str) -> list[str]:
+  """The comma-separated names of `text`, each one of `known`; else ValueError naming them."""
+  names = [a.strip() for a in text.split(",") if a.strip()]
+  bad = [a for a in names if a not in known]
+  if bad or not names:
+    raise ValueError(f"unknown {what} {bad}; one of {list(known)}")
+  return names
+
+
 def anchor_of(shape: str) -> str | None:
   """The anchor whose forward shape label ([m,k]x[g,k,n]) is `shape`."""
   return next((a for a, (m, k, n, g, _) in ANCHORS.items() if shape == kernels.lut.shape_text(m, k, n, g)), None)
@@ -106,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--samples", default="10", help="profiler samples per variant")
   ap.add_argument("--csv", default=None, help="also keep the rows here")
   args = ap.parse_args(argv)
-  names = [a.strip() for a in args.only.split(",") if a.strip()]
-  bad = [a for a in names if a not in ANCHORS]
-  if bad:
-    print(f"error: unknown anchor {bad}; anchors: {list(ANCHORS)}", file=sys.stderr)
+  try:
+    names = chosen(args.only, ANCHORS, "anchor")
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
     return 2
   cmd = ["bench", str(SHAPE_FILE), "--samples", args.samples]
   cmd += [f"--shape={m},{k},{n}" for m, k, n, _, _ in (ANCHORS[a] for a in names)]

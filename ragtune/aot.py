@@ -36,10 +36,12 @@ TARGETS_DIR = Path(__file__).parent / "targets"
 TARGETS = {"h100": "h100_sxm.txtpb", "h200": "h200.txtpb", "b200": "b200.txtpb"}
 # Our kernels' names in the machine code (kernels/<backend>/gmm.py, tgmm.py).
 KERNEL_PREFIX = "ragtune_"
-# Outcomes, in the order a report names them.
-OK, NO_FIT, SPILL, SERIALIZED, UNSUPPORTED, ERROR = (
+# Outcomes, in the order a report names them. loop_spill: spills inside the wgmma loops,
+# paid at every step (worse than a spill elsewhere, which is a spill too).
+OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, UNSUPPORTED, ERROR = (
   "ok",
   "no_fit",
+  "loop_spill",
   "spill",
   "serialized_wgmma",
   "unsupported",
@@ -71,9 +73,33 @@ class KernelReport:
   counts: dict[str, int]
   serialized_wgmma: bool
   loops_wait_one: bool
+  loop_spills: int  # STL/LDL inside the loops that issue wgmma
+  setmaxnreg: bool  # USETMAXREG: registers moved between warpgroups (warp specialization)
+  hgmma_n: int  # the widest wgmma's N; 0 without wgmma
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+  def fault(self) -> tuple[str, str]:
+    """(outcome, why) of what makes this kernel unfit though ptxas built it; (OK, "") if
+    nothing does."""
+    if self.loop_spills:
+      return LOOP_SPILL, f"{self.name}: {self.loop_spills} STL/LDL in its wgmma loops ({self.spill_bytes} B/thread)"
+    if self.spill_bytes:
+      return SPILL, f"{self.name}: {self.spill_bytes} B/thread spilled"
+    if self.serialized_wgmma:
+      return SERIALIZED, f"{self.name}: wgmma serialized (ptxas C7511)"
+    return OK, ""
+
+
+_FAULTS = (LOOP_SPILL, SPILL, SERIALIZED)  # the worst first
+
+
+def verdict(reports: tuple[KernelReport, ...]) -> tuple[str, str]:
+  """(outcome, error) of a compile that ptxas finished: the worst fault of any kernel, and
+  every faulty kernel named; (OK, "") when none has one."""
+  faults = [f for f in (r.fault() for r in reports) if f[0] != OK]
+  return min((o for o, _ in faults), key=_FAULTS.index, default=OK), "; ".join(why for _, why in faults)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +108,7 @@ class CompileReport:
 
   target: str
   device_kind: str
-  outcome: str  # OK, NO_FIT, SPILL, SERIALIZED, UNSUPPORTED or ERROR
+  outcome: str  # OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, UNSUPPORTED or ERROR
   error: str  # the compiler's own message (first lines), "" when ok
   seconds: float
   kernels: tuple[KernelReport, ...] = ()
@@ -172,8 +198,10 @@ def compile_fn(
   fn: Callable,
   *arg_shapes: tuple[tuple[int, ...], Any],
   smem_hint: Callable[[str], int | None] | None = None,
+  kernel: Callable[[machine_code.KernelCode], bool] | None = None,
 ) -> CompileReport:
-  """Compile `fn(*args)` for `target`, args given as (shape, dtype) pairs; read its kernels."""
+  """Compile `fn(*args)` for `target`, args given as (shape, dtype) pairs; read its kernels:
+  ragtune's (by name), or those `kernel` picks (another library's, named as it likes)."""
   name, text = target_text(target)
   mesh, dev = _mesh(text)
   from jax.sharding import NamedSharding, PartitionSpec
@@ -199,8 +227,8 @@ def compile_fn(
 
   blob = serialize_executable.serialize(compiled)[0]
   reports = []
-  for kc in machine_code.read_executable(blob, only=KERNEL_PREFIX.encode()):
-    if not kc.name.startswith(KERNEL_PREFIX):
+  for kc in machine_code.read_executable(blob, only=None if kernel else KERNEL_PREFIX.encode()):
+    if not (kernel(kc) if kernel else kc.name.startswith(KERNEL_PREFIX)):
       continue  # XLA's own fusions around the kernels
     if kc.name in launch_smem:
       smem, source = launch_smem[kc.name], "xla"
@@ -220,22 +248,12 @@ def compile_fn(
         kc.counts,
         kc.serialized_wgmma,
         kc.loops_wait_one,
+        kc.loop_spills,
+        kc.setmaxnreg,
+        kc.hgmma_n,
       )
     )
-  outcome = OK
-  if any(r.spill_bytes for r in reports):
-    outcome = SPILL
-  elif any(r.serialized_wgmma for r in reports):
-    outcome = SERIALIZED
-  error = (
-    ""
-    if outcome == OK
-    else "; ".join(
-      f"{r.name}: {r.spill_bytes} B/thread spilled" if r.spill_bytes else f"{r.name}: wgmma serialized (ptxas C7511)"
-      for r in reports
-      if r.spill_bytes or r.serialized_wgmma
-    )
-  )
+  outcome, error = verdict(tuple(reports))
   return CompileReport(name, dev.device_kind, outcome, error, seconds, tuple(reports))
 
 

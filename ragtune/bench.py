@@ -190,14 +190,15 @@ def import_tokamax() -> tuple[ModuleType | None, str]:
   return tokamax, importlib.metadata.version("tokamax")
 
 
-def tokamax_op(tokamax: ModuleType, op: str, device: bool) -> Callable:
+def tokamax_op(tokamax: ModuleType, op: str, device: bool, implementation: str | None = None) -> Callable:
   """tokamax's ragged_dot for `op`, taking measure.op_args. On a device tokamax picks its
-  implementation (Mosaic GPU, Triton, XLA) and config itself; on a CPU host, its XLA one."""
+  implementation (Mosaic GPU, Triton, XLA) and config itself, unless `implementation` names
+  one; on a CPU host, its XLA one."""
   contract, ragged, group = TOKAMAX_DIMS[op]
   dims = jax.lax.RaggedDotDimensionNumbers(
     dot_dimension_numbers=contract, lhs_ragged_dimensions=ragged, rhs_group_dimensions=group
   )
-  impl = None if device else "xla"
+  impl = implementation if device else "xla"
   return lambda a, b, gs: tokamax.ragged_dot_general(a, b, gs, dims, implementation=impl)
 
 

@@ -23,6 +23,7 @@ import subprocess
 import sysconfig
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 _RIEGELI_BLOCK = 1 << 16
 _RIEGELI_BLOCK_HEADER = 24
@@ -35,7 +36,7 @@ _EM_CUDA = 190
 # Instructions that say how a kernel computes and moves data (Hopper SASS names).
 # HGMMA: Hopper's wgmma; UTCHMMA: Blackwell's tcgen05 MMA; HMMA: mma.sync. UTMALDG/UTMASTG:
 # TMA loads/stores; LDGSTS: cp.async; STL/LDL: local memory (spills) traffic; USETMAXREG:
-# setmaxnreg, a warp-specialized kernel moving registers from its producer to its consumers.
+# setmaxnreg, warp specialization's move of registers between warpgroups.
 INSTRUCTIONS = ("HGMMA", "UTCHMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDSM", "STL", "LDL", "USETMAXREG")
 
 
@@ -43,14 +44,10 @@ class MachineCodeError(RuntimeError):
   """The executable could not be read, or cuobjdump is missing."""
 
 
-@dataclasses.dataclass(frozen=True)
-class KernelCode:
-  """One kernel of a compiled program, as its cubin says.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SassFacts:
+  """What one function's SASS (``cuobjdump -sass``) says.
 
-  registers: per thread. spill_bytes: per-thread bytes of register spills, which ptxas
-  puts in the stack frame (STACK) or local memory (LOCAL); 0 means none. stack_bytes,
-  local_bytes: the two figures as cuobjdump gives them. static_smem_bytes: shared memory
-  declared in the cubin (dynamic shared memory is set at launch, see aot.KernelReport).
   counts: how many of each INSTRUCTIONS name the SASS holds.
   serialized_wgmma: most wgmmas are waited for at once (an HGMMA followed within three
   instructions by ``WARPGROUP.DEPBAR.LE gsb0, 0x0``): ptxas's C7511 "serialized due to
@@ -58,6 +55,29 @@ class KernelCode:
   loops_wait_one: every loop that issues wgmma waits with ``DEPBAR.LE gsb0, 0x1`` in it
   (one wgmma left in flight), as a pipeline that releases a step's buffers after the next
   step's wgmma is issued must.
+  loop_spills: STL/LDL instructions inside the loops that issue wgmma: the accumulator (or
+  what lives beside it) stored and reloaded at every step, not once per kernel.
+  setmaxnreg: the SASS moves registers between warpgroups (USETMAXREG), as a
+  warp-specialized kernel does to give its consumers more than its producer.
+  hgmma_n: the widest wgmma's N (``HGMMA.64x256x16.F32.BF16``: 256); 0 without wgmma.
+  """
+
+  counts: dict[str, int] = dataclasses.field(default_factory=dict)
+  serialized_wgmma: bool = False
+  loops_wait_one: bool = False
+  loop_spills: int = 0
+  setmaxnreg: bool = False
+  hgmma_n: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KernelCode(SassFacts):
+  """One kernel of a compiled program, as its cubin says: its SASS facts, and
+
+  registers: per thread. spill_bytes: per-thread bytes of register spills, which ptxas
+  puts in the stack frame (STACK) or local memory (LOCAL); 0 means none. stack_bytes,
+  local_bytes: the two figures as cuobjdump gives them. static_smem_bytes: shared memory
+  declared in the cubin (dynamic shared memory is set at launch, see aot.KernelReport).
   """
 
   name: str
@@ -65,9 +85,6 @@ class KernelCode:
   local_bytes: int
   stack_bytes: int
   static_smem_bytes: int
-  counts: dict[str, int]
-  serialized_wgmma: bool
-  loops_wait_one: bool
 
   @property
   def spill_bytes(self) -> int:
@@ -141,34 +158,50 @@ def snappy_decompress(src: bytes) -> bytes:
   return bytes(out)
 
 
+def _chunk_values(body: bytes, decoded: int) -> bytes:
+  """The records of one simple chunk, concatenated."""
+  compression = body[:1]
+  sizes_len, p = _varint(body, 1)
+  values = body[p + sizes_len :]
+  if compression == b"s":
+    _, p = _varint(values, 0)  # Riegeli's own prefix: the decompressed size
+    values = snappy_decompress(values[p:])
+  elif compression != b"\x00":
+    raise MachineCodeError(f"unsupported Riegeli compression {compression!r}")
+  if len(values) != decoded:
+    raise MachineCodeError("Riegeli chunk size mismatch")
+  return values
+
+
 def riegeli_records(data: bytes) -> list[bytes]:
-  """The decoded values of every simple chunk of a Riegeli stream (records concatenated)."""
+  """The decoded values of every simple chunk of a Riegeli stream (records concatenated).
+
+  XLA writes one chunk, or for a large executable a small one and then the rest. `data`
+  runs on past the stream into the outer proto's tail, which the chunk headers do not
+  bound: the stream ends at the first header that is no chunk (an unknown type, a size
+  past the data), or, once records were read, at a chunk that does not decode."""
   stream = bytearray()  # the stream with its 64 KiB block headers cut out
   for start in range(0, len(data), _RIEGELI_BLOCK):
     stream += data[start + _RIEGELI_BLOCK_HEADER : start + _RIEGELI_BLOCK]
   out, pos = [], 0
   while pos + _RIEGELI_CHUNK_HEADER <= len(stream):
     _, size, _, type_and_count, decoded = struct.unpack_from("<QQQQQ", stream, pos)
-    pos += _RIEGELI_CHUNK_HEADER
-    body = bytes(stream[pos : pos + size])
-    pos += size
     kind = chr(type_and_count & 0xFF)
-    if kind in ("s", "p", "m"):  # signature, padding, metadata
+    end = pos + _RIEGELI_CHUNK_HEADER + size
+    if kind not in ("r", "s", "p", "m") or end > len(stream):
+      break
+    body = bytes(stream[pos + _RIEGELI_CHUNK_HEADER : end])
+    pos = end
+    if kind != "r":  # signature, padding, metadata
       continue
-    if kind != "r":
-      raise MachineCodeError(f"unsupported Riegeli chunk type {kind!r}")
-    compression = body[:1]
-    sizes_len, p = _varint(body, 1)
-    values = body[p + sizes_len :]
-    if compression == b"s":
-      _, p = _varint(values, 0)  # Riegeli's own prefix: the decompressed size
-      values = snappy_decompress(values[p:])
-    elif compression != b"\x00":
-      raise MachineCodeError(f"unsupported Riegeli compression {compression!r}")
-    if len(values) != decoded:
-      raise MachineCodeError("Riegeli chunk size mismatch")
-    out.append(values)
-    break  # XLA writes one record; what follows the stream is the outer proto's tail
+    try:
+      out.append(_chunk_values(body, decoded))
+    except (MachineCodeError, IndexError):
+      if not out:
+        raise
+      break
+  if not out:
+    raise MachineCodeError("no record chunk in the Riegeli stream")
   return out
 
 
@@ -223,43 +256,117 @@ def _run(tool: str, *args: str) -> str:
 
 _RES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 _FUNC = re.compile(r"^\s*Function : (\S+)", re.M)
-_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Z0-9_]+)*)\s*([^;]*);")
-_BRANCH = re.compile(r"^(?:BRA|JMP)")
+_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?:\.[A-Za-z0-9_]+)*)\s*([^;]*);")
+_JUMPS = ("BRA", "JMP")  # to an address in their operand
+_ENDS = ("EXIT", "RET", "BRX", "JMX")  # no fall-through, and no successor we can name
+_HGMMA_SHAPE = re.compile(r"^\.(\d+)x(\d+)x(\d+)")
 
 
-def _sass_facts(sass: str) -> dict[str, tuple[dict[str, int], bool, bool]]:
-  """Per function: instruction counts, whether wgmma is serialized, whether every loop
-  with wgmma waits for all but one."""
+class _Instr(NamedTuple):
+  addr: int
+  op: str
+  mods: str
+  args: str
+  predicated: bool
+
+
+def _instructions(body: str) -> list[_Instr]:
+  out = []
+  for line in body.splitlines():
+    m = _INSTR.search(line)
+    if m:
+      out.append(_Instr(int(m.group(1), 16), m.group(3), m.group(4), m.group(5), m.group(2) is not None))
+  return out
+
+
+def _natural_loops(instrs: list[_Instr]) -> list[set[int]]:
+  """Each loop's instructions (indices into instrs), one per back edge: a jump to a block
+  that dominates the jump. A loop holds the code ptxas lays out after it and jumps back
+  from (its out-of-line barrier waits); such a jump back alone, with no cycle through its
+  target, is no loop."""
+  at = {ins.addr: i for i, ins in enumerate(instrs)}
+
+  def target(ins: _Instr) -> int | None:
+    t = re.match(r"\s*0x([0-9a-f]+)", ins.args)
+    return at.get(int(t.group(1), 16)) if ins.op in _JUMPS and t else None
+
+  starts = {0} | {t for ins in instrs if (t := target(ins)) is not None}
+  starts |= {i + 1 for i, ins in enumerate(instrs) if ins.op in _JUMPS + _ENDS and i + 1 < len(instrs)}
+  starts_sorted = sorted(starts)
+  blocks = [range(a, b) for a, b in zip(starts_sorted, [*starts_sorted[1:], len(instrs)])]
+  block_of = {s: b for b, s in enumerate(starts_sorted)}
+  succ: list[list[int]] = []
+  for b, rng in enumerate(blocks):
+    last = instrs[rng[-1]]
+    nxt = [block_of[t]] if (t := target(last)) is not None else []
+    if (last.predicated or last.op not in _JUMPS + _ENDS) and b + 1 < len(blocks):
+      nxt.append(b + 1)
+    succ.append(nxt)
+  reached, stack = {0}, [0]
+  while stack:
+    for s in succ[stack.pop()]:
+      if s not in reached:
+        reached.add(s)
+        stack.append(s)
+  preds: dict[int, list[int]] = {b: [] for b in reached}
+  for b in reached:
+    for s in succ[b]:
+      preds[s].append(b)
+  dom = {b: set(reached) for b in reached}
+  dom[0] = {0}
+  changed = True
+  while changed:
+    changed = False
+    for b in sorted(reached - {0}):
+      new = {b} | set.intersection(*(dom[p] for p in preds[b]))
+      if new != dom[b]:
+        dom[b], changed = new, True
+  loops = []
+  for u in sorted(reached):
+    for head in succ[u]:
+      if head in dom[u]:  # u -> head closes a loop: head and what reaches u without passing it
+        body, stack = {head, u}, [u] if u != head else []
+        while stack:
+          for p in preds[stack.pop()]:
+            if p not in body:
+              body.add(p)
+              stack.append(p)
+        loops.append({i for b in body for i in blocks[b]})
+  return loops
+
+
+def sass_facts(sass: str) -> dict[str, SassFacts]:
+  """Per function of ``cuobjdump -sass`` text: what SassFacts says of it."""
   facts = {}
   parts = _FUNC.split(sass)
   for name, body in zip(parts[1::2], parts[2::2]):
-    instrs = []  # (address, opcode, modifiers, operands)
-    for line in body.splitlines():
-      m = _INSTR.search(line)
-      addr = re.search(r"/\*([0-9a-f]{4,})\*/", line)
-      if m and addr:
-        instrs.append((int(addr.group(1), 16), m.group(1), m.group(2), m.group(3)))
-    counts = collections.Counter(op for _, op, _, _ in instrs if op in INSTRUCTIONS)
-    hgmma = [i for i, (_, op, _, _) in enumerate(instrs) if op == "HGMMA"]
+    instrs = _instructions(body)
+    counts = collections.Counter(ins.op for ins in instrs if ins.op in INSTRUCTIONS)
+    hgmma = [i for i, ins in enumerate(instrs) if ins.op == "HGMMA"]
 
     def is_wait(i, level):
-      _, op, mods, args = instrs[i]
-      return op == "WARPGROUP" and ".DEPBAR" in mods and "gsb0" in args and args.rstrip().endswith(hex(level))
+      ins = instrs[i]
+      return (
+        ins.op == "WARPGROUP"
+        and ".DEPBAR" in ins.mods
+        and "gsb0" in ins.args
+        and ins.args.rstrip().endswith(hex(level))
+      )
 
     # C7511: ptxas waits for (nearly) every wgmma right after issuing it. A pipelined
     # kernel issues a step's wgmmas back to back and waits once a step, for all but one.
     waited = sum(any(is_wait(j, 0) for j in range(i + 1, min(i + 4, len(instrs)))) for i in hgmma)
-    serialized = bool(hgmma) and waited * 2 > len(hgmma)
-    # Loops: a branch back to an earlier address spans [target, branch].
-    loops = []
-    for addr, op, _, args in instrs:
-      t = re.search(r"0x([0-9a-f]+)", args)
-      if _BRANCH.match(op) and t and int(t.group(1), 16) < addr:
-        lo = int(t.group(1), 16)
-        loops.append([j for j, ins in enumerate(instrs) if lo <= ins[0] <= addr])
-    wgmma_loops = [body for body in loops if any(instrs[j][1] == "HGMMA" for j in body)]
-    waits_one = bool(wgmma_loops) and all(any(is_wait(j, 1) for j in body) for body in wgmma_loops)
-    facts[name] = (dict(counts), serialized, waits_one)
+    wgmma_loops = [body for body in _natural_loops(instrs) if any(instrs[j].op == "HGMMA" for j in body)]
+    in_wgmma_loops = set().union(*wgmma_loops)
+    shapes = [_HGMMA_SHAPE.match(instrs[i].mods) for i in hgmma]
+    facts[name] = SassFacts(
+      counts=dict(counts),
+      serialized_wgmma=bool(hgmma) and waited * 2 > len(hgmma),
+      loops_wait_one=bool(wgmma_loops) and all(any(is_wait(j, 1) for j in body) for body in wgmma_loops),
+      loop_spills=sum(instrs[j].op in ("STL", "LDL") for j in in_wgmma_loops),
+      setmaxnreg=bool(counts.get("USETMAXREG")),
+      hgmma_n=max((int(s.group(2)) for s in shapes if s), default=0),
+    )
   return facts
 
 
@@ -271,12 +378,18 @@ def read_cubin(cubin: bytes, cuobjdump: str) -> list[KernelCode]:
       f.write(cubin)
     res = _run(cuobjdump, "-res-usage", path)
     sass = _run(cuobjdump, "-sass", path)
-  facts = _sass_facts(sass)
-  out = []
-  for name, reg, stack, shared, local in _RES.findall(res):
-    counts, serialized, waits_one = facts.get(name, ({}, False, False))
-    out.append(KernelCode(name, int(reg), int(local), int(stack), int(shared), counts, serialized, waits_one))
-  return out
+  facts = sass_facts(sass)
+  return [
+    KernelCode(
+      name=name,
+      registers=int(reg),
+      local_bytes=int(local),
+      stack_bytes=int(stack),
+      static_smem_bytes=int(shared),
+      **vars(facts.get(name, SassFacts())),
+    )
+    for name, reg, stack, shared, local in _RES.findall(res)
+  ]
 
 
 def read_executable(serialized: bytes, cuobjdump: str | None = None, only: bytes | None = None) -> list[KernelCode]:

@@ -5,7 +5,8 @@ Rows go to DIR/compile.jsonl (kind "compile"), one per (device kind, problem sha
 candidate), appended and fsynced like records.jsonl, so a rerun compiles only what is new.
 A later `ragtune sweep` on a device of that kind (the facts file's device_description_str
 must be the device's jax device_kind) never times a candidate whose compile failed,
-overflowed, spilled or serialized its wgmma; see ragtune.run.plan.make_task.
+overflowed, spilled (in its wgmma loops or elsewhere) or serialized its wgmma; see
+ragtune.run.plan.make_task.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ def _versions(out_dir: Path, row: dict[str, Any]) -> Versions | None:
 
 def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, Rejection]:
   """candidate id -> Rejection, for p's candidates whose deviceless compile for this device
-  kind was not clean: the compiler's own verdict (no fit, spill, serialized wgmma, an
-  unsupported device, a compile error or a compiler crash)."""
+  kind was not clean: the compiler's own verdict (no fit, a spill in the wgmma loops or
+  elsewhere, serialized wgmma, an unsupported device, a compile error or a compiler crash)."""
   rows = _by_shape(out_dir).get(shape_key(device_kind, p), {})
   return {
     cid: Rejection(

@@ -134,7 +134,22 @@ def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str)
   """One row per kernel of each (problem, config) compiled deviceless for `kind`."""
   t = _table(
     f"deviceless compile for {kind} (default configs)",
-    ("op", "backend", SHAPE, "config", "outcome", "regs", "spill B", "smem KiB", "mma", "copy", "s"),
+    (
+      "op",
+      "backend",
+      SHAPE,
+      "config",
+      "outcome",
+      "regs",
+      "spill B",
+      "loop spills",
+      "smem KiB",
+      "mma",
+      "HGMMA n",
+      "setmaxnreg",
+      "copy",
+      "s",
+    ),
   )
   for i, (p, cfg) in enumerate(items):
     rep = reports[i]
@@ -148,8 +163,11 @@ def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str)
         rep["outcome"] if rep["outcome"] == ok else f"{rep['outcome']}: {rep['error'][:120]}",
         str(kr.get("registers", "-")),
         str(kr.get("spill_bytes", "-")),
+        str(kr.get("loop_spills", "-")),
         "-" if smem is None else f"{smem / 1024:.0f}" + ("*" if kr.get("smem_source") == "config" else ""),
         kr.get("mma", "-"),
+        str(kr.get("hgmma_n") or "-"),
+        {True: "yes", False: "no"}.get(kr.get("setmaxnreg"), "-"),
         kr.get("copy", "-"),
         f"{rep['compile_s']:.1f}",
       )

@@ -73,6 +73,18 @@ def _no_lut():
   kernels.lut.reset_active_lut()
 
 
+def load_benchmark(name: str):
+  """benchmarks/<name>.py as a module (benchmarks/ is no package)."""
+  import importlib.util
+  import sys
+
+  spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+  mod = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = mod
+  spec.loader.exec_module(mod)
+  return mod
+
+
 def entry_config(e):
   """A LUT query's config (None when nothing matched)."""
   return None if e is None else e.config

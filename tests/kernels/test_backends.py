@@ -170,7 +170,7 @@ def test_resolve_explicit_backend_and_configs_under_auto(monkeypatch):
 
 
 def test_auto_falls_back_to_mosaic_gpu_on_hopper_where_pallas_triton_is_gone(monkeypatch):
-  """"auto" keeps pallas_gpu on Hopper; a jax without Pallas Triton gets mosaic_gpu there
+  """ "auto" keeps pallas_gpu on Hopper; a jax without Pallas Triton gets mosaic_gpu there
   (Hopper only: a B200 then gets xla), and asking for pallas_gpu by name says why not."""
   reg = kernels.registry
   assert reg.get("pallas_gpu").unavailable() == ""  # this jax ships it

@@ -2,12 +2,11 @@
 gap to our targets, read back from the bench's CSV."""
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import jax
 import pytest
+from conftest import load_benchmark
 
 import kernels
 from ragtune import bench
@@ -16,11 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _anchors():
-  spec = importlib.util.spec_from_file_location("anchors", ROOT / "benchmarks" / "anchors.py")
-  mod = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = mod
-  spec.loader.exec_module(mod)
-  return mod
+  return load_benchmark("anchors")
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU host's behaviour")

@@ -241,10 +241,12 @@ def test_b200_auto_with_a_mosaic_lut_entry_falls_back_to_pallas_gpu():
   assert names == ["ragtune_gmm", "ragtune_gmm", "ragtune_tgmm"], names
 
 
-def test_serialized_wgmma_is_seen():
+def test_serialized_wgmma_and_loop_spills_are_seen():
   """ptxas's C7511 (wgmma serialized for want of registers) compiles, yet runs several times
   slower; the reader must flag it. jax's own warp-specialized Hopper matmul at 128x256
-  tiles per warpgroup hits it (and spills); at 128x128 it is clean."""
+  tiles per warpgroup hits it and stores and reloads its accumulator in the k loop; at
+  128x128 it is clean. Both move registers to their consumers (setmaxnreg), and their
+  widest wgmma is the tile's width."""
   from jax.experimental import serialize_executable
   from jax.sharding import NamedSharding
   from jax.sharding import PartitionSpec as P
@@ -265,5 +267,5 @@ def test_serialized_wgmma_is_seen():
         .compile()
       )
     (k,) = machine_code.read_executable(serialize_executable.serialize(c)[0], only=b"mosaic")
-    flags[tile_n] = k.serialized_wgmma
-  assert flags == {256: True, 128: False}
+    flags[tile_n] = (k.serialized_wgmma, k.loop_spills > 0, k.setmaxnreg, k.hgmma_n)
+  assert flags == {256: (True, True, True, 256), 128: (False, False, True, 128)}

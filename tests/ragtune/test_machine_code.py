@@ -1,0 +1,175 @@
+"""What ragtune.machine_code reads from SASS text (cuobjdump -sass), on small hand-written
+functions laid out as ptxas lays out Hopper kernels; and how aot turns those facts into a
+compile outcome, a compile.jsonl row and a `ragtune compile` table line. No compiler runs
+here: tests/ragtune/test_aot_compile.py reads real cubins."""
+
+import dataclasses
+import io
+import json
+import struct
+
+from rich.console import Console
+
+import kernels
+from ragtune import aot, machine_code, prune, store, views
+from ragtune.shapes import Problem
+
+H100 = "NVIDIA H100 80GB HBM3"
+PROBLEM = Problem("fwd", "mosaic_gpu", "bfloat16", 256, 128, 128, 2, "multinomial", (128, 128))
+
+
+def _sass(name: str, *instrs: str) -> str:
+  """cuobjdump -sass text of one function, one instruction per 16 bytes from 0x0."""
+  lines = [f"\t\tFunction : {name}", '\t.headerflags\t@"EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"']
+  lines += [
+    f"        /*{16 * i:04x}*/                   {ins} ;   /* 0x000000000000794d */" for i, ins in enumerate(instrs)
+  ]
+  return "\n".join(lines) + "\n"
+
+
+HGMMA_256 = "HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8].tnspB, R24, gsb0"
+HGMMA_128 = "HGMMA.64x128x16.F32.BF16 R88, gdesc[UR16].tnspB, R88"
+WAIT_ONE = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
+
+# A k loop (0x30..0x80) whose accumulator is stored and reloaded around its wgmmas, after a
+# prologue that spills once.
+LOOP_SPILL = _sass(
+  "k_loop_spill",
+  "MOV R1, c[0x0][0x28]",  # 0x00
+  "STL [R1+0x200], R2",  # 0x10: before any loop
+  "WARPGROUP.ARRIVE",  # 0x20
+  HGMMA_256,  # 0x30: loop head
+  "STL.64 [R1], R24",  # 0x40
+  "LDL.64 R24, [R1]",  # 0x50
+  HGMMA_256,  # 0x60
+  WAIT_ONE,  # 0x70
+  "@P0 BRA 0x30",  # 0x80: back to the head
+  "EXIT",  # 0x90
+)
+
+
+def test_spills_inside_the_wgmma_loop_are_counted_and_those_before_it_are_not():
+  (f,) = machine_code.sass_facts(LOOP_SPILL).values()
+  assert f.loop_spills == 2 and f.counts["STL"] == 2 and f.counts["LDL"] == 1
+  assert f.loops_wait_one and f.hgmma_n == 256
+
+
+def test_a_clean_loop_has_no_loop_spills_though_the_kernel_spills_elsewhere():
+  sass = _sass(
+    "k_clean",
+    "STL [R1+0x200], R2",  # 0x00: before the loop
+    HGMMA_128,  # 0x10: loop head
+    HGMMA_128,
+    WAIT_ONE,
+    "@P0 BRA 0x10",  # 0x40
+    "LDL R2, [R1+0x200]",  # 0x50: after it
+    "EXIT",
+  )
+  (f,) = machine_code.sass_facts(sass).values()
+  assert f.loop_spills == 0 and f.counts["STL"] == f.counts["LDL"] == 1
+
+
+def test_out_of_line_waits_belong_to_the_loop_that_jumps_to_them_and_a_jump_back_alone_is_no_loop():
+  """ptxas puts a loop's barrier retries after EXIT and jumps back into the loop: a spill
+  there is in the loop. A retry of straight-line code (jump out, spin, jump back to the next
+  instruction) makes no cycle through its target, so its spill is outside every loop, though
+  it lies between an address and a branch back to it."""
+  sass = _sass(
+    "k_stubs",
+    "@!P1 BRA 0x90",  # 0x00: a wait before the loop, out of line
+    HGMMA_128,  # 0x10: loop head
+    "@!P2 BRA 0xc0",  # 0x20: a wait in the loop, out of line
+    WAIT_ONE,  # 0x30
+    "@P0 BRA 0x10",  # 0x40: the loop's back edge
+    "EXIT",  # 0x50
+    "NOP",
+    "NOP",
+    "NOP",
+    "STL [R1], R2",  # 0x90: the first wait: spills, spins, returns
+    "@!P1 BRA 0x90",  # 0xa0
+    "BRA 0x10",  # 0xb0: back to 0x10, which it does not dominate
+    "LDL R2, [R1]",  # 0xc0: the loop's wait
+    "@!P2 BRA 0xc0",  # 0xd0
+    "BRA 0x30",  # 0xe0: back into the loop
+  )
+  (f,) = machine_code.sass_facts(sass).values()
+  assert f.loop_spills == 1 and f.loops_wait_one
+
+
+def test_setmaxnreg_and_the_widest_wgmma():
+  ws = _sass(
+    "k_ws",
+    "USETMAXREG.DEALLOC.CTAPOOL 0x28",
+    "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8",
+    HGMMA_128,
+    HGMMA_256,
+    "EXIT",
+  )
+  plain = _sass("k_plain", HGMMA_128, "EXIT")
+  no_mma = _sass("k_copy", "LDG.E R2, desc[UR4][R2.64]", "EXIT")
+  facts = machine_code.sass_facts(ws + plain + no_mma)
+  assert [(f.setmaxnreg, f.hgmma_n) for f in facts.values()] == [(True, 256), (False, 128), (False, 0)]
+  assert list(facts) == ["k_ws", "k_plain", "k_copy"]
+
+
+def _report(name: str, **kw) -> aot.KernelReport:
+  base = dict(registers=168, spill_bytes=0, stack_bytes=0, smem_bytes=1 << 17, smem_source="config", mma="wgmma")
+  base.update(copy="tma", counts={"HGMMA": 8}, serialized_wgmma=False, loops_wait_one=True)
+  base.update(loop_spills=0, setmaxnreg=True, hgmma_n=256)
+  return aot.KernelReport(name, **{**base, **kw})
+
+
+def test_a_loop_spill_is_the_worst_outcome_and_every_fault_is_named():
+  clean = _report("ragtune_tgmm")
+  serialized = _report("ragtune_gmm", serialized_wgmma=True)
+  spill = _report("ragtune_gmm", spill_bytes=16, stack_bytes=16)
+  looped = _report("ragtune_gmm", spill_bytes=1032, stack_bytes=1032, loop_spills=496, serialized_wgmma=True)
+  assert aot.verdict((clean,)) == (aot.OK, "")
+  assert aot.verdict((clean, serialized)) == (aot.SERIALIZED, "ragtune_gmm: wgmma serialized (ptxas C7511)")
+  assert aot.verdict((serialized, spill))[0] == aot.SPILL
+  outcome, error = aot.verdict((spill, looped))
+  assert outcome == aot.LOOP_SPILL
+  assert error == "ragtune_gmm: 16 B/thread spilled; ragtune_gmm: 496 STL/LDL in its wgmma loops (1032 B/thread)"
+
+
+def test_a_loop_spill_row_is_rejected_for_the_sweep(tmp_path):
+  cfg, clean = kernels.MosaicConfig(128, 128, 64, 4, 1), kernels.MosaicConfig(128, 128, 64, 3, 1)
+  looped = _report("ragtune_gmm", loop_spills=4, spill_bytes=8, stack_bytes=8)
+  for c, kr in ((cfg, looped), (clean, _report("ragtune_gmm"))):
+    outcome, error = aot.verdict((kr,))
+    row = {"id": f"{prune.shape_key(H100, PROBLEM)}|{store.candidate_id(c)}", "candidate": store.candidate_id(c)}
+    row |= {"outcome": outcome, "error": error, "kernels": [kr.to_dict()]}
+    with open(tmp_path / prune.COMPILE_RECORDS, "a") as f:
+      f.write(json.dumps(row) + "\n")
+  rejected = prune.rejected(tmp_path, H100, PROBLEM)
+  assert list(rejected) == [store.candidate_id(cfg)]
+  assert "loop_spill: ragtune_gmm: 4 STL/LDL in its wgmma loops" in rejected[store.candidate_id(cfg)].reason
+
+
+def test_the_compile_table_shows_loop_spills_hgmma_n_and_setmaxnreg():
+  cfg = kernels.MosaicConfig(128, 128, 64, 4, 1)
+  kr = _report("ragtune_gmm", loop_spills=496, hgmma_n=192, setmaxnreg=False)
+  rep = {"outcome": aot.LOOP_SPILL, "error": "x", "compile_s": 1.0, "kernels": [dataclasses.asdict(kr)]}
+  out = io.StringIO()
+  Console(file=out, width=250).print(views.compile_table(H100, [(PROBLEM, cfg)], {0: rep}, aot.OK))
+  header, row = [l.replace("┃", "│").split("│") for l in out.getvalue().splitlines() if "┃" in l or "│" in l]
+  cells = dict(zip([c.strip() for c in header], [c.strip() for c in row]))
+  assert (cells["loop spills"], cells["HGMMA n"], cells["setmaxnreg"]) == ("496", "192", "no"), cells
+
+
+def _chunk(kind: str, values: bytes = b"", records: int = 1) -> bytes:
+  """A Riegeli simple chunk, uncompressed: a 40-byte header (hashes left 0: the reader
+  does not check them), then compression 0, the record sizes and the values."""
+  sizes = bytes([len(values)]) if kind == "r" else b""
+  body = b"\x00" + bytes([len(sizes)]) + sizes + values if kind == "r" else b""
+  header = struct.pack("<QQQQQ", 0, len(body), 0, ord(kind) | (records if kind == "r" else 0) << 8, len(values))
+  return header + body
+
+
+def test_every_record_chunk_is_read_up_to_the_outer_tail():
+  """A large executable's stream holds a small record chunk and then the one with the
+  cubins; the bytes after the stream belong to the outer proto and end it."""
+  head = machine_code._RIEGELI_MAGIC + bytes(machine_code._RIEGELI_BLOCK_HEADER - 8)
+  tail = b"\x12\x03abc" + bytes(64)  # no chunk type, and a size past the data
+  stream = head + _chunk("s") + _chunk("r", b"header") + _chunk("p") + _chunk("r", b"\x7fELF...") + tail
+  assert machine_code.riegeli_records(stream) == [b"header", b"\x7fELF..."]
