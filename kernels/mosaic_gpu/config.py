@@ -201,7 +201,7 @@ def grid_work(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: t
     tiles = -(-k_pad // cfg.block_k) * -(-n_pad // cfg.block_n)
     steps = g * tiles
     out = g * _round_up(k_pad, cfg.block_k) * _round_up(n_pad, cfg.block_n)
-    blocks = sum(row_tiles(group_sizes, rows, cfg.block_m, group_start=True)[0])
+    blocks = sum(row_tiles(group_sizes, rows, cfg.block_m, group_start=True, align=8)[0])
     return GridWork(steps, steps, m_pad * (k_pad + n_pad), out, blocks * tiles, cfg.block_m * cfg.block_k * cfg.block_n)
   k_pad, n_pad = _round_up(contraction, cfg.block_k), _round_up(cols, 64)
   col_blocks = -(-n_pad // cfg.block_n)
