@@ -1,15 +1,28 @@
-"""Model the HBM bytes the Pallas GPU kernels fetch, from their real launch order.
+"""Model the HBM bytes the GPU kernels fetch, from their real launch order.
 
-No GPU: this replays kernels.pallas_gpu.gmm.program_tile / gpu_tgmm.program_tile (and the real
-tile schedule of kernels.common) through a simple machine:
+No GPU: this replays the launch orders of the kernels over the real tile schedule
+(kernels.common.tile_schedule) through a simple machine:
 
-- `--sms` SMs (132 on an H100 SXM), each running as many programs as its shared memory
-  holds (228 KiB per SM, 1 KiB reserved per program, capped at 2: the wgmma configs use
-  8 warps or ~100+ registers per thread);
-- programs dispatched in launch order, each to the slot that frees first; all running
-  programs advance in lockstep, one phase (a few k steps) at a time;
-- an LRU L2 of `--l2` MB over operand blocks: a miss fetches the block from HBM. Outputs
-  are written once and counted as written bytes.
+- `--sms` SMs (132 on an H100 SXM);
+- triton (kernels/pallas_gpu): one program per output cell, each SM running as many as its
+  shared memory holds (228 KiB per SM, 1 KiB reserved per program, capped at 2: the wgmma
+  configs use 8 warps or ~100+ registers per thread), dispatched in launch order to the slot
+  that frees first. Aligned row tiles, the banded order of common.launch_cell (drhs:
+  kernels.pallas_gpu.tgmm.program_tile);
+- mosaic v2 (kernels/mosaic_gpu, config.default): persistent, one CTA per SM; CTA i takes
+  cells i, i + sms, i + 2 sms, ... of common.launch_cell's order over group-start row tiles
+  (drhs: cells (group, k tile, n tile), the group slowest, common.program_tile within it;
+  each group's rows reduced from its first row in block_m steps);
+- mosaic v1 (the Mosaic GPU kernels before v2, git 0bcb5d4): the same persistent grid over
+  aligned tiles, 128x128 tiles with block_k 64 (drhs: 64-row steps into 128x128 tiles),
+  walked by band_snake in bands of grid_block_n column blocks (4; drhs 1), spare cells of
+  the static tile bound included;
+- all running programs advance in lockstep, one phase (a few k steps) at a time;
+- an LRU L2 of `--l2` MB over operand blocks: a miss fetches the block from HBM. lhs (drhs:
+  lhs and dout) is cut at every tile's first and last row, so tiles that share rows share
+  cache entries, exact to the row (group-start tiles start on any row, and a group's last
+  tile reads on into the next group's rows, as its TMA box does). Outputs are written once
+  and counted as written bytes.
 
 "fetched" is HBM reads plus output writes; "unique" is every operand byte the problem
 needs once plus the output. Their ratio is how many times the launch order re-reads data.
@@ -17,8 +30,12 @@ It ignores sectors, prefetch, L2 partitioning and L2 hashing: a model to compare
 not a prediction of a timing. Compare "HBM ms" (fetched / --bw) with "MMA ms" (FLOPs /
 --tflops) to see which bound applies.
 
+After the L2 table, the tile waste of each problem's routing: row tiles issued, aligned and
+group-start, against the ideal sum(rows) / block_m, and the MMA work the extra tiles add.
+
   python benchmarks/l2_traffic.py                 # default configs, best band, 50 and 25 MB
   python benchmarks/l2_traffic.py --quick         # smaller problems (m / 8), for a quick look
+  python benchmarks/l2_traffic.py --kernels mosaic --l2 50
 """
 
 from __future__ import annotations
@@ -38,12 +55,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jax.numpy as jnp  # noqa: E402
 
 from kernels import common  # noqa: E402
+from kernels.mosaic_gpu import config as mosaic  # noqa: E402
 from kernels.pallas_gpu import config as triton  # noqa: E402
-from kernels.pallas_gpu import gmm as gpu_gmm  # noqa: E402
-from kernels.pallas_gpu import tgmm as gpu_tgmm
 
 SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
-MAX_PHASES = 16  # phases per program: k steps are merged into at most this many
+MAX_PHASES = 16  # phases per program: k steps (drhs: row steps) are merged into at most this many
+HOPPER = "NVIDIA H100 80GB HBM3"
+ORDERS = ("banded", "snake", "m_fastest", "n_fastest")
+MOSAIC_BANDS = mosaic.BAND_RANGE  # group_m and grid_block_n both take [1, 64]
+# Mosaic GPU v1 defaults (kernels/mosaic_gpu/config.py at git 0bcb5d4): block_m, block_n, block_k, grid_block_n.
+V1_GMM, V1_TGMM = (128, 128, 64, 4), (64, 128, 128, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,127 +89,322 @@ PROBLEMS = [
   Problem("DeepSeek-V3 up fwd", "fwd", 131072, 7168, 2048, 256),
   Problem("DeepSeek-V3 up dlhs", "dlhs", 131072, 7168, 2048, 256),
   Problem("DeepSeek-V3 up drhs", "drhs", 131072, 7168, 2048, 256),
+  Problem("DeepSeek-V3 down fwd", "fwd", 131072, 2048, 7168, 256),
+  Problem("DeepSeek-V3 down dlhs", "dlhs", 131072, 2048, 7168, 256),
+  Problem("DeepSeek-V3 down drhs", "drhs", 131072, 2048, 7168, 256),
   Problem("DeepSeek-V3 decode fwd", "fwd", 512, 7168, 2048, 256),
 ]
 
 
-def _ctas_per_sm(cfg: triton.TritonConfig, *dims) -> int:
-  smem = cfg.smem_bytes(*dims)
-  return max(1, min(2, SMEM_PER_SM // (smem + SMEM_RESERVED)))
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  """How one kernel walks a problem, in the op's own frame: output tiles of block_m x block_n
+  with block_k a step (drhs: block_k x block_n tiles of [k, n], block_m rows a step)."""
+
+  name: str  # triton | mosaic v1 | mosaic v2 | ...
+  config: str  # the blocks, as the table prints them
+  block_m: int
+  block_n: int
+  block_k: int
+  band: int  # banded: group_m (drhs group_k); snake: grid_block_n
+  order: str  # one of ORDERS; m_fastest / n_fastest are global orders over every tile
+  group_start: bool  # row tiles from each group's first row, else on the block_m grid
+  persistent: bool  # one program per SM walking cells sm, sm + sms, ...; else one program per cell
+  per_sm: int = 1  # programs resident on an SM at once
 
 
-def gmm_programs(p: Problem, cfg: triton.TritonConfig, sizes: np.ndarray, order: str = "banded"):
-  """Per launch slot in order: (lhs row block or -1 for a zero-fill tile, group, col block).
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+  fetched: int  # HBM bytes: operand reads and output writes
+  unique: int  # every operand byte once, and the output
+  cells: int  # cells that run MMAs: (row tile, column block), drhs (group, k tile, n tile)
 
-  order: "banded" is the kernel's (gpu_gmm.launch_cell); "m_fastest" / "n_fastest" are the
-  two global orders ragtune used before (every tile of a column block first, or every
-  column block of a tile first, over all groups' tiles at once), for comparison."""
+
+def _cdiv(a: int, b: int) -> int:
+  return -(-a // b)
+
+
+def programs_per_sm(smem_bytes: int) -> int:
+  """Programs of a launched (not persistent) wgmma kernel resident on one SM: as many as its shared
+  memory holds, at most 2 (8 warps, or 100+ registers a thread, fill the register file)."""
+  return max(1, min(2, SMEM_PER_SM // (smem_bytes + SMEM_RESERVED)))
+
+
+def triton_kernel(p: Problem, cfg: triton.TritonConfig, dtype: str = "bfloat16") -> Kernel:
   rows, contraction, cols = common.op_dims(p.op, p.m, p.k, p.n)
   c = cfg.clamped(rows, contraction, cols)
-  num_tiles = common.num_tiles_bound(rows, c.block_m, p.g)
+  band = c.group_k if p.op == "drhs" else c.group_m
+  blocks = f"{c.block_m}x{c.block_k}x{c.block_n} w{c.num_warps} s{c.num_stages}"
+  slots = programs_per_sm(c.smem_bytes(p.op, dtype, p.m, p.k, p.n))
+  return Kernel("triton", blocks, c.block_m, c.block_n, c.block_k, band, "banded", False, False, slots)
+
+
+def mosaic_v2(p: Problem) -> Kernel:
+  c = mosaic.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=HOPPER)
+  blocks = f"bm{c.block_m} bn{c.block_n} bk{c.block_k} cs{c.max_concurrent_steps}"
+  return Kernel("mosaic v2", blocks, c.block_m, c.block_n, c.block_k, c.group_m, "banded", True, True)
+
+
+def mosaic_v1(p: Problem) -> Kernel:
+  bm, bn, bk, band = V1_TGMM if p.op == "drhs" else V1_GMM
+  if p.op != "drhs" and max(1, p.m // p.g) <= 96:  # v1's decode default, as v2's
+    bm = 64
+  return Kernel("mosaic v1", f"bm{bm} bn{bn} bk{bk} cs4", bm, bn, bk, band, "snake", False, True)
+
+
+def band_snake(idx, num_rows: int, num_cols: int, band: int):
+  """The (row, col) cell of step `idx` in the v1 Mosaic GPU order (kernels/mosaic_gpu/gmm.py at
+  git 0bcb5d4), in NumPy: bands of `band` columns, the column fastest within a band, every
+  other band walking its rows bottom-up, the last band possibly narrower."""
+  band = max(1, min(band, num_cols))
+  per_band = band * num_rows
+  b = idx // per_band
+  local = idx - b * per_band
+  first_col = b * band
+  width = np.maximum(np.minimum(band, num_cols - first_col), 1)
+  row = local // width
+  row = np.where(b % 2 == 0, row, num_rows - 1 - row)
+  return row, first_col + local % width
+
+
+def gmm_cells(p: Problem, kern: Kernel, sizes: np.ndarray):
+  """Per cell in launch order: (first lhs row of its row tile, group or -1 for a cell that reads
+  nothing (zero fill, spare slot), column block)."""
+  rows, _, cols = common.op_dims(p.op, p.m, p.k, p.n)
+  num_tiles = common.num_tiles_bound(rows, kern.block_m, p.g)
   seg_starts, seg_ends = common.segment_bounds(jnp.asarray(sizes), rows, jnp.int32(0), p.g)
   sched = common.TileSchedule(
-    *(np.asarray(a) for a in common.tile_schedule(seg_starts, seg_ends, c.block_m, num_tiles))
-  )
-  ncol = -(-cols // c.block_n)
-  pid = np.arange(int(sched.active[0]) * ncol)
-  if order == "banded":
-    tile, col = gpu_gmm.launch_cell(
-      pid, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles, ncol, c.group_m
+    *(
+      np.asarray(a)
+      for a in common.tile_schedule(seg_starts, seg_ends, kern.block_m, num_tiles, group_start=kern.group_start)
     )
+  )
+  active = int(sched.active[0])
+  ncol = _cdiv(cols, kern.block_n)
+  if kern.order == "banded":
+    tile, col = common.launch_cell(
+      np.arange(active * ncol), sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles, ncol, kern.band
+    )
+  elif kern.order == "snake":  # v1 walked the static bound and skipped its spare tiles
+    tile, col = band_snake(np.arange(num_tiles * ncol), num_tiles, ncol, kern.band)
   else:
-    band = int(sched.active[0]) if order == "m_fastest" else 1
-    tile, col = gpu_gmm.program_tile(pid, int(sched.active[0]), ncol, band)
-  tile_block = sched.tile_row_start // c.block_m
+    band = active if kern.order == "m_fastest" else 1
+    tile, col = common.program_tile(np.arange(active * ncol), active, ncol, band)
   seg = sched.tile_segment[tile]
-  is_group = (seg >= 1) & (seg <= p.g)
-  return c, np.where(is_group, tile_block[tile], -1), seg - 1, col
+  real = (tile < active) & (seg >= 1) & (seg <= p.g)
+  return sched.tile_row_start[tile], np.where(real, seg - 1, -1), col
 
 
-def simulate(p: Problem, cfg: triton.TritonConfig, *, sms: int, l2_bytes: int, dtype="bfloat16", order: str = "banded"):
-  """(HBM bytes fetched incl. output writes, unique bytes) for one op and config."""
+def tgmm_cells(p: Problem, kern: Kernel):
+  """Per cell in launch order: (group, k tile, n tile); the group is the slowest axis."""
+  nk, nn = _cdiv(p.k, kern.block_k), _cdiv(p.n, kern.block_n)
+  pid = np.arange(p.g * nk * nn)
+  grp = pid // (nk * nn)
+  local = pid - grp * nk * nn
+  walk = band_snake if kern.order == "snake" else common.program_tile
+  kb, nb = walk(local, nk, nn, kern.band)
+  return grp, kb, nb
+
+
+class RowPieces:
+  """The row axis cut at both ends of every row range the kernel reads: each range is a run of
+  whole pieces, and two ranges that overlap share the pieces they overlap."""
+
+  def __init__(self, starts: np.ndarray, ends: np.ndarray):
+    self.bounds = np.unique(np.concatenate([starts, ends]))
+    self.rows = np.diff(self.bounds)
+
+  def runs(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[first, last) piece of each range."""
+    return np.searchsorted(self.bounds, starts), np.searchsorted(self.bounds, ends)
+
+
+def _phase_spans(steps: int, longest: int) -> list[tuple[int, int]]:
+  """[first, last) steps of each phase of a program of `steps` steps: the longest program of
+  the launch takes at most MAX_PHASES phases, and every phase is as many steps."""
+  per_phase = max(1, math.ceil(longest / MAX_PHASES))
+  return [(s, min(steps, s + per_phase)) for s in range(0, steps, per_phase)]
+
+
+def replay(n_programs: int, phases_of, slots: int, persistent: bool, l2_bytes: int) -> int:
+  """HBM bytes the programs read through an LRU L2 of l2_bytes. `slots` programs run at once,
+  in lockstep, one phase (a list of (block key, bytes)) each a round. Persistent: slot s runs
+  programs s, s + slots, ...; else each freed slot takes the next program in launch order."""
+  cache: collections.OrderedDict = collections.OrderedDict()
+  held, fetched = 0, 0
+
+  def touch(phase):
+    nonlocal held, fetched
+    for key, size in phase:
+      if key in cache:
+        cache.move_to_end(key)
+        continue
+      fetched += size
+      cache[key] = size
+      held += size
+      while held > l2_bytes:
+        _, s = cache.popitem(last=False)
+        held -= s
+
+  if persistent:
+    queues = [collections.deque(range(s, n_programs, slots)) for s in range(slots)]
+    current: list[list] = [[] for _ in range(slots)]
+    busy = True
+    while busy:
+      busy = False
+      for s in range(slots):
+        while not current[s] and queues[s]:  # a program with nothing to read takes no time
+          current[s] = phases_of(queues[s].popleft())[::-1]
+        if current[s]:
+          busy = True
+          touch(current[s].pop())
+    return fetched
+  running: list[list] = []  # per slot: remaining phases of its program, last first
+  next_program = 0
+  while True:
+    while len(running) < slots and next_program < n_programs:
+      phases = phases_of(next_program)[::-1]
+      next_program += 1
+      if phases:
+        running.append(phases)
+    if not running:
+      return fetched
+    for phases in running:
+      touch(phases.pop())
+    # Freed slots take the next programs in launch order before the next phase.
+    running = [phases for phases in running if phases]
+
+
+def simulate(p: Problem, kern: Kernel, *, sms: int, l2_bytes: int, dtype: str = "bfloat16") -> Traffic:
+  """The HBM traffic of one op run by `kern`."""
   b = common.itemsize(dtype)
   sizes = p.group_sizes()
   rows, contraction, cols = common.op_dims(p.op, p.m, p.k, p.n)
   if p.op == "drhs":
-    c = cfg.clamped(rows, contraction, cols)
-    nk, nn = -(-p.k // c.block_k), -(-p.n // c.block_n)
-    pid = np.arange(p.g * nk * nn)
-    grp, kb, nb = gpu_tgmm.program_tile(pid, p.g, nk, nn, c.group_k)
+    grp, kb, nb = tgmm_cells(p, kern)
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    first = starts // c.block_m
-    last = np.where(ends > starts, (ends + c.block_m - 1) // c.block_m, first)
-    steps_total = int(max(1, (last - first).max()))
-    per_phase = max(1, math.ceil(steps_total / MAX_PHASES))
-    # Operand blocks: ("a", row block, k block) of lhs and ("b", row block, n block) of dout.
-    a_bytes, b_bytes = c.block_m * c.block_k * b, c.block_m * c.block_n * b
+    # Each group's row steps: block_m rows from its first row, or the block_m grid blocks it touches.
+    steps = [
+      np.arange(s, e, kern.block_m)
+      if kern.group_start
+      else np.arange(s // kern.block_m, _cdiv(e, kern.block_m)) * kern.block_m
+      for s, e in zip(starts.tolist(), ends.tolist())
+    ]
+    step_starts = np.concatenate(steps)
+    step_ends = np.minimum(step_starts + kern.block_m, rows)
+    pieces = RowPieces(step_starts, step_ends)
+    lo, hi = pieces.runs(step_starts, step_ends)
+    piece_rows = pieces.rows.tolist()
+    # Per group, per phase: the pieces its row steps read.
+    group_phases, at, longest = [], 0, max(1, max(len(st) for st in steps))
+    for st in steps:
+      group_phases.append(
+        [
+          [i for j in range(at + a, at + z) for i in range(int(lo[j]), int(hi[j]))]
+          for a, z in _phase_spans(len(st), longest)
+        ]
+      )
+      at += len(st)
 
-    def program_phases(i):
+    def phases_of(i):
       g_, k_, n_ = int(grp[i]), int(kb[i]), int(nb[i])
-      blocks = range(int(first[g_]), int(last[g_]))
+      bk = min(kern.block_k, p.k - k_ * kern.block_k) * b
+      bn = min(kern.block_n, p.n - n_ * kern.block_n) * b
       return [
-        [(("a", r, k_), a_bytes) for r in blocks[s : s + per_phase]]
-        + [(("b", r, n_), b_bytes) for r in blocks[s : s + per_phase]]
-        for s in range(0, len(blocks), per_phase)
-      ] or [[]]
+        [(("a", x, k_), piece_rows[x] * bk) for x in phase] + [(("b", x, n_), piece_rows[x] * bn) for x in phase]
+        for phase in group_phases[g_]
+      ]
 
-    n_programs = len(pid)
+    n_programs = len(grp)
+    cells = int((sizes > 0).sum()) * _cdiv(p.k, kern.block_k) * _cdiv(p.n, kern.block_n)
     out_bytes = p.g * p.k * p.n * b
     unique = (int(sizes.sum()) * (p.k + p.n)) * b + out_bytes
-    slots = _ctas_per_sm(c, p.op, dtype, p.m, p.k, p.n) * sms
   else:
-    c, row_block, grp, col = gmm_programs(p, cfg, sizes, order)
-    nk = -(-contraction // c.block_k)
-    per_phase = max(1, math.ceil(nk / MAX_PHASES))
-    a_bytes = c.block_m * c.block_k * per_phase * b
-    b_bytes = c.block_k * c.block_n * per_phase * b
+    row_start, grp, col = gmm_cells(p, kern, sizes)
+    real = grp >= 0
+    row_end = np.minimum(row_start + kern.block_m, rows)
+    pieces = RowPieces(row_start[real], row_end[real])
+    lo, hi = pieces.runs(np.where(real, row_start, 0), np.where(real, row_end, 0))
+    piece_rows = pieces.rows.tolist()
+    nk = _cdiv(contraction, kern.block_k)
+    spans = _phase_spans(nk, nk)
+    phase_k = [(min(z * kern.block_k, contraction) - a * kern.block_k) * b for a, z in spans]
 
-    def program_phases(i):
-      r = int(row_block[i])
-      if r < 0:
-        return [[]]  # zero-fill tile: writes only
-      g_, col_ = int(grp[i]), int(col[i])
-      return [[(("a", r, s), a_bytes), (("b", g_, s, col_), b_bytes)] for s in range(0, nk, per_phase)]
+    def phases_of(i):
+      g_ = int(grp[i])
+      if g_ < 0:
+        return []  # zero fill or a spare slot: writes only
+      c_ = int(col[i])
+      bn = min(kern.block_n, cols - c_ * kern.block_n)
+      run = range(int(lo[i]), int(hi[i]))
+      return [
+        [(("a", x, s), piece_rows[x] * kb_bytes) for x in run] + [(("b", g_, s, c_), kb_bytes * bn)]
+        for s, kb_bytes in enumerate(phase_k)
+      ]
 
-    n_programs = len(row_block)
+    n_programs = len(grp)
+    cells = int(real.sum())
     out_bytes = rows * cols * b
     used = int((sizes > 0).sum())
     unique = (int(sizes.sum()) * contraction + used * contraction * cols) * b + out_bytes
-    slots = _ctas_per_sm(c, p.op, dtype, p.m, p.k, p.n) * sms
-
-  cache: collections.OrderedDict = collections.OrderedDict()
-  held, fetched = 0, 0
-  running: list[list | None] = []  # per slot: remaining phases of its program
-  next_program = 0
-  while True:
-    while len(running) < slots and next_program < n_programs:
-      running.append(program_phases(next_program))
-      next_program += 1
-    if not running:
-      break
-    still = []
-    for phases in running:
-      for key, size in phases.pop(0):
-        if key in cache:
-          cache.move_to_end(key)
-          continue
-        fetched += size
-        cache[key] = size
-        held += size
-        while held > l2_bytes:
-          _, s = cache.popitem(last=False)
-          held -= s
-      if phases:
-        still.append(phases)
-    # Freed slots take the next programs in launch order before the next phase.
-    running = still
-  return fetched + out_bytes, unique
+  slots = sms * (1 if kern.persistent else kern.per_sm)
+  fetched = replay(n_programs, phases_of, slots, kern.persistent, l2_bytes)
+  return Traffic(fetched + out_bytes, unique, cells)
 
 
 def default_for(p: Problem, family: str) -> triton.TritonConfig:
-  kind = {"hopper": "NVIDIA H100 80GB HBM3", "ampere": "NVIDIA A100-SXM4-80GB"}.get(family, "")
+  kind = {"hopper": HOPPER, "ampere": "NVIDIA A100-SXM4-80GB"}.get(family, "")
   return triton.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=kind)
+
+
+def kernels_for(p: Problem, names: list[str], family: str) -> list[Kernel]:
+  """The kernels `names` picks (triton, mosaic), each with its default config."""
+  out = [triton_kernel(p, default_for(p, family))] if "triton" in names else []
+  return out + ([mosaic_v1(p), mosaic_v2(p)] if "mosaic" in names else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class TileWaste:
+  block_m: int
+  rows: int  # rows routed to the groups
+  aligned: int  # row tiles on the block_m grid, one more per group boundary inside a tile
+  group_start: int  # row tiles from each group's first row
+
+  @property
+  def ideal(self) -> float:
+    return self.rows / self.block_m
+
+  def extra_pct(self, tiles: int) -> float:
+    """MMA work the tiles add over the ideal, in %."""
+    return 100.0 * (tiles / self.ideal - 1.0)
+
+
+def tile_waste(sizes: np.ndarray, m: int, block_m: int) -> TileWaste:
+  count = lambda group_start: sum(common.row_tiles(sizes.tolist(), m, block_m, group_start)[0])
+  return TileWaste(block_m, int(sizes.sum()), count(False), count(True))
+
+
+def _table(header: str) -> None:
+  print(header)
+  print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
+
+
+def print_tile_waste(problems: list[Problem], block_ms=(64, 128)) -> None:
+  print("\nTile waste: row tiles issued against the ideal sum(rows) / block_m, and the MMA work they add")
+  _table(f"| {'routing (multinomial)':<36} | block_m | ideal tiles | aligned: tiles, +MMA | group-start: tiles, +MMA |")
+  seen = set()
+  for p in problems:
+    if (p.m, p.g, p.seed) in seen:
+      continue
+    seen.add((p.m, p.g, p.seed))
+    label = f"{p.name.rsplit(' ', 1)[0]} m={p.m} g={p.g}"
+    for bm in block_ms:
+      w = tile_waste(p.group_sizes(), p.m, bm)
+      print(
+        f"| {label:<36} | {bm:>7} | {w.ideal:>11.1f} | {f'{w.aligned}, +{w.extra_pct(w.aligned):.1f}%':<20} | "
+        f"{f'{w.group_start}, +{w.extra_pct(w.group_start):.1f}%':<24} |"
+      )
 
 
 def main(argv=None):
@@ -198,59 +414,62 @@ def main(argv=None):
   ap.add_argument("--bw", type=float, default=3.35, help="HBM TB/s for the implied time")
   ap.add_argument("--tflops", type=float, default=800.0, help="MMA TF/s for the compute time")
   ap.add_argument("--bands", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 1024])
-  ap.add_argument("--family", default="hopper", choices=["hopper", "ampere", "other"])
+  ap.add_argument("--family", default="hopper", choices=["hopper", "ampere", "other"], help="triton's defaults")
+  ap.add_argument(
+    "--kernels", nargs="+", default=["triton", "mosaic"], choices=["triton", "mosaic"], help="mosaic: v1 and v2"
+  )
   ap.add_argument("--quick", action="store_true", help="m / 8 on every problem")
   ap.add_argument("--only", default="", help="substring of the problem names to run")
   ap.add_argument(
-    "--legacy", action="store_true", help="also model the old global m_fastest / n_fastest orders (fwd and dlhs)"
+    "--legacy", action="store_true", help="also model the old global m_fastest / n_fastest orders (triton fwd and dlhs)"
   )
   args = ap.parse_args(argv)
 
   print(
     f"L2 traffic model: {args.sms} SMs, LRU L2, HBM {args.bw} TB/s, MMA {args.tflops} TF/s, bf16, "
-    f"multinomial group sizes, {args.family} default configs; bands tried: {args.bands}"
+    f"multinomial group sizes, {args.family} triton defaults; bands tried: {args.bands} (mosaic: those <= 64)"
   )
-  print("ratio = HBM bytes fetched (reads + output writes) / unique bytes; band = group_m (drhs: group_k)")
-  header = (
-    f"| {'problem':<22} | {'default config':<24} | L2 MB | unique GB | default: band, GB, ratio | "
+  print(
+    "ratio = HBM bytes fetched (reads + output writes) / unique bytes; "
+    "band = group_m (drhs: group_k), mosaic v1: grid_block_n"
+  )
+  _table(
+    f"| {'problem':<22} | {'kernel':<9} | {'default config':<24} | L2 MB | unique GB | default: band, GB, ratio | "
     f"best band, ratio | worst band, ratio | HBM ms | MMA ms |"
   )
-  print(header)
-  print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
   t0 = time.perf_counter()
-  for p in PROBLEMS:
-    if args.only and args.only.lower() not in p.name.lower():
-      continue
-    if args.quick:
-      p = dataclasses.replace(p, m=max(p.g, p.m // 8))
-    cfg = default_for(p, args.family)
-    knob = "group_k" if p.op == "drhs" else "group_m"
+  problems = [p for p in PROBLEMS if args.only.lower() in p.name.lower()]
+  if args.quick:
+    problems = [dataclasses.replace(p, m=max(p.g, p.m // 8)) for p in problems]
+  for p in problems:
     mma_ms = 2.0 * p.m * p.k * p.n / (args.tflops * 1e12) * 1e3
-    blocks = f"{cfg.block_m}x{cfg.block_k}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
-    for l2 in args.l2:
-      results = {
-        band: simulate(p, dataclasses.replace(cfg, **{knob: band}), sms=args.sms, l2_bytes=int(l2 * 1e6))
-        for band in sorted(set(args.bands) | {getattr(cfg, knob)})
-      }
-      unique = results[getattr(cfg, knob)][1]
-      ratio = {band: fetched / unique for band, (fetched, _) in results.items()}
-      default = getattr(cfg, knob)
-      best = min(ratio, key=lambda band: (ratio[band], band))
-      worst = max(ratio, key=lambda band: (ratio[band], -band))
-      fetched = results[default][0]
-      print(
-        f"| {p.name:<22} | {blocks:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
-        f"{f'{default}, {fetched / 1e9:.2f}, {ratio[default]:.2f}x':<24} | {f'{best}, {ratio[best]:.2f}x':<16} | "
-        f"{f'{worst}, {ratio[worst]:.2f}x':<17} | {fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |"
-      )
-      if args.legacy and p.op != "drhs":
-        for order in ("m_fastest", "n_fastest"):
-          fetched, _ = simulate(p, cfg, sms=args.sms, l2_bytes=int(l2 * 1e6), order=order)
-          print(
-            f"| {'  old ' + order:<22} | {blocks:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
-            f"{f'-, {fetched / 1e9:.2f}, {fetched / unique:.2f}x':<24} | {'':<16} | {'':<17} | "
-            f"{fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |"
-          )
+    for kern in kernels_for(p, args.kernels, args.family):
+      bands = {b for b in args.bands if kern.persistent is False or b <= MOSAIC_BANDS[1]} | {kern.band}
+      for l2 in args.l2:
+        l2_bytes = int(l2 * 1e6)
+        results = {
+          b: simulate(p, dataclasses.replace(kern, band=b), sms=args.sms, l2_bytes=l2_bytes) for b in sorted(bands)
+        }
+        unique = results[kern.band].unique
+        ratio = {b: r.fetched / unique for b, r in results.items()}
+        best = min(ratio, key=lambda b: (ratio[b], b))
+        worst = max(ratio, key=lambda b: (ratio[b], -b))
+        fetched = results[kern.band].fetched
+        print(
+          f"| {p.name:<22} | {kern.name:<9} | {kern.config:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
+          f"{f'{kern.band}, {fetched / 1e9:.2f}, {ratio[kern.band]:.2f}x':<24} | "
+          f"{f'{best}, {ratio[best]:.2f}x':<16} | {f'{worst}, {ratio[worst]:.2f}x':<17} | "
+          f"{fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |"
+        )
+        if args.legacy and kern.name == "triton" and p.op != "drhs":
+          for order in ("m_fastest", "n_fastest"):
+            fetched = simulate(p, dataclasses.replace(kern, order=order), sms=args.sms, l2_bytes=l2_bytes).fetched
+            print(
+              f"| {'  old ' + order:<22} | {kern.name:<9} | {kern.config:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
+              f"{f'-, {fetched / 1e9:.2f}, {fetched / unique:.2f}x':<24} | {'':<16} | {'':<17} | "
+              f"{fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |"
+            )
+  print_tile_waste(problems)
   print(f"({time.perf_counter() - t0:.0f} s)")
 
 

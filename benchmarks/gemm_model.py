@@ -1,0 +1,212 @@
+"""An analytic model of grouped-matmul speed on one H100 SXM: a model, not a measurement.
+
+For each anchor problem's forward pass and each kernel design it adds up what bounds the
+kernel, from published hardware figures and the kernel's own tiles and launch order, with no
+term fitted to a timing:
+
+  kernel          output tile (CTA) and per warpgroup     rows         order / grid
+  mosaic v2       kernels/mosaic_gpu default 128x256x64,  group-start  persistent, group-major bands (group_m)
+                  two consumer WGs of 64x256, a TMA producer WG
+  mosaic v1       128x128x64, one WG (2 wgmma of 64x128)  aligned      persistent, band_snake (grid_block_n 4)
+  triton          kernels/pallas_gpu default 128x64x256   aligned      one program per cell, banded (group_m)
+                  (bm x bk x bn), 8 warps: two WGs of 64x256, no warp specialization
+  tokamax mosaic  tokamax 0.0.12 sm90 heuristic: 64x64x128, aligned      one program per cell, column fastest
+                  2 stages, one WG
+  tokamax triton  tokamax 0.0.12 heuristic: 128x128x32,   group-start  one program per (row tile, col, group),
+                  4 warps (one WG of 128x128), 4 stages                the row tile fastest
+
+Terms, per kernel (bf16 in and out):
+1. MMA: every issued cell (row tile x column block, partial tiles counted whole: the tile
+   waste) costs 2 * block_m * block_n * k FLOPs at 989.4 TF/s / 132 SMs. 989.4 TF/s is the
+   H100 SXM dense BF16 Tensor Core peak (NVIDIA H100 datasheet,
+   https://www.nvidia.com/en-us/data-center/h100/: 1,979 TF/s with sparsity, half without);
+   it equals 132 SMs x 4 tensor cores x 1024 FLOP/clk x 1.83 GHz, the clock used below.
+2. Shared memory: wgmma reads both operands from shared memory. A warpgroup with a Mw x Nw
+   accumulator issues Mw / 64 wgmma of m64nNw (PTX ISA, "wgmma.mma_async" shapes), each
+   reading its 64 rows of A and all of B: 2 * k * (Mw + Mw / 64 * Nw) bytes a cell per
+   warpgroup. The SM reads 128 B/clk (32 banks of 4 bytes a clock: CUDA C++ Programming Guide,
+   "Shared Memory", https://docs.nvidia.com/cuda/cuda-c-programming-guide/#shared-memory-5-x),
+   234 GB/s per SM at 1.83 GHz. A cell takes max(MMA, shared-memory) time: the two overlap.
+   TMA's writes into shared memory and the epilogue are not counted (whether they share the
+   read port is not published); the "+writes" column shows the shared-memory load if they
+   did, (block_m + block_n) * 2 bytes more per unit of k.
+3. Per-tile overhead: a kernel whose warps both load and multiply restarts its pipeline for
+   every cell, and waits for its first loads: --fill-us (1 us, about one HBM round trip and
+   TMA issue) a cell. It is 0 where a producer warpgroup runs ahead into the next cell
+   (mosaic v2) or another resident program computes meanwhile (2+ programs per SM).
+4. Waves: the 132 SMs take cells in turn, so the compute time is ceil(cells / 132) cell times.
+5. HBM: the bytes benchmarks/l2_traffic.py's LRU model fetches for the kernel's launch order
+   with a 50 MB L2 (reads and output writes), at 3.35 TB/s (H100 SXM, same datasheet),
+   overlapped with the compute: time = max(compute, HBM).
+
+Predicted TF/s = 2 m k n / time. What it leaves out, so it is an upper bound for every
+kernel: the cost of issuing loads and waiting on barriers from the MMA warps, register
+pressure, clock throttling under power, launch cost of empty programs (tokamax triton
+launches cdiv(m, block_m) x g row slots per column, most of which return at once), and
+L2 bandwidth. It tells which bound binds each design, not how fast a kernel runs.
+
+  python benchmarks/gemm_model.py            # the anchors' fwd, full size (about a minute)
+  python benchmarks/gemm_model.py --quick    # m / 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import l2_traffic as l2  # noqa: E402
+
+from kernels.mosaic_gpu import config as mosaic  # noqa: E402
+
+PEAK_FLOPS = 989.4e12  # H100 SXM dense BF16
+SMS = 132
+CLOCK_HZ = 1.83e9
+SMEM_BYTES_PER_CLK = 128
+HBM_BYTES_S = 3.35e12
+L2_BYTES = 50 * 10**6
+WGMMA_M = mosaic.WGMMA_M
+ANCHORS = [p for p in l2.PROBLEMS if p.op == "fwd"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+  """A kernel as the model sees it: its walk (l2_traffic.Kernel), its warpgroup tile, and
+  whether something hides its per-cell pipeline fill."""
+
+  kernel: l2.Kernel
+  wg_rows: int  # each warpgroup's accumulator rows
+  wg_cols: int
+  fill_hidden: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+  design: Design
+  cells: int
+  waste_pct: float  # MMA work beyond 2 m k n, in %
+  mma_s: float  # compute time, waves x cell time, with no overhead
+  smem_pct: float  # shared-memory reads per cell against the port, at the MMA's pace, in %
+  smem_writes_pct: float  # the same with TMA's operand writes counted
+  overhead_s: float  # waves x per-cell fill
+  fetched: int
+  unique: int
+  hbm_s: float
+  time_s: float
+  tflops: float
+  tflops_writes: float  # if TMA's writes shared the port
+
+
+def designs(p: l2.Problem) -> list[Design]:
+  """The five kernels of the module docstring, for problem p."""
+  v2 = l2.mosaic_v2(p)
+  wg_rows, wg_cols, _ = mosaic.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER).consumer_tile(p.op)
+  v1 = l2.mosaic_v1(p)
+  tri = l2.triton_kernel(p, l2.default_for(p, "hopper"))
+  tri_wgs = l2.triton.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER).num_warps // 4
+  tok_mosaic = l2.Kernel(
+    "tokamax mosaic", "bm64 bn64 bk128 s2", 64, 64, 128, 1, "n_fastest", False, False, l2.programs_per_sm(72 * 1024)
+  )
+  tok_bm = min(128, 1 << (p.m - 1).bit_length())
+  tok_triton = l2.Kernel(
+    "tokamax triton",
+    f"{tok_bm}x32x128 w4 s4",
+    tok_bm,
+    128,
+    32,
+    1 << 20,
+    "banded",
+    True,
+    False,
+    l2.programs_per_sm(4 * (tok_bm * 32 + 32 * 128) * 2),
+  )
+  return [
+    Design(v2, wg_rows, wg_cols, True),
+    Design(v1, v1.block_m, v1.block_n, False),
+    Design(tri, tri.block_m // tri_wgs, tri.block_n, tri.per_sm > 1),
+    Design(tok_mosaic, 64, 64, tok_mosaic.per_sm > 1),
+    Design(tok_triton, tok_bm, 128, tok_triton.per_sm > 1),
+  ]
+
+
+def predict(p: l2.Problem, d: Design, *, fill_s: float, l2_bytes: int = L2_BYTES) -> Prediction:
+  """The model's time for problem p (fwd) run by design d; see the module docstring."""
+  kern = d.kernel
+  traffic = l2.simulate(p, kern, sms=SMS, l2_bytes=l2_bytes)
+  cell_flops = 2.0 * kern.block_m * kern.block_n * p.k
+  cell_mma = cell_flops / (PEAK_FLOPS / SMS)
+  wgs = (kern.block_m * kern.block_n) // (d.wg_rows * d.wg_cols)
+  smem_reads = wgs * 2.0 * p.k * (d.wg_rows + d.wg_rows // WGMMA_M * d.wg_cols)
+  smem_writes = 2.0 * p.k * (kern.block_m + kern.block_n)
+  port = SMEM_BYTES_PER_CLK * CLOCK_HZ
+  waves = math.ceil(traffic.cells / SMS)
+  fill = 0.0 if d.fill_hidden else fill_s
+  hbm_s = traffic.fetched / HBM_BYTES_S
+  useful = 2.0 * p.m * p.k * p.n
+
+  def kernel_time(smem_bytes: float) -> float:
+    return max(waves * (max(cell_mma, smem_bytes / port) + fill), hbm_s)
+
+  time_s = kernel_time(smem_reads)
+  return Prediction(
+    design=d,
+    cells=traffic.cells,
+    waste_pct=100.0 * (traffic.cells * cell_flops / useful - 1.0),
+    mma_s=waves * cell_mma,
+    smem_pct=100.0 * smem_reads / port / cell_mma,
+    smem_writes_pct=100.0 * (smem_reads + smem_writes) / port / cell_mma,
+    overhead_s=waves * fill,
+    fetched=traffic.fetched,
+    unique=traffic.unique,
+    hbm_s=hbm_s,
+    time_s=time_s,
+    tflops=useful / time_s / 1e12,
+    tflops_writes=useful / kernel_time(smem_reads + smem_writes) / 1e12,
+  )
+
+
+def bound(r: Prediction) -> str:
+  """Which term sets the time."""
+  if r.hbm_s >= r.time_s:
+    return "HBM"
+  return "smem" if r.smem_pct > 100.0 else "MMA"
+
+
+def main(argv: list[str] | None = None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--fill-us", type=float, default=1.0, help="pipeline fill a cell pays when nothing hides it")
+  ap.add_argument("--quick", action="store_true", help="m / 8 on every problem")
+  ap.add_argument("--only", default="", help="substring of the problem names to run")
+  args = ap.parse_args(argv)
+  problems = [p for p in ANCHORS if args.only.lower() in p.name.lower()]
+  if args.quick:
+    problems = [dataclasses.replace(p, m=max(p.g, p.m // 8)) for p in problems]
+  print(
+    f"Analytic model (a model, not a measurement): H100 SXM, {PEAK_FLOPS / 1e12:.1f} TF/s dense bf16, {SMS} SMs, "
+    f"smem {SMEM_BYTES_PER_CLK} B/clk x {CLOCK_HZ / 1e9:.2f} GHz per SM, HBM {HBM_BYTES_S / 1e12:.2f} TB/s, "
+    f"L2 {L2_BYTES / 1e6:.0f} MB (l2_traffic's LRU), fill {args.fill_us:g} us a cell when not hidden"
+  )
+  l2._table(
+    f"| {'problem':<22} | {'kernel':<14} | {'config':<20} | WG tile | cells  | waste   | MMA ms | smem | +writes | "
+    f"fill ms | HBM GB, ratio | HBM ms | bound | TF/s | TF/s +writes |"
+  )
+  for p in problems:
+    for d in designs(p):
+      r = predict(p, d, fill_s=args.fill_us * 1e-6)
+      wg = f"{d.wg_rows}x{d.wg_cols}"
+      hbm = f"{r.fetched / 1e9:.2f}, {r.fetched / r.unique:.2f}x"
+      print(
+        f"| {p.name:<22} | {d.kernel.name:<14} | {d.kernel.config:<20} | {wg:<7} | {r.cells:>6} | "
+        f"{r.waste_pct:>6.1f}% | {r.mma_s * 1e3:>6.3f} | {r.smem_pct:>3.0f}% | {r.smem_writes_pct:>6.0f}% | "
+        f"{r.overhead_s * 1e3:>7.3f} | {hbm:<13} | {r.hbm_s * 1e3:>6.3f} | {bound(r):<5} | {r.tflops:>4.0f} | "
+        f"{r.tflops_writes:>12.0f} |"
+      )
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,106 @@
+"""benchmarks/l2_traffic.py (the launch-order replay, its Mosaic GPU kernels, the tile waste) and
+benchmarks/gemm_model.py (the analytic model), on problems small enough to replay in a second."""
+
+import dataclasses
+import importlib.util
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+  sys.path.insert(0, str(ROOT / "benchmarks"))  # gemm_model imports l2_traffic as a sibling
+  spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+  mod = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = mod
+  spec.loader.exec_module(mod)
+  return mod
+
+
+l2 = _load("l2_traffic")
+gemm_model = _load("gemm_model")
+TINY = l2.Problem("tiny", "fwd", 2048, 512, 2048, 4)
+
+
+def test_band_snake_walks_bands_of_columns_and_every_other_band_bottom_up():
+  rows, cols, band = 3, 5, 2
+  walk = [tuple(int(x) for x in rc) for rc in zip(*l2.band_snake(np.arange(rows * cols), rows, cols, band))]
+  assert walk == [
+    (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1),  # band 0, rows top-down, the column fastest
+    (2, 2), (2, 3), (1, 2), (1, 3), (0, 2), (0, 3),  # band 1, bottom-up
+    (0, 4), (1, 4), (2, 4),  # the narrower last band
+  ]  # fmt: skip
+  for r, c, b in itertools.product(range(1, 6), range(1, 6), range(1, 7)):
+    cells = sorted(zip(*(a.tolist() for a in l2.band_snake(np.arange(r * c), r, c, b))))
+    assert cells == list(itertools.product(range(r), range(c)))
+
+
+def test_a_persistent_grid_gives_slot_s_the_programs_s_plus_multiples_of_the_slots():
+  def run(persistent: bool) -> list[int]:
+    started = []
+
+    def phases_of(i):
+      started.append(i)
+      return [[(("x", i, s), 1)] for s in range(3 if i == 0 else 1)]  # program 0 runs 3 phases
+
+    assert l2.replay(5, phases_of, 2, persistent, l2_bytes=100) == 7
+    return started
+
+  assert run(persistent=True) == [0, 1, 3, 2, 4]  # slot 0 owns 0, 2, 4 and is busy with 0 for 3 phases
+  assert run(persistent=False) == [0, 1, 2, 3, 4]  # a freed slot takes the next program
+
+
+@pytest.mark.parametrize("op", ["fwd", "dlhs", "drhs"])
+def test_an_l2_that_holds_everything_fetches_each_byte_once(op):
+  """Cache entries are exact to the row: group-start tiles that start mid-block and read on into
+  the next group share rows with their neighbours instead of fetching them again."""
+  p = dataclasses.replace(TINY, op=op)
+  for kern in (l2.mosaic_v1(p), l2.mosaic_v2(p), l2.triton_kernel(p, l2.default_for(p, "hopper"))):
+    t = l2.simulate(p, kern, sms=8, l2_bytes=10**12)
+    assert t.fetched == t.unique, kern.name
+    small = l2.simulate(p, kern, sms=8, l2_bytes=64 * 1024)
+    assert small.fetched > small.unique, kern.name
+
+
+def test_v2_walks_group_start_tiles_in_group_major_bands():
+  kern = l2.mosaic_v2(TINY)
+  sizes = TINY.group_sizes()
+  row_start, group, col = l2.gmm_cells(TINY, kern, sizes)
+  starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+  assert list(group) == sorted(group), "groups in row order"
+  assert all(row_start[group == g].min() == starts[g] for g in range(TINY.g)), "a group's first tile at its first row"
+  ncol = -(-TINY.n // kern.block_n)
+  assert len(col) == l2.tile_waste(sizes, TINY.m, kern.block_m).group_start * ncol
+
+
+def test_tile_waste_counts_aligned_and_group_start_tiles():
+  w = l2.tile_waste(np.array([70, 60, 126]), 256, 64)
+  # aligned: [0,70) blocks 0-1, [70,130) blocks 1-2, [130,256) blocks 2-3; group-start: 2 + 1 + 2
+  assert (w.aligned, w.group_start, w.ideal) == (6, 5, 4.0)
+  assert (w.extra_pct(w.aligned), w.extra_pct(w.group_start)) == (50.0, 25.0)
+
+
+def test_the_model_bounds_each_kernel_and_counts_smem_per_warpgroup():
+  preds = {d.kernel.name: gemm_model.predict(TINY, d, fill_s=1e-6) for d in gemm_model.designs(TINY)}
+  assert set(preds) == {"mosaic v2", "mosaic v1", "triton", "tokamax mosaic", "tokamax triton"}
+  useful = 2.0 * TINY.m * TINY.k * TINY.n
+  for r in preds.values():
+    assert r.time_s >= max(r.hbm_s, r.mma_s + r.overhead_s) - 1e-12
+    assert r.tflops * 1e12 * r.time_s == pytest.approx(useful)
+    assert r.tflops <= gemm_model.PEAK_FLOPS / 1e12 / (1 + r.waste_pct / 100) + 1e-9
+  # One 64x64 warpgroup reads (64 + 64) / 64^2 bytes of smem per MMA; a 64x256 one (64 + 256) / (64 * 256).
+  assert preds["tokamax mosaic"].smem_pct / preds["mosaic v2"].smem_pct == pytest.approx(1.6)
+  assert preds["mosaic v2"].overhead_s == 0 < preds["mosaic v1"].overhead_s
+
+
+def test_the_model_says_it_is_a_model(capsys, monkeypatch):
+  monkeypatch.setattr(gemm_model, "ANCHORS", [TINY])
+  assert gemm_model.main([]) == 0
+  out = capsys.readouterr().out
+  assert "a model, not a measurement" in out
+  assert sum(line.startswith("| tiny ") for line in out.splitlines()) == 5
