@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import l2_traffic as l2  # noqa: E402
 
 from kernels.mosaic_gpu import config as mosaic  # noqa: E402
+from kernels.pallas_gpu import config as triton  # noqa: E402
 
 PEAK_FLOPS = 989.4e12  # H100 SXM dense BF16
 SMS = 132
@@ -86,7 +87,6 @@ class Design:
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
-  design: Design
   cells: int
   waste_pct: float  # MMA work beyond 2 m k n, in %
   mma_s: float  # compute time, waves x cell time, with no overhead
@@ -107,7 +107,7 @@ def designs(p: l2.Problem) -> list[Design]:
   wg_rows, wg_cols, _ = mosaic.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER).consumer_tile(p.op)
   v1 = l2.mosaic_v1(p)
   tri = l2.triton_kernel(p, l2.default_for(p, "hopper"))
-  tri_wgs = l2.triton.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER).num_warps // 4
+  tri_wgs = triton.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER).num_warps // 4
   tok_mosaic = l2.Kernel(
     "tokamax mosaic", "bm64 bn64 bk128 s2", 64, 64, 128, 1, "n_fastest", False, False, l2.programs_per_sm(72 * 1024)
   )
@@ -153,7 +153,6 @@ def predict(p: l2.Problem, d: Design, *, fill_s: float, l2_bytes: int = L2_BYTES
 
   time_s = kernel_time(smem_reads)
   return Prediction(
-    design=d,
     cells=traffic.cells,
     waste_pct=100.0 * (traffic.cells * cell_flops / useful - 1.0),
     mma_s=waves * cell_mma,
