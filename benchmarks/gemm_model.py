@@ -4,16 +4,18 @@ For each anchor problem's forward pass and each kernel design it adds up what bo
 kernel, from published hardware figures and the kernel's own tiles and launch order, with no
 term fitted to a timing:
 
-  kernel          output tile (CTA) and per warpgroup     rows         order / grid
-  mosaic v2       kernels/mosaic_gpu default 128x256x64,  group-start  persistent, group-major bands (group_m)
-                  two consumer WGs of 64x256, a TMA producer WG
-  mosaic v1       128x128x64, one WG (2 wgmma of 64x128)  aligned      persistent, band_snake (grid_block_n 4)
-  triton          kernels/pallas_gpu default 128x64x256   aligned      one program per cell, banded (group_m)
-                  (bm x bk x bn), 8 warps: two WGs of 64x256, no warp specialization
-  tokamax mosaic  tokamax 0.0.12 sm90 heuristic: 64x64x128, aligned      one program per cell, column fastest
-                  2 stages, one WG
-  tokamax triton  tokamax 0.0.12 heuristic: 128x128x32,   group-start  one program per (row tile, col, group),
-                  4 warps (one WG of 128x128), 4 stages                the row tile fastest
+  kernel          output tile (CTA) and per warpgroup     rows            order / grid
+  mosaic v2       kernels/mosaic_gpu default 128x256x64,  group-start on  persistent, group-major bands (group_m)
+                  two consumer WGs of 64x256, a TMA       8-row boxes
+                  producer WG
+  mosaic v1       128x128x64, one WG (2 wgmma of 64x128)  aligned         persistent, band_snake (grid_block_n 4)
+  triton          kernels/pallas_gpu default 128x64x256   group-start     one program per cell, banded (group_m)
+                  (bm x bk x bn), 8 warps: two WGs of
+                  64x256, no warp specialization
+  tokamax mosaic  tokamax 0.0.12 sm90 heuristic:          aligned         one program per cell, column fastest
+                  64x64x128, 2 stages, one WG
+  tokamax triton  tokamax 0.0.12 heuristic: 128x128x32,   group-start     one program per (row tile, col, group),
+                  4 warps (one WG of 128x128), 4 stages                   the row tile fastest
 
 Terms, per kernel (bf16 in and out):
 1. MMA: every issued cell (row tile x column block, partial tiles counted whole: the tile
@@ -108,21 +110,33 @@ def designs(p: l2.Problem) -> list[Design]:
   v1 = l2.mosaic_v1(p)
   tri = l2.triton_kernel(p, l2.default_for(p, "hopper"))
   tri_wgs = triton.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER).num_warps // 4
+  # tokamax's kernels launch one program per cell, so their shared memory sets how many share an SM.
   tok_mosaic = l2.Kernel(
-    "tokamax mosaic", "bm64 bn64 bk128 s2", 64, 64, 128, 1, "n_fastest", False, False, l2.programs_per_sm(72 * 1024)
+    name="tokamax mosaic",
+    config="bm64 bn64 bk128 s2",
+    block_m=64,
+    block_n=64,
+    block_k=128,
+    band=1,
+    order="n_fastest",
+    group_start=False,
+    align=1,
+    persistent=False,
+    per_sm=l2.programs_per_sm(2 * (64 * 128 + 128 * 64) * 2 + 64 * 64 * 2),
   )
   tok_bm = min(128, 1 << (p.m - 1).bit_length())
   tok_triton = l2.Kernel(
-    "tokamax triton",
-    f"{tok_bm}x32x128 w4 s4",
-    tok_bm,
-    128,
-    32,
-    1 << 20,
-    "banded",
-    True,
-    False,
-    l2.programs_per_sm(4 * (tok_bm * 32 + 32 * 128) * 2),
+    name="tokamax triton",
+    config=f"{tok_bm}x32x128 w4 s4",
+    block_m=tok_bm,
+    block_n=128,
+    block_k=32,
+    band=1 << 20,
+    order="banded",
+    group_start=True,
+    align=1,
+    persistent=False,
+    per_sm=l2.programs_per_sm(4 * (tok_bm * 32 + 32 * 128) * 2),
   )
   return [
     Design(v2, wg_rows, wg_cols, True),

@@ -7,12 +7,13 @@ No GPU: this replays the launch orders of the kernels over the real tile schedul
 - triton (kernels/pallas_gpu): one program per output cell, each SM running as many as its
   shared memory holds (228 KiB per SM, 1 KiB reserved per program, capped at 2: the wgmma
   configs use 8 warps or ~100+ registers per thread), dispatched in launch order to the slot
-  that frees first. Aligned row tiles, the banded order of common.launch_cell (drhs:
-  kernels.pallas_gpu.tgmm.program_tile);
+  that frees first. Group-start row tiles, the banded order of common.launch_cell (drhs:
+  kernels.pallas_gpu.tgmm.program_tile, each group's rows reduced from its first row);
 - mosaic v2 (kernels/mosaic_gpu, config.default): persistent, one CTA per SM; CTA i takes
   cells i, i + sms, i + 2 sms, ... of common.launch_cell's order over group-start row tiles
-  (drhs: cells (group, k tile, n tile), the group slowest, common.program_tile within it;
-  each group's rows reduced from its first row in block_m steps);
+  that begin on TMA's 8-row boxes (drhs: cells (group, k tile, n tile), the group slowest,
+  common.program_tile within it; each group's rows reduced in block_m steps from its first
+  row rounded down to 8);
 - mosaic v1 (the Mosaic GPU kernels before v2, git 0bcb5d4): the same persistent grid over
   aligned tiles, 128x128 tiles with block_k 64 (drhs: 64-row steps into 128x128 tiles),
   walked by band_snake in bands of grid_block_n column blocks (4; drhs 1), spare cells of
@@ -30,8 +31,9 @@ It ignores sectors, prefetch, L2 partitioning and L2 hashing: a model to compare
 not a prediction of a timing. Compare "HBM ms" (fetched / --bw) with "MMA ms" (FLOPs /
 --tflops) to see which bound applies.
 
-After the L2 table, the tile waste of each problem's routing: row tiles issued, aligned and
-group-start, against the ideal sum(rows) / block_m, and the MMA work the extra tiles add.
+After the L2 table, the tile waste of each problem's routing: row tiles issued, aligned,
+group-start and group-start on 8-row boxes (Mosaic GPU v2), against the ideal
+sum(rows) / block_m, and the MMA work the extra tiles add.
 
   python benchmarks/l2_traffic.py                 # default configs, best band, 50 and 25 MB
   python benchmarks/l2_traffic.py --quick         # smaller problems (m / 8), for a quick look
@@ -56,6 +58,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from kernels import common  # noqa: E402
 from kernels.mosaic_gpu import config as mosaic  # noqa: E402
+from kernels.mosaic_gpu.gmm import ROW_TILE  # noqa: E402
 from kernels.pallas_gpu import config as triton  # noqa: E402
 
 SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
@@ -109,6 +112,7 @@ class Kernel:
   band: int  # banded: group_m (drhs group_k); snake: grid_block_n
   order: str  # one of ORDERS; m_fastest / n_fastest are global orders over every tile
   group_start: bool  # row tiles from each group's first row, else on the block_m grid
+  align: int  # group-start tiles begin at the group's first row rounded down to this (TMA's 8-row boxes)
   persistent: bool  # one program per SM walking cells sm, sm + sms, ...; else one program per cell
   per_sm: int = 1  # programs resident on an SM at once
 
@@ -136,20 +140,20 @@ def triton_kernel(p: Problem, cfg: triton.TritonConfig, dtype: str = "bfloat16")
   band = c.group_k if p.op == "drhs" else c.group_m
   blocks = f"{c.block_m}x{c.block_k}x{c.block_n} w{c.num_warps} s{c.num_stages}"
   slots = programs_per_sm(c.smem_bytes(p.op, dtype, p.m, p.k, p.n))
-  return Kernel("triton", blocks, c.block_m, c.block_n, c.block_k, band, "banded", False, False, slots)
+  return Kernel("triton", blocks, c.block_m, c.block_n, c.block_k, band, "banded", True, 1, False, slots)
 
 
 def mosaic_v2(p: Problem) -> Kernel:
   c = mosaic.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=HOPPER)
   blocks = f"bm{c.block_m} bn{c.block_n} bk{c.block_k} cs{c.max_concurrent_steps}"
-  return Kernel("mosaic v2", blocks, c.block_m, c.block_n, c.block_k, c.group_m, "banded", True, True)
+  return Kernel("mosaic v2", blocks, c.block_m, c.block_n, c.block_k, c.group_m, "banded", True, ROW_TILE, True)
 
 
 def mosaic_v1(p: Problem) -> Kernel:
   bm, bn, bk, band = V1_TGMM if p.op == "drhs" else V1_GMM
   if p.op != "drhs" and max(1, p.m // p.g) <= 96:  # v1's decode default, as v2's
     bm = 64
-  return Kernel("mosaic v1", f"bm{bm} bn{bn} bk{bk} cs4", bm, bn, bk, band, "snake", False, True)
+  return Kernel("mosaic v1", f"bm{bm} bn{bn} bk{bk} cs4", bm, bn, bk, band, "snake", False, 1, True)
 
 
 def band_snake(idx, num_rows: int, num_cols: int, band: int):
@@ -176,7 +180,9 @@ def gmm_cells(p: Problem, kern: Kernel, sizes: np.ndarray):
   sched = common.TileSchedule(
     *(
       np.asarray(a)
-      for a in common.tile_schedule(seg_starts, seg_ends, kern.block_m, num_tiles, group_start=kern.group_start)
+      for a in common.tile_schedule(
+        seg_starts, seg_ends, kern.block_m, num_tiles, group_start=kern.group_start, align=kern.align
+      )
     )
   )
   active = int(sched.active[0])
@@ -284,9 +290,10 @@ def simulate(p: Problem, kern: Kernel, *, sms: int, l2_bytes: int, dtype: str = 
     grp, kb, nb = tgmm_cells(p, kern)
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    # Each group's row steps: block_m rows from its first row, or the block_m grid blocks it touches.
+    # Each group's row steps: block_m rows from its first row (rounded down to align), or the
+    # block_m grid blocks it touches.
     steps = [
-      np.arange(s, e, kern.block_m)
+      np.arange(s // kern.align * kern.align, e, kern.block_m)
       if kern.group_start
       else np.arange(s // kern.block_m, _cdiv(e, kern.block_m)) * kern.block_m
       for s, e in zip(starts.tolist(), ends.tolist())
@@ -370,6 +377,7 @@ class TileWaste:
   rows: int  # rows routed to the groups
   aligned: int  # row tiles on the block_m grid, one more per group boundary inside a tile
   group_start: int  # row tiles from each group's first row
+  boxed: int  # group-start tiles from the first row rounded down to ROW_TILE (Mosaic GPU v2)
 
   @property
   def ideal(self) -> float:
@@ -381,8 +389,8 @@ class TileWaste:
 
 
 def tile_waste(sizes: np.ndarray, m: int, block_m: int) -> TileWaste:
-  count = lambda group_start: sum(common.row_tiles(sizes.tolist(), m, block_m, group_start)[0])
-  return TileWaste(block_m, int(sizes.sum()), count(False), count(True))
+  count = lambda group_start, align=1: sum(common.row_tiles(sizes.tolist(), m, block_m, group_start, align)[0])
+  return TileWaste(block_m, int(sizes.sum()), count(False), count(True), count(True, ROW_TILE))
 
 
 def _table(header: str) -> None:
@@ -392,7 +400,10 @@ def _table(header: str) -> None:
 
 def print_tile_waste(problems: list[Problem], block_ms=(64, 128)) -> None:
   print("\nTile waste: row tiles issued against the ideal sum(rows) / block_m, and the MMA work they add")
-  _table(f"| {'routing (multinomial)':<36} | block_m | ideal tiles | aligned: tiles, +MMA | group-start: tiles, +MMA |")
+  _table(
+    f"| {'routing (multinomial)':<36} | block_m | ideal tiles | aligned: tiles, +MMA | group-start: tiles, +MMA | "
+    f"8-row boxes: tiles, +MMA |"
+  )
   seen = set()
   for p in problems:
     if (p.m, p.g, p.seed) in seen:
@@ -403,7 +414,8 @@ def print_tile_waste(problems: list[Problem], block_ms=(64, 128)) -> None:
       w = tile_waste(p.group_sizes(), p.m, bm)
       print(
         f"| {label:<36} | {bm:>7} | {w.ideal:>11.1f} | {f'{w.aligned}, +{w.extra_pct(w.aligned):.1f}%':<20} | "
-        f"{f'{w.group_start}, +{w.extra_pct(w.group_start):.1f}%':<24} |"
+        f"{f'{w.group_start}, +{w.extra_pct(w.group_start):.1f}%':<24} | "
+        f"{f'{w.boxed}, +{w.extra_pct(w.boxed):.1f}%':<24} |"
       )
 
 
