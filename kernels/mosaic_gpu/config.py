@@ -109,11 +109,14 @@ ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "max_concurrent_ste
 
 # In the op's own frame. Why: 128x256 CTA tiles (two 64x256 consumers) halve the operand
 # traffic per MMA against 128x128; block_k 64 is one 128-byte swizzle row of 16-bit
-# elements; four stages (48 KiB each) hide HBM latency. Few rows per group (decode) take
+# elements; four stages (48 KiB each) hide HBM latency. A band of 16 row tiles holds a whole
+# Mixtral group (a group of 1024+ rows spans 9 tiles when it starts off the 128-row grid, and
+# a band of 8 would stream that expert's weights twice: benchmarks/l2_traffic.py, 1.50x the
+# unique bytes at group_m 8, 1.00x at 16). Few rows per group (decode) take
 # 64-row tiles split by columns, so less of each tile is wasted on rows past the group.
 # drhs reduces 64 rows a step into a [128, 256] tile of [k, n].
 _DEFAULTS = {
-  "gmm": MosaicConfig(block_m=128, block_n=256, block_k=64, max_concurrent_steps=4, group_m=8),
+  "gmm": MosaicConfig(block_m=128, block_n=256, block_k=64, max_concurrent_steps=4, group_m=16),
   "tgmm": MosaicConfig(block_m=64, block_n=256, block_k=128, max_concurrent_steps=4, group_m=4),
 }
 
