@@ -141,38 +141,33 @@ def _tgmm_kernel(
         plgpu.wgmma_wait(1)  # step i-1's buffers are released next (delay_release=1)
         return acc_ref
 
-      def store(acc):
-        row0, col0 = ai * tile_a, bi * tile_b
-        if split_b:
-          col0 = col0 + wg * own
-        else:
-          row0 = row0 + wg * own
-        _store(acc.astype(o_gmem.dtype), out_smem.at[wg], o_gmem.at[group], row0, col0, ka, kb)
-
+      # An empty group's cell (0 steps) loads nothing and touches no barrier: consumers that
+      # wait on no load could otherwise arrive on `drained` for two cells before the
+      # producer waits once.
       def compute_context(eval_pipeline):
         @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC(acc_shape, jnp.float32))
         def _acc_scope(acc_ref):
           eval_pipeline(acc_ref)
           plgpu.wgmma_wait(0)
-          plgpu.barrier_arrive(drained)
-          store(acc_ref[...])
 
-      # An empty group's cell loads nothing, so it runs no pipeline and touches no barrier:
-      # consumers that waited on no load could otherwise arrive on `drained` for two cells
-      # before the producer waits once.
-      @pl.when(steps > 0)
-      def _reduce():
-        get_pipeline(step, compute_context, steps, ai, bi)(
-          a_gmem.at[pl.ds(first, m)], b_gmem.at[pl.ds(first, m)], allocations=pipeline_allocs
-        )
+          @pl.when(steps > 0)
+          def _arrive():
+            plgpu.barrier_arrive(drained)
 
-        @pl.when(wg == CONSUMERS)
-        def _wait_drained():
-          plgpu.barrier_wait(drained)
+          row0, col0 = ai * tile_a, bi * tile_b
+          if split_b:
+            col0 = col0 + wg * own
+          else:
+            row0 = row0 + wg * own
+          _store(acc_ref[...].astype(o_gmem.dtype), out_smem.at[wg], o_gmem.at[group], row0, col0, ka, kb)
 
-      @pl.when((steps == 0) & (wg < CONSUMERS))
-      def _zeros():
-        store(jnp.zeros(acc_shape, jnp.float32))
+      get_pipeline(step, compute_context, steps, ai, bi)(
+        a_gmem.at[pl.ds(first, m)], b_gmem.at[pl.ds(first, m)], allocations=pipeline_allocs
+      )
+
+      @pl.when((wg == CONSUMERS) & (steps > 0))
+      def _wait_drained():
+        plgpu.barrier_wait(drained)
 
   plgpu.wait_smem_to_gmem(0)  # every output tile is written before the kernel ends
 
