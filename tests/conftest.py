@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 
 import jax  # noqa: E402
+
+# jax's Mosaic GPU interpreter runs each simulated warpgroup as a jitted program on a host
+# thread that blocks in callbacks at barriers. Dispatched asynchronously, those programs wait
+# on the CPU client's few worker threads (one per core): on a 2-core host a warp-specialized
+# kernel (3 warpgroups a CTA) could hang now and then. Inline dispatch runs each on its own thread.
+jax.config.update("jax_cpu_enable_async_dispatch", False)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
