@@ -141,6 +141,7 @@ def _races_found() -> bool:
   return gpu_callbacks.get_races().races_found
 
 
+@pytest.mark.mgpu_interpret
 @pytest.mark.parametrize(
   "cfg, transpose_rhs",
   [
@@ -190,6 +191,7 @@ def test_gmm_refuses_a_config_its_consumers_cannot_split():
     )
 
 
+@pytest.mark.mgpu_interpret
 def test_tgmm_warp_specialized_in_interpreter():
   """tgmm against float64 NumPy, with no race: group boundaries off 8-row multiples, an
   empty group, a group of more steps than stages, rows past sum(group_sizes), group_offset,
@@ -218,6 +220,7 @@ def test_tgmm_warp_specialized_in_interpreter():
   _check(out, ref.transpose(0, 2, 1), jnp.bfloat16)
 
 
+@pytest.mark.mgpu_interpret
 def test_grad_rhs_transposed_in_interpreter():
   """drhs with transpose_rhs ([g,n,k]: the consumers split b's columns), a row step larger
   than every group, a consumer whose columns lie past k, and an empty group."""
