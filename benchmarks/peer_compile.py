@@ -102,7 +102,7 @@ def cross_compile_tokamax(target: str):
     return
   from jax.extend import backend
 
-  _, dev = aot._mesh(aot.target_text(target)[1])
+  _, dev = aot.target_mesh(target)
   absl_log = logging.getLogger("absl")
   level = absl_log.level
   absl_log.setLevel(logging.ERROR)  # a config cache miss per call, with every group size

@@ -92,9 +92,11 @@ class Choice:
 
   source: "lut-exact" (an entry for this very (m, k, n, g)), "lut-nearest" (the closest
     tuned shape, in `tuned_shape`, at `distance` by the rule of `Lut.query`),
-    "heuristic" (the backend's default), "explicit" (passed as config=), or "none" (a backend
-    with no knobs, such as xla).
-  rejected: for "heuristic" although the LUT has entries of this op and dtype, the nearest
+    "heuristic" (the backend's default), "compile-verified" (the backend's default for a
+    device it was compiled for by a stated rule, not tuned: pallas_tpu on a known TPU, see
+    kernels/pallas_tpu/config.py), "explicit" (passed as config=), or "none" (a backend with
+    no knobs, such as xla).
+  rejected: for a default although the LUT has entries of this op and dtype, the nearest
     of them and why it was not used (another regime, a config that does not fit, a backend
     that does not run on this device).
   """
@@ -137,8 +139,9 @@ def _lut_or_default(
   e = table.query(op, m, k, n, g, dt, backend=backend) if table is not None else None
   if e is None:
     rejected = (table.nearest_rejected(op, m, k, n, g, dt, backend=backend) if table is not None else None) or miss
-    default = b.default_config(op, dt, m, k, n, g, target.current().device_kind)
-    return Choice(op, backend, default, "heuristic", rejected=rejected)
+    kind = target.current().device_kind
+    default = b.default_config(op, dt, m, k, n, g, kind)
+    return Choice(op, backend, default, b.default_source(kind), rejected=rejected)
   return _from_entry(op, table, e, m, k, n, g)
 
 

@@ -1,21 +1,28 @@
-"""Deviceless compile: XLA's real GPU compiler, run on a CPU-only host for a named GPU.
+"""Deviceless compile: XLA's real GPU or TPU compiler, run on a CPU-only host for a named device.
 
-`jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)` gives a
-compile-only GPU from a text GpuTargetConfigProto (the device facts in ragtune/targets/).
+GPU: `jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)` gives
+a compile-only GPU from a text GpuTargetConfigProto (the device facts in ragtune/targets/).
 Under `jax.set_mesh` of that device, `jax.jit(f).lower(...).compile()` runs XLA's GPU
 pipeline, the Triton and Mosaic GPU custom calls, and ptxas: every compile error,
-shared-memory overflow and register spill the device would see, with nothing run. It says
-nothing of speed or of races between asynchronous copies and wgmma.
+shared-memory overflow and register spill the device would see, with nothing run. Needs the
+CUDA plugin and ptxas (`pip install 'ragtune[gpu-compile]'`).
 
-Needs the CUDA plugin and ptxas (`pip install 'ragtune[gpu-compile]'`), and a process whose
-jax runs on the CPU only (JAX_PLATFORMS=cpu before jax starts; the CLI's compile workers
-set it). Results: one CompileReport per compiled op, with a KernelReport per ragtune kernel.
+TPU: `get_topology_desc(platform="tpu", topology_name="v6e:2x2")` gives compile-only TPUs from
+libtpu (`pip install 'ragtune[tpu]'`); one of them is the mesh (Pallas TPU kernels are not
+partitioned over several). XLA's TPU compiler and Mosaic then report what does not fit:
+a kernel's tiles over the scoped VMEM, a program over the HBM.
+
+Neither says anything of speed, nor of races. A process whose jax runs on the CPU only
+(JAX_PLATFORMS=cpu before jax starts; the CLI's compile workers set it). Results: one
+CompileReport per compiled op, with a KernelReport per ragtune GPU kernel and, for a TPU,
+the memory the compiler reported.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 import tempfile
 import time
@@ -25,8 +32,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import kernels
+from kernels.pallas_tpu import config as tpu_config
 from kernels.ragged_dot import resolve
 from ragtune import machine_code
 from ragtune.errors import RagtuneError
@@ -34,16 +43,22 @@ from ragtune.errors import RagtuneError
 TARGETS_DIR = Path(__file__).parent / "targets"
 # Target names -> device facts files. A path to any GpuTargetConfigProto text file works too.
 TARGETS = {"h100": "h100_sxm.txtpb", "h200": "h200.txtpb", "b200": "b200.txtpb"}
+# TPU target names -> the smallest topology libtpu's compile-only client accepts (one host's
+# chips; a 1x1 name is refused). A topology name of a known chip ("v5e:4x4") works too.
+TPU_TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2"}
 # Our kernels' names in the machine code (kernels/<backend>/gmm.py, tgmm.py).
 KERNEL_PREFIX = "ragtune_"
 # Outcomes, in the order a report names them. loop_spill: spills inside the wgmma loops,
 # paid at every step (worse than a spill elsewhere, which is a spill too).
-OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, UNSUPPORTED, ERROR = (
+# vmem_oom, hbm_oom: a TPU kernel's tiles over the scoped VMEM, a TPU program over the HBM.
+OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, ERROR = (
   "ok",
   "no_fit",
   "loop_spill",
   "spill",
   "serialized_wgmma",
+  "vmem_oom",
+  "hbm_oom",
   "unsupported",
   "compile_error",
 )
@@ -103,15 +118,34 @@ def verdict(reports: tuple[KernelReport, ...]) -> tuple[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
+class MemoryReport:
+  """Bytes of device memory, as the compiler reported them. A compiled program: its
+  arguments, outputs, temporaries and code (`compiled.memory_analysis()`). A TPU compile that
+  ran out of memory: what it needed (`used`) and the bound (`limit`), in the space named by
+  the outcome (the compiler rounds them to 0.01 MiB or GiB). None: not reported."""
+
+  argument: int | None = None
+  output: int | None = None
+  temp: int | None = None
+  code: int | None = None
+  used: int | None = None
+  limit: int | None = None
+
+  def to_dict(self) -> dict[str, int]:
+    return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
 class CompileReport:
   """The outcome of compiling one op (or a whole function) for a target."""
 
   target: str
   device_kind: str
-  outcome: str  # OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, UNSUPPORTED or ERROR
+  outcome: str  # OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED or ERROR
   error: str  # the compiler's own message (first lines), "" when ok
   seconds: float
   kernels: tuple[KernelReport, ...] = ()
+  memory: MemoryReport | None = None
 
   @property
   def ok(self) -> bool:
@@ -125,28 +159,84 @@ class CompileReport:
       "error": self.error,
       "compile_s": round(self.seconds, 3),
       "kernels": [k.to_dict() for k in self.kernels],
+      **({"memory": self.memory.to_dict()} if self.memory is not None else {}),
     }
 
 
 # --- the target ---------------------------------------------------------------------------
 
 
-def target_text(target: str) -> tuple[str, str]:
-  """(name, GpuTargetConfigProto text) of a target name (h100, h200, b200) or file path."""
-  if target.lower() in TARGETS:
-    return target.lower(), (TARGETS_DIR / TARGETS[target.lower()]).read_text()
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """A device to compile for: a GPU from its GpuTargetConfigProto text, or a TPU by topology."""
+
+  name: str
+  platform: str  # "gpu" | "tpu"
+  spec: str  # the proto text (gpu) or the topology name (tpu)
+  chip: tpu_config.TpuChip | None = None
+
+
+def target_names() -> list[str]:
+  return [*TARGETS, *TPU_TOPOLOGIES]
+
+
+def resolve_target(target: str) -> Target:
+  """A target name (h100, h200, b200, v4, v5e, v5p, v6e), a TPU topology name of a known chip
+  (v5e:4x4), or a GpuTargetConfigProto file."""
+  low = target.lower()
+  if low in TARGETS:
+    return Target(low, "gpu", (TARGETS_DIR / TARGETS[low]).read_text())
+  chip_name, _, topology = low.partition(":")
+  chip = next((c for c in tpu_config.CHIPS if c.name == chip_name), None)
+  if chip is not None:
+    return Target(chip.name, "tpu", TPU_TOPOLOGIES[chip.name] if not topology else low, chip)
   path = Path(target)
   if not path.is_file():
-    raise RagtuneError(f"--target {target}: not one of {sorted(TARGETS)} nor a GpuTargetConfigProto file")
-  return path.stem, path.read_text()
+    raise RagtuneError(
+      f"--target {target}: not one of {target_names()}, a TPU topology name nor a GpuTargetConfigProto file"
+    )
+  return Target(path.stem, "gpu", path.read_text())
+
+
+def target_text(target: str) -> tuple[str, str]:
+  """(name, GpuTargetConfigProto text) of a GPU target name (h100, h200, b200) or file path."""
+  t = resolve_target(target)
+  if t.platform != "gpu":
+    raise RagtuneError(f"--target {target}: a TPU has no GpuTargetConfigProto")
+  return t.name, t.spec
+
+
+def target_for_kind(device_kind: str) -> str | None:
+  """The target name of a jax device_kind this module can compile for, or None."""
+  c = tpu_config.chip(device_kind)
+  if c is not None:
+    return c.name
+  for name, file in TARGETS.items():
+    if re.search(rf'device_description_str:\s*"{re.escape(device_kind)}"', (TARGETS_DIR / file).read_text()):
+      return name
+  return None
 
 
 @functools.cache
-def _mesh(text: str):
+def _mesh(platform: str, spec: str):
   from jax.experimental import topologies
 
+  if platform == "tpu":
+    # libtpu locks /tmp/libtpu_lockfile for one process unless told that several may load
+    # it; a compile-only client touches no chip, so parallel compile workers are safe.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+      topo = topologies.get_topology_desc(platform="tpu", topology_name=spec)
+    except Exception as e:  # no libtpu, or a topology name it refuses
+      first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+      raise AotUnavailable(
+        f"deviceless TPU compile for {spec!r} needs libtpu (pip install 'ragtune[tpu]') and a process "
+        f"started with JAX_PLATFORMS=cpu (ragtune's compile workers set it): {first}"
+      ) from None
+    # One device: Pallas TPU kernels are not partitioned over several.
+    return jax.sharding.Mesh(np.array(topo.devices[:1]), ("x",)), topo.devices[0]
   try:
-    topo = topologies.get_topology_desc(platform="cuda", target_config=text, topology="1x1x1")
+    topo = topologies.get_topology_desc(platform="cuda", target_config=spec, topology="1x1x1")
   except NotImplementedError:
     raise AotUnavailable(
       "deviceless GPU compile needs the CUDA plugin (pip install 'ragtune[gpu-compile]') and a "
@@ -157,16 +247,56 @@ def _mesh(text: str):
   return topologies.make_mesh(topo, (1,), ("x",)), topo.devices[0]
 
 
+def target_mesh(target: str):
+  """(mesh, device) of a target's compile-only device."""
+  t = resolve_target(target)
+  return _mesh(t.platform, t.spec)
+
+
 def device_kind(target: str) -> str:
-  _, text = target_text(target)
-  return _mesh(text)[1].device_kind
+  return target_mesh(target)[1].device_kind
 
 
 # --- compiling ------------------------------------------------------------------------------
 
 
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_AMOUNT = r"([\d.]+)\s*([KMGT])i?B?"
+# libtpu's words for a kernel over the scoped VMEM, a program over all of VMEM, and over HBM:
+# (outcome, pattern with the amount used and the limit).
+_TPU_OOM = (
+  (VMEM_OOM, re.compile(rf"Scoped allocation with size {_AMOUNT} and limit {_AMOUNT}")),
+  (VMEM_OOM, re.compile(rf"Used {_AMOUNT} of {_AMOUNT} vmem")),
+  (HBM_OOM, re.compile(rf"\(?{_AMOUNT}\)? exceeds available HBM \({_AMOUNT}\)")),
+  (HBM_OOM, re.compile(rf"Used {_AMOUNT} of {_AMOUNT} hbm", re.I)),
+)
+
+
+def _bytes(number: str, unit: str) -> int:
+  return round(float(number) * _UNITS[unit])
+
+
+def tpu_oom(message: str) -> tuple[str, MemoryReport] | None:
+  """(VMEM_OOM or HBM_OOM, the amounts) of a TPU compiler's out-of-memory message; None for
+  any other message."""
+  for outcome, pattern in _TPU_OOM:
+    found = pattern.search(message)
+    if found:
+      used, limit = _bytes(*found.group(1, 2)), _bytes(*found.group(3, 4))
+      return outcome, MemoryReport(used=used, limit=limit)
+  low = message.lower()
+  if "memory space vmem" in low or "vmemoom" in low:
+    return VMEM_OOM, MemoryReport()
+  if "memory on hbm" in low or "memory space hbm" in low:
+    return HBM_OOM, MemoryReport()
+  return None
+
+
 def _classify(e: Exception) -> str:
   msg = str(e)
+  oom = tpu_oom(msg)
+  if oom is not None:
+    return oom[0]
   if (
     "exceeds available shared memory" in msg
     or "Shared memory size limit exceeded" in msg
@@ -186,6 +316,34 @@ def _first_lines(e: Exception, limit: int = 600) -> str:
   return " | ".join(lines)[:limit]
 
 
+def _tpu_error(e: Exception) -> str:
+  """The lines of a TPU compile error worth a reader's time: libtpu puts its out-of-memory
+  amounts after a long HLO instruction, so they lead here."""
+  oom = tpu_oom(str(e))
+  if oom is None:
+    return _first_lines(e)
+  mem = oom[1]
+  space = "scoped VMEM" if oom[0] == VMEM_OOM else "HBM"
+  unit, size = ("MiB", 1 << 20) if oom[0] == VMEM_OOM else ("GiB", 1 << 30)
+  amounts = f"{mem.used / size:.2f} {unit} of {mem.limit / size:.2f} {unit} {space}" if mem.used else space
+  return f"out of {space}: needs {amounts} | {_first_lines(e, 300)}"[:600]
+
+
+def _memory(compiled) -> MemoryReport | None:
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # not every client reports it
+    return None
+  if m is None:
+    return None
+  return MemoryReport(
+    argument=m.argument_size_in_bytes,
+    output=m.output_size_in_bytes,
+    temp=m.temp_size_in_bytes,
+    code=m.generated_code_size_in_bytes,
+  )
+
+
 # XLA's words when ptxas (the nvidia-cuda-nvcc wheel) is missing: no verdict on a config.
 _MISSING_TOOL = re.compile(
   r"ptxas.*(not found|no such file)|(couldn't|could not|can't|cannot|unable to) (find|locate)\S* .*ptxas", re.I | re.S
@@ -201,13 +359,24 @@ def compile_fn(
   kernel: Callable[[machine_code.KernelCode], bool] | None = None,
 ) -> CompileReport:
   """Compile `fn(*args)` for `target`, args given as (shape, dtype) pairs; read its kernels:
-  ragtune's (by name), or those `kernel` picks (another library's, named as it likes)."""
-  name, text = target_text(target)
-  mesh, dev = _mesh(text)
+  ragtune's (by name), or those `kernel` picks (another library's, named as it likes). A TPU
+  has no machine code to read here: its report gives the outcome and the memory."""
+  t = resolve_target(target)
+  mesh, dev = _mesh(t.platform, t.spec)
   from jax.sharding import NamedSharding, PartitionSpec
 
   args = [jax.ShapeDtypeStruct(s, d, sharding=NamedSharding(mesh, PartitionSpec())) for s, d in arg_shapes]
+  name = t.name
   start = time.perf_counter()
+  if t.platform == "tpu":
+    try:
+      with jax.set_mesh(mesh):
+        compiled = jax.jit(fn).lower(*args).compile()
+    except Exception as e:  # the compiler's own failure, whatever its type
+      oom = tpu_oom(str(e))
+      outcome, memory = oom if oom else (_classify(e), None)
+      return CompileReport(name, dev.device_kind, outcome, _tpu_error(e), time.perf_counter() - start, (), memory)
+    return CompileReport(name, dev.device_kind, OK, "", time.perf_counter() - start, (), _memory(compiled))
   with tempfile.TemporaryDirectory(prefix="ragtune-aot-") as dump:
     try:
       with jax.set_mesh(mesh):
@@ -254,7 +423,7 @@ def compile_fn(
       )
     )
   outcome, error = verdict(tuple(reports))
-  return CompileReport(name, dev.device_kind, outcome, error, seconds, tuple(reports))
+  return CompileReport(name, dev.device_kind, outcome, error, seconds, tuple(reports), _memory(compiled))
 
 
 def op_arg_shapes(op: str, m: int, k: int, n: int, g: int, dtype: str) -> list[tuple[tuple[int, ...], Any]]:
@@ -276,12 +445,12 @@ def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n
 
   p = Problem(op, backend, dtype, m, k, n, g, "compile", ())
   fn = measure.build_op(p, backend, config, interpret=False)
-  name, text = target_text(target)
-  _, dev = _mesh(text)
+  t = resolve_target(target)
+  _, dev = _mesh(t.platform, t.spec)
   try:
-    kernels.registry.check_device(backend, "gpu", dev.device_kind)
+    kernels.registry.check_device(backend, t.platform, dev.device_kind)
   except ValueError as e:
-    return CompileReport(name, dev.device_kind, UNSUPPORTED, str(e), 0.0)
+    return CompileReport(t.name, dev.device_kind, UNSUPPORTED, str(e), 0.0)
   sets_own = kernels.registry.get(backend).smem_at_launch
   hint = (lambda _name: config.smem_bytes(op, dtype, m, k, n)) if sets_own else None
   return compile_fn(target, fn, *op_arg_shapes(op, m, k, n, g, dtype), smem_hint=hint)
@@ -310,13 +479,13 @@ def compile_ragged_dot(
     out, pull = jax.vjp(f, lhs, rhs)
     return (out, *pull(dout))
 
-  name, text = target_text(target)
-  _, dev = _mesh(text)
-  with jax.set_mesh(_mesh(text)[0]):
+  t = resolve_target(target)
+  mesh, dev = _mesh(t.platform, t.spec)
+  with jax.set_mesh(mesh):
     try:
       plan = {op: (c.backend, c.config) for op, c in resolve(config, backend, m, k, n, g, dt).items()}
     except (TypeError, ValueError) as e:  # a backend the target lacks, or a bad config
-      return CompileReport(name, dev.device_kind, _classify(e), _first_lines(e), 0.0)
+      return CompileReport(t.name, dev.device_kind, _classify(e), _first_lines(e), 0.0)
   own = {op: cfg for op, (b, cfg) in plan.items() if kernels.registry.get(b).smem_at_launch}
 
   def hint(kname: str) -> int | None:  # fwd and dlhs share the gmm kernel: the larger allocation

@@ -676,10 +676,11 @@ def plan(
     str | None,
     typer.Option(
       "--target",
-      metavar="GPU",
-      help="Compile every candidate deviceless for this GPU first (h100, h200, b200, or a "
-      "GpuTargetConfigProto file), in parallel; a sweep on that device then skips what fails, "
-      "spills or overflows. Needs the gpu-compile extra.",
+      metavar="DEVICE",
+      help="Compile every candidate deviceless for this GPU or TPU first (h100, h200, b200, a "
+      "GpuTargetConfigProto file; v4, v5e, v5p, v6e), in parallel; a sweep on that device then "
+      "skips what fails, spills or overflows shared memory, VMEM or HBM. Needs the gpu-compile "
+      "or the tpu extra.",
     ),
   ] = None,
   jobs: Annotated[
@@ -692,22 +693,27 @@ def plan(
   results folder, and an estimate of the time left: from its recorded rows, or else from a
   model (on a CPU, of the kernels' interpreter, calibrated once per host by timing a tiny
   kernel for a few seconds). Runs no sweep (a child process only asks which device this
-  is). With --target, first compiles every candidate for that GPU with XLA's real compiler
-  on this host and records the outcome in DIR/compile.jsonl."""
+  is). With --target, first compiles every candidate for that GPU or TPU with XLA's real
+  compiler on this host and records the outcome in DIR/compile.jsonl; a shapes file that
+  lists no backend of the target's then plans the target's own (pallas_tpu on a TPU)."""
   from ragtune import prune
   from ragtune.estimate import CostModel
   from ragtune.run import plan as plan_mod
   from ragtune.run.options import SweepOptions
 
-  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  limits.check_fits(problems, where=str(shapes_file))
   info = prune.target_facts(target) if target else _device()
+  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
+  if target and not backend and not any(p.backend in prune.backends_for(info["platform"]) for p in problems):
+    own = prune.backends_for(info["platform"])
+    _print(f"notice: {shapes_file} lists no backend for {info['device_kind']}; planning {', '.join(own)}", err=True)
+    spec, problems = _load_problems(shapes_file, ops, list(own), shard, shape, model)
+  limits.check_fits(problems, where=str(shapes_file))
   problems = _fitting(problems, info.get("memory_bytes"), shapes_file)
   out_dir = out or Path("results") / kernels.device_slug(info["device_kind"])
   if target:
     out_dir = paths.writable_dir(out_dir, "the results folder")
     _compile_for(target, problems, out_dir, jobs, info["device_kind"])
-  platform = "gpu" if target else info["platform"]
+  platform = info["platform"]
   interpret = _interpreting(None, platform)
   problems = _interpretable(problems, interpret)
   opts = SweepOptions(
@@ -755,6 +761,32 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
   return failures
 
 
+def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
+  """verify --target: each entry compiled deviceless, one line each; returns the failures."""
+  from ragtune import aot, prune
+  from ragtune.shapes import Problem
+
+  t0 = time.perf_counter()
+  items = [(Problem(e.op, e.backend, e.dtype, e.m, e.k, e.n, e.g, "lut", ()), e.config) for e in entries]
+  compiled = [i for i, (p, cfg) in enumerate(items) if cfg is not None]
+  reports = {compiled[j]: rep for j, rep in prune.compile_many(target, [items[i] for i in compiled], jobs)}
+  failures = 0
+  for i, (p, cfg) in enumerate(items, 1):
+    rep = reports.get(i - 1)
+    head = f"[{i}/{len(items)}] {p.op} {p.backend} m={p.m} k={p.k} n={p.n} g={p.g} {p.dtype}"
+    if rep is None:
+      _print(f"{head}: no kernel of its own to compile ({p.backend})")
+      continue
+    failures += rep["outcome"] != aot.OK
+    verdict = "compiles" if rep["outcome"] == aot.OK else f"FAILED {rep['outcome']}: {rep['error'][:300]}"
+    _print(f"{head} {cfg}: {verdict} ({rep['compile_s']:.1f}s)")
+  console.print(
+    f"compiled {len(compiled)} entries for {target} in {time.perf_counter() - t0:.1f}s: "
+    f"{len(compiled) - failures} compiled, {failures} failed"
+  )
+  return failures
+
+
 @app.command(cls=_Command, epilog=_example("ragtune verify --op fwd"))
 @user_errors
 def verify(
@@ -789,20 +821,40 @@ def verify(
       help="Seconds allowed per draw (compile and run); a draw that overruns is killed and fails as 'timeout'.",
     ),
   ] = 300.0,
+  compile_for: Annotated[
+    str | None,
+    typer.Option(
+      "--target",
+      metavar="DEVICE",
+      help="Compile each entry deviceless for this device (v4, v5e, v5p, v6e, h100, h200, b200) "
+      "with XLA's real compiler instead of running it: a LUT for a device this host lacks. "
+      "Checks that each compiles and fits (VMEM, HBM, shared memory), not its numbers or speed.",
+    ),
+  ] = None,
+  jobs: Jobs = None,
   skip_bad_lines: SkipBadLines = False,
 ):
   """Re-run every LUT entry on fresh inputs and adversarial group sizes (empty groups,
   sum < m, one group holding all rows). One line per entry; the numerics report of
-  failures (of every draw with --full). Exit 1 if any fails."""
+  failures (of every draw with --full). Exit 1 if any fails. With --target, compile each
+  entry for that device instead, on this host."""
+  from ragtune import prune
   from ragtune import shapes as shapes_mod
   from ragtune import verify as verify_mod
 
-  info = _device()
-  target = target or _results_dir()
+  info = prune.target_facts(compile_for) if compile_for else _device()
+  target = target or (_results_dir() if not compile_for else None)
+  if target is None:
+    raise RagtuneError("verify --target: name the LUT file or results folder to compile")
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
   lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force, skipped=skipped)
   _warn_skipped(skipped or {})
   entries = shapes_mod.select(lut.entries(), ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
+  if compile_for:
+    failures = _compile_entries(compile_for, entries, jobs)
+    if failures:
+      raise typer.Exit(1)
+    return
   limits.check_fits(entries, memory=info.get("memory_bytes"), where=str(target))
   warning = verify_mod.version_warning(lut, entries, lut.source or str(target))
   if warning:
@@ -828,7 +880,12 @@ def verify(
 def compile_cmd(
   shapes_file: ShapesFile,
   target: Annotated[
-    str, typer.Option("--target", metavar="GPU", help="h100, h200, b200, or a GpuTargetConfigProto file.")
+    str,
+    typer.Option(
+      "--target",
+      metavar="DEVICE",
+      help="A GPU (h100, h200, b200, or a GpuTargetConfigProto file) or a TPU (v4, v5e, v5p, v6e).",
+    ),
   ] = "h100",
   backend: Backends = None,
   ops: Ops = None,
@@ -836,24 +893,34 @@ def compile_cmd(
   model: Models = None,
   jobs: Jobs = None,
 ):
-  """Compile each problem's default config for a GPU with XLA's real compiler, on this host
-  (no GPU needed), and print what each kernel is built from: outcome, registers, spilled
-  bytes, shared memory, MMA and copy instructions, compile time. Needs the gpu-compile
-  extra. Says nothing of speed."""
+  """Compile each problem's default config for a GPU or TPU with XLA's real compiler, on this
+  host (no accelerator needed). A GPU: what each kernel is built from (outcome, registers,
+  spilled bytes, shared memory, MMA and copy instructions, compile time; the gpu-compile
+  extra). A TPU: the outcome, VMEM (the static rule's figure and the compiler's), HBM and
+  compile time (the tpu extra). A shapes file that lists no backend of the target's compiles
+  the target's own. Says nothing of speed."""
   from ragtune import aot, prune, views
 
+  facts = prune.target_facts(target)
+  kind, own = facts["device_kind"], prune.backends_for(facts["platform"])
   _, problems = _load_problems(shapes_file, ops, backend, None, shape, model)
-  kind = prune.target_facts(target)["device_kind"]
+  if not backend and not any(p.backend in own for p in problems):
+    _, problems = _load_problems(shapes_file, ops, list(own), None, shape, model)
   items = [
     (p, kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=kind))
     for p in problems
-    if p.backend in prune.GPU_BACKENDS
+    if p.backend in own
   ]
   if not items:
-    raise RagtuneError(f"{shapes_file}: no problem of a GPU backend ({', '.join(prune.GPU_BACKENDS)}) selected")
+    raise RagtuneError(f"{shapes_file}: no problem of a backend for {kind} ({', '.join(own)}) selected")
   reports = dict(prune.compile_many(target, items, jobs))
-  console.print(views.compile_table(kind, items, reports, aot.OK))
-  _print("smem: XLA's launch figure; * the config's allocation (Mosaic GPU sets its own at launch).")
+  if facts["platform"] == "tpu":
+    rule = lambda p, cfg: cfg.vmem_bytes(p.op, p.dtype, p.m, p.k, p.n)
+    console.print(views.tpu_compile_table(kind, items, reports, rule))
+    _print("VMEM rule: kernels/pallas_tpu/config.py's static figure; need/limit: the compiler's, where it ran out.")
+  else:
+    console.print(views.compile_table(kind, items, reports, aot.OK))
+    _print("smem: XLA's launch figure; * the config's allocation (Mosaic GPU sets its own at launch).")
   bad = sum(rep["outcome"] != aot.OK for rep in reports.values())
   if bad:
     _print(f"{bad} of {len(items)} did not compile clean", err=True)

@@ -1,12 +1,12 @@
 """Prune a sweep before it spends device time: compile every candidate deviceless for the
-target GPU (ragtune.aot), in parallel on the host's cores, and keep the outcome.
+target GPU or TPU (ragtune.aot), in parallel on the host's cores, and keep the outcome.
 
 Rows go to DIR/compile.jsonl (kind "compile"), one per (device kind, problem shape,
 candidate), appended and fsynced like records.jsonl, so a rerun compiles only what is new.
-A later `ragtune sweep` on a device of that kind (the facts file's device_description_str
-must be the device's jax device_kind) never times a candidate whose compile failed,
-overflowed, spilled (in its wgmma loops or elsewhere) or serialized its wgmma; see
-ragtune.run.plan.make_task.
+A later `ragtune sweep` on a device of that kind (a GPU facts file's device_description_str,
+or a TPU's device_kind in any of jax's spellings) never times a candidate whose compile
+failed, overflowed shared memory, VMEM or HBM, spilled (in its wgmma loops or elsewhere) or
+serialized its wgmma; see ragtune.run.plan.make_task.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import kernels
+from kernels.pallas_tpu import config as tpu_config
 from ragtune import aot, provenance, search_space
 from ragtune.errors import RagtuneError
 from ragtune.provenance import Versions
@@ -29,23 +30,40 @@ from ragtune.shapes import Problem
 from ragtune.store import JsonLines, candidate_id
 
 COMPILE_RECORDS = "compile.jsonl"
-# The backends that compile for an NVIDIA GPU.
+# The backends with kernels of their own that compile for an NVIDIA GPU, and for a TPU.
 GPU_BACKENDS = tuple(name for name, b in kernels.registry.REGISTRY.items() if "cuda" in b.platforms)
+TPU_BACKENDS = tuple(
+  name for name, b in kernels.registry.REGISTRY.items() if "tpu" in b.platforms and b.config_type is not None
+)
+
+
+def backends_for(platform: str) -> tuple[str, ...]:
+  return TPU_BACKENDS if platform == "tpu" else GPU_BACKENDS
 
 
 def target_facts(target: str) -> dict[str, Any]:
-  """device_kind and memory_bytes of a target, read from its facts file (no jax needed)."""
-  _, text = aot.target_text(target)
-  kind = re.search(r'device_description_str:\s*"([^"]+)"', text)
-  mem = re.search(r"device_memory_size:\s*(\d+)", text)
+  """platform, device_kind and memory_bytes of a target, from its facts file or chip (no jax
+  needed)."""
+  t = aot.resolve_target(target)
+  if t.platform == "tpu":
+    return {"platform": "tpu", "device_kind": t.chip.device_kinds[0], "memory_bytes": t.chip.hbm}
+  kind = re.search(r'device_description_str:\s*"([^"]+)"', t.spec)
+  mem = re.search(r"device_memory_size:\s*(\d+)", t.spec)
   if not kind:
     raise RagtuneError(f"--target {target}: its GpuTargetConfigProto has no device_description_str")
-  return {"device_kind": kind.group(1), "memory_bytes": int(mem.group(1)) if mem else None}
+  return {"platform": "gpu", "device_kind": kind.group(1), "memory_bytes": int(mem.group(1)) if mem else None}
+
+
+def _kind_key(device_kind: str) -> str:
+  """One spelling per TPU chip (jax names v5p "TPU v5" or "TPU v5p"), so rows compiled for
+  the compile-only client's name serve the device's own."""
+  chip = tpu_config.chip(device_kind)
+  return chip.device_kinds[0] if chip else device_kind
 
 
 def shape_key(device_kind: str, p: Problem) -> str:
   """What a compile depends on: the device and the problem's shape, not its group sizes."""
-  return f"{device_kind}|{p.op}|{p.backend}|{p.dtype}|{p.m}x{p.k}x{p.n}x{p.g}"
+  return f"{_kind_key(device_kind)}|{p.op}|{p.backend}|{p.dtype}|{p.m}x{p.k}x{p.n}x{p.g}"
 
 
 def _store(out_dir: Path) -> JsonLines:
@@ -96,7 +114,8 @@ def _versions(out_dir: Path, row: dict[str, Any]) -> Versions | None:
 def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, Rejection]:
   """candidate id -> Rejection, for p's candidates whose deviceless compile for this device
   kind was not clean: the compiler's own verdict (no fit, a spill in the wgmma loops or
-  elsewhere, serialized wgmma, an unsupported device, a compile error or a compiler crash)."""
+  elsewhere, serialized wgmma, VMEM or HBM exhausted, an unsupported device, a compile error
+  or a compiler crash)."""
   rows = _by_shape(out_dir).get(shape_key(device_kind, p), {})
   return {
     cid: Rejection(
@@ -163,6 +182,8 @@ def compile_many(
   jobs = max(1, min(len(items), jobs or default_jobs()))
   saved = os.environ.get("JAX_PLATFORMS")
   os.environ["JAX_PLATFORMS"] = "cpu"  # inherited by the spawned workers
+  # libtpu lets one process load it unless told otherwise; compile-only clients share no chip.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   try:
     queue = list(range(len(items)))
     suspects: list[int] = []  # in flight when a worker died or hung: each retried alone
@@ -236,12 +257,13 @@ def run(
   """Compile every not-yet-compiled candidate of `problems` for `target` into
   DIR/compile.jsonl; returns counts by outcome of the rows this run wrote. Ctrl-C keeps
   every row written."""
-  kind = target_facts(target)["device_kind"]
+  facts = target_facts(target)
+  kind = facts["device_kind"]
   done = compile_rows(out_dir)
   classes: dict[tuple, list[tuple[str, Problem, Any]]] = {}  # (shape, class) -> members to write
   for p in problems:
-    if p.backend not in GPU_BACKENDS:
-      continue  # backends without knobs have no candidates; TPU backends do not compile for a GPU
+    if p.backend not in backends_for(facts["platform"]):
+      continue  # backends without knobs have no candidates; others compile for another platform
     for cfg in search_space.candidates(p, device_kind=kind):
       rid = f"{shape_key(kind, p)}|{candidate_id(cfg)}"
       if rid not in done:

@@ -130,6 +130,54 @@ def plan_summary(rows: list[PlanRow], model: CostModel, slowest: int = 3) -> lis
   return lines
 
 
+def _mib(n: int | None) -> str:
+  return "-" if n is None else f"{n / (1 << 20):.2f}"
+
+
+def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]], vmem_rule) -> Table:
+  """One row per (problem, config) compiled deviceless for a TPU of `kind`: the outcome, the
+  static VMEM rule's figure beside the compiler's (its need, where it ran out), and the
+  program's memory from memory_analysis. vmem_rule(problem, config) -> bytes."""
+  t = _table(
+    f"deviceless compile for {kind} (default configs)",
+    (
+      "op",
+      "backend",
+      SHAPE,
+      "config",
+      "outcome",
+      "VMEM MiB rule",
+      "VMEM MiB need/limit",
+      "HBM GiB args+out",
+      "temp MiB",
+      "s",
+    ),
+  )
+  for i, (p, cfg) in enumerate(items):
+    rep = reports[i]
+    mem = rep.get("memory", {})
+    oom = f"{_mib(mem.get('used'))}/{_mib(mem.get('limit'))}" if "limit" in mem else "-"
+    hbm = (mem["argument"] + mem["output"]) / (1 << 30) if "argument" in mem else None
+    if rep["outcome"] == "hbm_oom" and "limit" in mem:
+      oom, hbm = "-", None
+      hbm_text = f"{mem['used'] / (1 << 30):.2f}/{mem['limit'] / (1 << 30):.2f} (out of HBM)"
+    else:
+      hbm_text = "-" if hbm is None else f"{hbm:.2f}"
+    t.add_row(
+      p.op,
+      p.backend,
+      p.shape_label,
+      short_config(cfg.to_dict()),
+      rep["outcome"] if rep["outcome"] == "ok" else f"{rep['outcome']}: {rep['error'][:120]}",
+      _mib(vmem_rule(p, cfg)),
+      oom,
+      hbm_text,
+      _mib(mem.get("temp")),
+      f"{rep['compile_s']:.1f}",
+    )
+  return t
+
+
 def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str) -> Table:
   """One row per kernel of each (problem, config) compiled deviceless for `kind`."""
   t = _table(

@@ -36,4 +36,5 @@ BACKEND = Backend(
   megablox_lut_fn=True,
   grid_work=config.grid_work,
   interpreter="pallas",
+  default_source=config.default_source,
 )

@@ -1,5 +1,5 @@
-"""Pallas TPU (megablox) config: the (tm, tk, tn) tiling, its fit in VMEM, the default,
-and the search space a sweep draws from."""
+"""Pallas TPU (megablox) config: the (tm, tk, tn) tiling, the TPU generations and their VMEM,
+the static VMEM rule, the compile-verified defaults, and the search space a sweep draws from."""
 
 from __future__ import annotations
 
@@ -10,7 +10,45 @@ from typing import Any
 from kernels.backend import GridWork
 from kernels.common import itemsize, next_pow2, op_dims, row_tiles
 
-VMEM_BYTES = 16 * 1024 * 1024
+MIB, GIB = 1 << 20, 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuChip:
+  """A TPU generation as a Pallas kernel meets it.
+
+  scoped_vmem: the VMEM XLA lets one kernel's tiles take when the kernel asks for no limit of
+    its own (megablox asks for none): 16 MiB on v4, v5e and v5p, 32 MiB on v6e, as libtpu's
+    compiler reports it ("Scoped allocation with size ... and limit 16.00M"). A tiling over it
+    does not compile.
+  hbm: bytes of HBM per device (Cloud TPU's system architecture pages:
+    https://cloud.google.com/tpu/docs/system-architecture-tpu-vm).
+  """
+
+  name: str  # the --target name
+  device_kinds: tuple[str, ...]  # jax's device_kind strings; the first is libtpu's compile-only client's
+  scoped_vmem: int
+  hbm: int
+
+
+CHIPS = (
+  TpuChip("v4", ("TPU v4",), 16 * MIB, 32 * GIB),
+  TpuChip("v5e", ("TPU v5 lite", "TPU v5e"), 16 * MIB, 16 * GIB),
+  TpuChip("v5p", ("TPU v5", "TPU v5p"), 16 * MIB, 95 * GIB),
+  TpuChip("v6e", ("TPU v6 lite", "TPU v6e"), 32 * MIB, 32 * GIB),
+)
+# No known chip (the CPU interpreter, a newer TPU): the smallest scoped VMEM of those above.
+SAFE_VMEM = min(c.scoped_vmem for c in CHIPS)
+
+
+def chip(device_kind: str | None) -> TpuChip | None:
+  """The TpuChip of a jax device_kind (any of its spellings), or None."""
+  return next((c for c in CHIPS if device_kind in c.device_kinds), None)
+
+
+def vmem_limit(device_kind: str | None) -> int:
+  c = chip(device_kind)
+  return c.scoped_vmem if c else SAFE_VMEM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +72,21 @@ class TpuConfig:
       if not isinstance(v, int) or v <= 0 or v % 128:
         raise ValueError(f"TpuConfig.{name} must be a positive multiple of 128, got {v!r}")
 
-  def vmem_bytes(self, dtype: str) -> int:
-    # Double-buffered lhs and rhs tiles, the output tile and an f32 accumulator.
+  def vmem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
+    """The static VMEM rule, for the forward problem (m, k, n): the Pallas pipeline
+    double-buffers the two input tiles and the output tile, and megablox adds an f32
+    accumulator of the output tile (gmm's [tm, tn], which XLA drops when one k tile covers the
+    contraction; tgmm's [tk, tn] for drhs, always). A lower bound: where Mosaic's register
+    allocator spills, its spill slots take VMEM too, which no rule of the tiles foresees
+    (tests/ragtune/test_aot_tpu.py measures both against the compiler)."""
     b = itemsize(dtype)
-    return 2 * (self.tm * self.tk + self.tk * self.tn) * b + self.tm * self.tn * (b + 4)
+    _, contraction, _ = op_dims(op, m, k, n)
+    out = self.tk * self.tn if op == "drhs" else self.tm * self.tn
+    acc = out if op == "drhs" or contraction > self.tk else 0
+    return 2 * (self.tm * self.tk + self.tk * self.tn + out) * b + 4 * acc
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
-    return self.vmem_bytes(dtype) <= VMEM_BYTES
+    return self.vmem_bytes(op, dtype, m, k, n) <= vmem_limit(device_kind)
 
   def tiling(self) -> tuple[int, int, int]:
     return (self.tm, self.tk, self.tn)
@@ -49,22 +95,58 @@ class TpuConfig:
     return dataclasses.asdict(self)
 
 
+# --- defaults -------------------------------------------------------------------------------
+
+# The default's rule, for a chip ragtune knows (DEFAULT_RULE): tm follows the rows per group,
+# since a group's last row tile is partial (decode: 8-128 rows; prefill: 512); then of the
+# power-of-two (tk, tn) up to the dims, the largest tk*tn (ties: the squarer, then the wider
+# tn) whose static VMEM is at most half the chip's scoped VMEM, the other half left as headroom. The tests
+# compile them for each chip (tests/ragtune/test_aot_tpu.py): compile-verified, not tuned.
+DEFAULT_RULE = "the largest tk*tn within half the scoped VMEM"
+DEFAULT_TM_MAX = 512
+DEFAULT_TILES = (128, 256, 512, 1024, 2048, 4096)
+# Rows per group below which a problem is in the decode family (tiles of a few rows).
+DECODE_ROWS = 128
+
+
+def family(op: str, m: int, k: int, n: int, g: int) -> str:
+  """'decode' or 'prefill', by the op's rows per group."""
+  rows, _, _ = op_dims(op, m, k, n)
+  return "decode" if rows < DECODE_ROWS * g else "prefill"
+
+
 def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None) -> TpuConfig:
   rows, contraction, cols = op_dims(op, m, k, n)
+  sublanes = 8 * (4 // itemsize(dtype))  # a VMEM tile holds 16 rows of a 16-bit dtype
+  per_group = -(-rows // max(g, 1))
+  tm = min(DEFAULT_TM_MAX, max(sublanes, next_pow2(per_group)), max(8, next_pow2(rows)))
+  budget = vmem_limit(device_kind) // 2
+  cap = lambda d: max(128, next_pow2(d))
+  best = TpuConfig(tm, 128, 128)
+  for tk, tn in itertools.product(DEFAULT_TILES, DEFAULT_TILES):
+    if tk > cap(contraction) or tn > cap(cols):
+      continue
+    cfg = TpuConfig(tm, tk, tn)
+    if cfg.vmem_bytes(op, dtype, m, k, n) <= budget and _rank(cfg) > _rank(best):
+      best = cfg
+  return best
 
-  def tile(d, choices=(512, 256, 128)):
-    for c in choices:
-      if d % c == 0:
-        return c
-    return 128
 
-  tm = min(512, max(8, next_pow2(rows))) if rows < 512 else 512
-  return TpuConfig(tm=tm, tk=tile(contraction), tn=tile(cols))
+def _rank(cfg: TpuConfig) -> tuple[int, int, int]:
+  return (cfg.tk * cfg.tn, -abs(cfg.tk.bit_length() - cfg.tn.bit_length()), cfg.tn)
 
+
+def default_source(device_kind: str | None) -> str:
+  """How `default` chose for this device: 'compile-verified' on a chip ragtune compiles its
+  defaults for, else 'heuristic'."""
+  return "compile-verified" if chip(device_kind) else "heuristic"
+
+
+# --- search space ---------------------------------------------------------------------------
 
 SPACE_TM = (64, 128, 256, 512)
-SPACE_TK = (128, 256, 512, 1024)
-SPACE_TN = (128, 256, 512, 1024)
+SPACE_TK = (128, 256, 512, 1024, 2048)
+SPACE_TN = (128, 256, 512, 1024, 2048)
 
 
 def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) -> list[TpuConfig]:
@@ -76,7 +158,7 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
     if tk > cap(contraction) or tn > cap(cols):
       continue
     cfg = TpuConfig(tm, tk, tn)
-    if cfg.fits(op, dtype, m, k, n):
+    if cfg.fits(op, dtype, m, k, n, device_kind) and cfg not in out:
       out.append(cfg)
   return out
 

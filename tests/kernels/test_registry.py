@@ -162,4 +162,4 @@ def test_auto_asks_the_lut_on_a_tpu_too(monkeypatch):
     got = kernels.explain((512, 256), (4, 256, 384), jnp.bfloat16)
   assert (got["fwd"].backend, got["fwd"].source) == ("xla", "lut-exact")
   assert (got["dlhs"].backend, got["dlhs"].config) == ("pallas_tpu", kernels.TpuConfig(256, 128, 128))
-  assert (got["drhs"].backend, got["drhs"].source) == ("pallas_tpu", "heuristic")
+  assert (got["drhs"].backend, got["drhs"].source) == ("pallas_tpu", "compile-verified")

@@ -232,8 +232,7 @@ def test_b200_pallas_gpu_compiles_and_mosaic_gpu_is_refused_clearly():
   assert r.outcome == aot.UNSUPPORTED
   assert "hopper GPUs only" in r.error and "pallas_gpu" in r.error
   # The same through kernels.ragged_dot itself: one clear ValueError, not the compiler's.
-  name, text = aot.target_text("b200")
-  mesh, _ = aot._mesh(text)
+  mesh, _ = aot.target_mesh("b200")
   S = jax.ShapeDtypeStruct
   with jax.set_mesh(mesh), pytest.raises(ValueError, match="hopper GPUs only"):
     jax.eval_shape(
@@ -268,7 +267,7 @@ def test_serialized_wgmma_and_loop_spills_are_seen():
   from jax.sharding import PartitionSpec as P
 
   hm = pytest.importorskip("jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu")
-  mesh, _ = aot._mesh(aot.target_text("h100")[1])
+  mesh, _ = aot.target_mesh("h100")
   spec = lambda s: jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=NamedSharding(mesh, P()))
   flags = {}
   for tile_n in (256, 128):

@@ -86,7 +86,11 @@ def test_launch_order_knobs_share_one_compile():
 
 
 def test_target_facts_come_from_the_shipped_files():
-  assert prune.target_facts("h100") == {"device_kind": "NVIDIA H100 80GB HBM3", "memory_bytes": 84942979072}
+  assert prune.target_facts("h100") == {
+    "platform": "gpu",
+    "device_kind": "NVIDIA H100 80GB HBM3",
+    "memory_bytes": 84942979072,
+  }
   assert prune.target_facts("b200")["device_kind"] == "NVIDIA B200"
   with pytest.raises(Exception, match="not one of"):
     prune.target_facts("h800")

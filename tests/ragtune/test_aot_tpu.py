@@ -1,0 +1,248 @@
+"""The Pallas TPU kernels compiled by XLA's real TPU compiler (libtpu), deviceless, on this CPU host.
+
+ragtune.aot compiles for a TPU by topology name (v4, v5e, v5p, v6e): Mosaic lowers each
+megablox kernel and XLA's TPU compiler lays out its VMEM and the program's HBM. These tests
+read the outcome (ok, VMEM or HBM exhausted, with the compiler's amounts) and the memory
+analysis; they say nothing of speed.
+
+Needs the `tpu` extra (libtpu) and JAX_PLATFORMS=cpu (conftest.py sets it on a host with no
+accelerator). Skipped where either is missing, except under CI, where that is a failure.
+"""
+
+import importlib.util
+import itertools
+import json
+import os
+import random
+
+import jax
+import jax.numpy as jnp
+import pytest
+from typer.testing import CliRunner
+
+import kernels
+from kernels.pallas_tpu import config as tpu
+from kernels.pallas_tpu.config import TpuConfig
+from ragtune import aot, prune, search_space, shapes, store
+from ragtune.cli import app
+from ragtune.run import plan as planning
+from ragtune.run.options import SweepOptions
+
+BF16 = "bfloat16"
+runner = CliRunner()
+
+
+def _why_unavailable() -> str | None:
+  if importlib.util.find_spec("libtpu") is None:
+    return "no libtpu (pip install -e '.[tpu]')"
+  if jax.default_backend() != "cpu":
+    return "deviceless compile runs on a CPU-only jax (JAX_PLATFORMS=cpu)"
+  try:
+    aot.device_kind("v5e")
+  except aot.AotUnavailable as e:
+    return str(e)
+  return None
+
+
+_UNAVAILABLE = _why_unavailable()
+if _UNAVAILABLE and os.environ.get("CI") and jax.default_backend() == "cpu":
+  raise RuntimeError(f"CI must run the deviceless TPU compile tests: {_UNAVAILABLE}")
+pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
+
+# shapes/anchors.yaml's problems: Mixtral 8x7B prefill; DeepSeek-V3 decode, prefill up and down.
+ANCHORS = {
+  "mixtral": (8192, 4096, 14336, 8),
+  "dsv3_decode": (512, 7168, 2048, 256),
+  "dsv3_up": (131072, 7168, 2048, 256),
+  "dsv3_down": (131072, 2048, 7168, 256),
+}
+# jax's own megablox test shapes, (m, k, n): GROUPED_MATMUL_TESTS in tests/pallas/tpu_gmm_test.py
+# of https://github.com/jax-ml/jax (the last one has partial tiles: k and n under 128).
+MEGABLOX_TESTS = [
+  (128, 128, 128),
+  (256, 128, 128),
+  (128, 256, 128),
+  (128, 128, 256),
+  (256, 128, 512),
+  (512, 128, 128),
+  (512, 2048, 128),
+  (128, 8, 16),
+]
+
+
+def test_each_target_names_its_chip():
+  for chip in tpu.CHIPS:
+    assert aot.device_kind(chip.name) == chip.device_kinds[0]
+    assert tpu.chip(aot.device_kind(chip.name)) is chip
+    facts = prune.target_facts(chip.name)
+    assert facts == {"platform": "tpu", "device_kind": chip.device_kinds[0], "memory_bytes": chip.hbm}
+    assert aot.target_for_kind(chip.device_kinds[-1]) == chip.name
+  assert aot.target_for_kind("NVIDIA H100 80GB HBM3") == "h100"
+
+
+@pytest.mark.parametrize("anchor", list(ANCHORS))
+@pytest.mark.parametrize("target", ["v5e", "v6e"])
+def test_defaults_compile_fwd_and_vjp(target, anchor):
+  """kernels.ragged_dot as a model calls it, forward and vjp, with the chip's compile-verified
+  defaults. Every default fits VMEM; a problem whose training step needs more HBM than the
+  chip has fails as hbm_oom with the compiler's amounts, and then its forward compiles."""
+  m, k, n, g = ANCHORS[anchor]
+  mesh, dev = aot.target_mesh(target)
+  with jax.set_mesh(mesh):
+    choices = kernels.explain((m, k), (g, k, n), jnp.bfloat16, backend="pallas_tpu")
+  assert {c.source for c in choices.values()} == {"compile-verified"}, choices
+  for op, c in choices.items():
+    assert 2 * c.config.vmem_bytes(op, BF16, m, k, n) <= tpu.chip(dev.device_kind).scoped_vmem, (op, c)
+  r = aot.compile_ragged_dot(target, m, k, n, g, BF16, backend="pallas_tpu")
+  assert r.outcome in (aot.OK, aot.HBM_OOM), f"{r.outcome}: {r.error}"
+  if r.outcome == aot.HBM_OOM:
+    assert r.memory.used > r.memory.limit > 0 and "HBM" in r.error, r
+    r = aot.compile_ragged_dot(target, m, k, n, g, BF16, backend="pallas_tpu", vjp=False)
+    assert r.ok, f"{r.outcome}: {r.error}"
+  assert r.memory is not None and r.memory.argument > 0 and r.memory.output > 0, r
+  assert r.kernels == () and r.seconds > 0
+
+
+def _all_tilings():
+  rows = (64, 128, 256, 512, 1024, 2048)
+  return [TpuConfig(*t) for t in itertools.product(rows, tpu.DEFAULT_TILES, tpu.DEFAULT_TILES)]
+
+
+def test_search_space_draws_compile_or_overflow_vmem_cleanly():
+  """20 candidates drawn (fixed seed) from the TPU search space of the anchors, on v5e and
+  v6e: each compiles, or fails with a clean VMEM verdict that names the compiler's amounts
+  (the static rule cannot see register spills). Never another error."""
+  rng = random.Random(19)
+  kept = 0
+  for i in range(20):
+    target = ("v5e", "v6e")[i % 2]
+    kind = prune.target_facts(target)["device_kind"]
+    m, k, n, g = ANCHORS[rng.choice(list(ANCHORS))]
+    op = ("fwd", "dlhs", "drhs")[i % 3]
+    cfg = rng.choice(tpu.space(op, BF16, m, k, n, kind))
+    r = aot.compile_op(target, "pallas_tpu", op, BF16, m, k, n, g, cfg)
+    assert r.outcome in (aot.OK, aot.VMEM_OOM), f"{target} {op} {cfg}: {r.outcome}: {r.error}"
+    if r.outcome == aot.VMEM_OOM:
+      assert r.memory.used > tpu.vmem_limit(kind) >= cfg.vmem_bytes(op, BF16, m, k, n), (cfg, r.memory)
+    kept += r.ok
+  print(f"search-space draws: {kept} of 20 compiled")
+  assert kept >= 15
+
+
+def test_static_vmem_rule_is_a_lower_bound_the_compiler_confirms():
+  """Tilings drawn (fixed seed) near the v5e and v6e VMEM bound, inside and outside the
+  search space, fwd and drhs: a tiling the rule prunes never compiles (no false prune), and
+  the compiler's need is never under the rule's figure. A kept tiling that still overflows
+  (Mosaic spilled registers into VMEM) is counted."""
+  rng = random.Random(7)
+  m, k, n, g = ANCHORS["mixtral"]
+  false_keeps = pruned = 0
+  for target, op in [("v5e", "fwd"), ("v6e", "fwd"), ("v5e", "drhs"), ("v6e", "drhs")]:
+    limit = tpu.vmem_limit(prune.target_facts(target)["device_kind"])
+    near = [c for c in _all_tilings() if 0.75 <= c.vmem_bytes(op, BF16, m, k, n) / limit <= 1.5]
+    for cfg in rng.sample(near, 3):
+      rule = cfg.vmem_bytes(op, BF16, m, k, n)
+      r = aot.compile_op(target, "pallas_tpu", op, BF16, m, k, n, g, cfg)
+      assert r.outcome in (aot.OK, aot.VMEM_OOM), f"{target} {op} {cfg}: {r.outcome}: {r.error}"
+      if rule > limit:
+        pruned += 1
+        assert r.outcome == aot.VMEM_OOM, f"false prune: {target} {op} {cfg} compiled, rule {rule} > {limit}"
+      if r.outcome == aot.VMEM_OOM:
+        assert r.memory.limit == limit and r.memory.used >= rule - (1 << 14), (target, op, cfg, rule, r.memory)
+        false_keeps += rule <= limit
+  print(f"rule vs compiler: {pruned} pruned, all overflow; {false_keeps} kept that overflow (spills)")
+  assert pruned > 0
+
+
+@pytest.mark.parametrize("i", range(len(MEGABLOX_TESTS)))
+def test_megablox_test_shapes_compile_fwd_and_vjp(i):
+  """jax's megablox test shapes, through kernels.ragged_dot (pallas_tpu, its defaults), fwd
+  and vjp; dtype, rhs layout and chip vary across them."""
+  m, k, n = MEGABLOX_TESTS[i]
+  g = (1, 2, 4, 7, 16, 32)[i % 6]
+  dtype = (BF16, "float32")[i % 2]
+  target = ("v5e", "v6e", "v5p", "v4")[i % 4]
+  dt = jnp.dtype(dtype)
+  transpose = i % 3 == 1
+
+  def fn(lhs, rhs, gs, dout):
+    f = lambda a, b: kernels.ragged_dot(a, b, gs, backend="pallas_tpu", transpose_rhs=transpose, interpret=False)
+    out, pull = jax.vjp(f, lhs, rhs)
+    return (out, *pull(dout))
+
+  rhs = (g, n, k) if transpose else (g, k, n)
+  r = aot.compile_fn(target, fn, ((m, k), dt), (rhs, dt), ((g,), jnp.int32), ((m, n), dt))
+  assert r.ok, f"{target} {(m, k, n, g)} {dtype}: {r.outcome}: {r.error}"
+
+
+TINY = "ops: [fwd]\nbackends: [pallas_gpu]\nshapes:\n  - {m: 256, k: 256, n: 256, g: 2}\n"
+
+
+def test_plan_target_tpu_compiles_every_candidate_and_a_sweep_skips_the_rejected(tmp_path, monkeypatch):
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text(TINY)
+  out = tmp_path / "v5e"
+  r = runner.invoke(app, ["plan", str(spec), "--target", "v5e", "-o", str(out), "-j", "2"])
+  assert r.exit_code == 0, r.output
+  assert "lists no backend for TPU v5 lite; planning pallas_tpu" in r.output, r.output
+  (p,) = shapes.expand(shapes.load_shape_set(spec), backends=["pallas_tpu"])
+  rows = list(prune.compile_rows(out).values())
+  assert len(rows) == len(search_space.candidates(p, device_kind="TPU v5 lite")) > 0
+  assert all(x["outcome"] == aot.OK and x["device_kind"] == "TPU v5 lite" and x["memory"]["argument"] for x in rows)
+
+  # A tiling the rule would never propose, compiled as a candidate: the compiler rejects it,
+  # and a sweep on that chip (jax's other spelling of its kind) skips it with the reason.
+  huge = TpuConfig(256, 2048, 4096)
+  assert not huge.fits("fwd", BF16, 256, 256, 256, "TPU v5 lite")
+  real = search_space.candidates
+  monkeypatch.setattr(search_space, "candidates", lambda q, **kw: [*real(q, **kw), huge])
+  counts = prune.run([p], "v5e", out, jobs=1, log=lambda msg: None)
+  assert counts == {aot.VMEM_OOM: 1}, counts
+  (why,) = prune.rejected(out, "TPU v5e", p).values()
+  assert "vmem_oom" in why.reason and "MiB of 16.00 MiB scoped VMEM" in why.reason, why
+  opts = SweepOptions(out_dir=out, budget=100, device_kind="TPU v5e", platform="tpu", interpret=False)
+  task, _, _ = planning.make_task(p, opts, {}, [])
+  assert task.rejected == 1 and store.candidate_id(huge) not in task.configs
+
+
+def test_compile_command_prints_the_tpu_table(tmp_path):
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text(TINY)
+  r = runner.invoke(app, ["compile", str(spec), "--target", "v6e"], terminal_width=220)
+  assert r.exit_code == 0, r.output
+  assert "TPU v6 lite" in r.output and "pallas_tpu" in r.output and " ok " in r.output, r.output
+
+
+def test_verify_target_compiles_a_tpu_luts_entries(tmp_path):
+  m, k, n, g = 8192, 4096, 14336, 8
+  kind = "TPU v6 lite"
+  good = tpu.default("fwd", BF16, m, k, n, g, kind)
+  entries = [
+    kernels.Entry("fwd", "pallas_tpu", BF16, m, k, n, g, good),
+    kernels.Entry("drhs", "pallas_tpu", BF16, m, k, n, g, TpuConfig(2048, 4096, 4096)),
+    kernels.Entry("dlhs", "xla", BF16, m, k, n, g, None),
+  ]
+  path = tmp_path / "lut.json"
+  path.write_text(json.dumps(kernels.Lut(kind, entries).to_dict()))
+  r = runner.invoke(app, ["verify", str(path), "--target", "v6e", "-j", "2"], terminal_width=220)
+  assert r.exit_code == 1, r.output
+  assert "compiles" in r.output and "FAILED vmem_oom" in r.output and "no kernel of its own" in r.output, r.output
+  assert "1 compiled, 1 failed" in r.output, r.output
+  r = runner.invoke(app, ["verify", str(path), "--target", "v5e"])
+  assert r.exit_code != 0 and "TPU v6 lite" in r.output, r.output
+
+
+def test_explain_says_which_default_it_used():
+  with jax.set_mesh(aot.target_mesh("v6e")[0]):
+    c = kernels.explain((8192, 4096), (8, 4096, 14336), jnp.bfloat16, backend="pallas_tpu")["fwd"]
+  assert c.source == "compile-verified" and c.config == tpu.default("fwd", BF16, 8192, 4096, 14336, 8, "TPU v6 lite")
+  assert "compile-verified" in str(c)
+  cpu = kernels.explain((8192, 4096), (8, 4096, 14336), jnp.bfloat16, backend="pallas_tpu")["fwd"]
+  assert cpu.source == "heuristic"
+
+
+def test_hbm_oom_names_the_amounts():
+  r = aot.compile_ragged_dot("v5e", 65536, 7168, 2048, 256, BF16, backend="pallas_tpu")
+  assert r.outcome == aot.HBM_OOM, r
+  assert r.memory.used > r.memory.limit and 15 << 30 < r.memory.limit <= 16 << 30, r.memory
+  assert r.error.startswith("out of HBM: needs "), r.error
