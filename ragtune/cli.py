@@ -707,6 +707,7 @@ def plan(
     own = prune.backends_for(info["platform"])
     _print(f"notice: {shapes_file} lists no backend for {info['device_kind']}; planning {', '.join(own)}", err=True)
     spec, problems = _load_problems(shapes_file, ops, list(own), shard, shape, model)
+    problems = _fitting(problems, None, shapes_file)  # a warning for each the backend cannot index
   limits.check_fits(problems, where=str(shapes_file))
   problems = _fitting(problems, info.get("memory_bytes"), shapes_file)
   out_dir = out or Path("results") / kernels.device_slug(info["device_kind"])
