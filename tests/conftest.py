@@ -53,6 +53,27 @@ def pytest_collection_modifyitems(config, items):
       item.add_marker(pytest.mark.skip(reason="runs in tests/kernels/test_mgpu_interpreter.py's child pytest"))
 
 
+def needs_compiler(why: str | None, what: str):
+  """skipif for a module of deviceless compile tests, `why` the compiler is unavailable
+  (None: it is here). Under CI, on a CPU-only jax, a missing compiler is an error instead."""
+  if why and os.environ.get("CI") and jax.default_backend() == "cpu":
+    raise RuntimeError(f"CI must run the {what}: {why}")
+  return pytest.mark.skipif(why is not None, reason=str(why))
+
+
+def compiler_missing(target: str) -> str | None:
+  """Why ragtune.aot cannot compile for `target` in this process, or None."""
+  from ragtune import aot
+
+  if jax.default_backend() != "cpu":
+    return "deviceless compile runs on a CPU-only jax (JAX_PLATFORMS=cpu)"
+  try:
+    aot.device_kind(target)
+  except aot.AotUnavailable as e:
+    return str(e)
+  return None
+
+
 def np_ragged_dot(lhs, rhs, group_sizes, *, transpose_rhs=False, group_offset=0):
   """float64 reference; rhs holds groups [group_offset, group_offset + g_local)."""
   lhs = np.asarray(lhs, np.float64)

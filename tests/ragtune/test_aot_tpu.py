@@ -12,12 +12,12 @@ accelerator). Skipped where either is missing, except under CI, where that is a 
 import importlib.util
 import itertools
 import json
-import os
 import random
 
 import jax
 import jax.numpy as jnp
 import pytest
+from conftest import compiler_missing, needs_compiler
 from typer.testing import CliRunner
 
 import kernels
@@ -32,22 +32,8 @@ BF16 = "bfloat16"
 runner = CliRunner()
 
 
-def _why_unavailable() -> str | None:
-  if importlib.util.find_spec("libtpu") is None:
-    return "no libtpu (pip install -e '.[tpu]')"
-  if jax.default_backend() != "cpu":
-    return "deviceless compile runs on a CPU-only jax (JAX_PLATFORMS=cpu)"
-  try:
-    aot.device_kind("v5e")
-  except aot.AotUnavailable as e:
-    return str(e)
-  return None
-
-
-_UNAVAILABLE = _why_unavailable()
-if _UNAVAILABLE and os.environ.get("CI") and jax.default_backend() == "cpu":
-  raise RuntimeError(f"CI must run the deviceless TPU compile tests: {_UNAVAILABLE}")
-pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
+_UNAVAILABLE = "no libtpu (pip install -e '.[tpu]')" if importlib.util.find_spec("libtpu") is None else None
+pytestmark = needs_compiler(_UNAVAILABLE or compiler_missing("v5e"), "deviceless TPU compile tests")
 
 # shapes/anchors.yaml's problems: Mixtral 8x7B prefill; DeepSeek-V3 decode, prefill up and down.
 ANCHORS = {
