@@ -75,15 +75,19 @@ class TpuConfig:
   def vmem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
     """The static VMEM rule, for the forward problem (m, k, n): the Pallas pipeline
     double-buffers the two input tiles and the output tile, and megablox adds an f32
-    accumulator of the output tile (gmm's [tm, tn], which XLA drops when one k tile covers the
-    contraction; tgmm's [tk, tn] for drhs, always). A lower bound: where Mosaic's register
+    accumulator of the output tile. gmm: [tm, tk] x [tk, tn] -> [tm, tn], its accumulator
+    dropped by XLA when one k tile covers the contraction; tgmm (drhs): [tk, tm] x [tm, tn] ->
+    [tk, tn], accumulated over the rows always. A lower bound: where Mosaic's register
     allocator spills, its spill slots take VMEM too, which no rule of the tiles foresees
     (tests/ragtune/test_aot_tpu.py measures both against the compiler)."""
     b = itemsize(dtype)
     _, contraction, _ = op_dims(op, m, k, n)
-    out = self.tk * self.tn if op == "drhs" else self.tm * self.tn
-    acc = out if op == "drhs" or contraction > self.tk else 0
-    return 2 * (self.tm * self.tk + self.tk * self.tn + out) * b + 4 * acc
+    if op == "drhs":
+      inputs, out, acc = self.tm * (self.tk + self.tn), self.tk * self.tn, self.tk * self.tn
+    else:
+      out = self.tm * self.tn
+      inputs, acc = self.tk * (self.tm + self.tn), out if contraction > self.tk else 0
+    return 2 * (inputs + out) * b + 4 * acc
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
     return self.vmem_bytes(op, dtype, m, k, n) <= vmem_limit(device_kind)

@@ -33,8 +33,11 @@ def test_vmem_rule_counts_double_buffered_tiles_and_the_accumulator():
   assert TpuConfig(512, 2048, 2048).vmem_bytes("fwd", "bfloat16", 8192, 4096, 14336) == 28 * MIB
   # One k tile covers the contraction: no accumulator (17.25M for 64x4096x1024).
   assert TpuConfig(64, 4096, 1024).vmem_bytes("fwd", "bfloat16", 8192, 4096, 14336) == 17.25 * MIB
-  # drhs (tgmm) accumulates its [tk, tn] output tile over the rows, always.
-  assert TpuConfig(512, 1024, 1024).vmem_bytes("drhs", "bfloat16", 8192, 1024, 14336) == 14 * MIB
+  # drhs (tgmm): [tk, tm] x [tm, tn] tiles, its [tk, tn] output accumulated over the rows
+  # always (libtpu on v6e: 42.00M for 2048x4096x256, 25.00M on v5e for 1024x256x4096).
+  assert TpuConfig(512, 1024, 1024).vmem_bytes("drhs", "bfloat16", 8192, 1024, 14336) == 12 * MIB
+  assert TpuConfig(2048, 4096, 256).vmem_bytes("drhs", "bfloat16", 8192, 4096, 14336) == 42 * MIB
+  assert TpuConfig(1024, 256, 4096).vmem_bytes("drhs", "bfloat16", 8192, 4096, 14336) == 25 * MIB
   assert TpuConfig(128, 128, 128).vmem_bytes("fwd", "float32", 8192, 4096, 14336) == 7 * 128 * 128 * 4
 
 
