@@ -636,6 +636,21 @@ def sweep(
   _print_sweep_end(summaries, out_dir, time.perf_counter() - t0, strict)
 
 
+def _target_problems(facts: dict, shapes_file: Path, ops, backend, shard, shape, model):
+  """(spec, problems, switched) of a shapes file for a --target: its problems, or, when it
+  lists no backend that compiles for the target and --backend names none, the target's own
+  backends' (a notice says so; switched is then True)."""
+  from ragtune import prune
+
+  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
+  own = prune.backends_for(facts["platform"])
+  if backend or any(p.backend in own for p in problems):
+    return spec, problems, False
+  _print(f"notice: {shapes_file} lists no backend for {facts['device_kind']}; using {', '.join(own)}", err=True)
+  spec, problems = _load_problems(shapes_file, ops, list(own), shard, shape, model)
+  return spec, problems, True
+
+
 def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, kind: str) -> None:
   """plan --target: every candidate compiled deviceless into DIR/compile.jsonl, with a line of counts."""
   from ragtune import prune
@@ -702,12 +717,12 @@ def plan(
   from ragtune.run.options import SweepOptions
 
   info = prune.target_facts(target) if target else _device()
-  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  if target and not backend and not any(p.backend in prune.backends_for(info["platform"]) for p in problems):
-    own = prune.backends_for(info["platform"])
-    _print(f"notice: {shapes_file} lists no backend for {info['device_kind']}; planning {', '.join(own)}", err=True)
-    spec, problems = _load_problems(shapes_file, ops, list(own), shard, shape, model)
-    problems = _fitting(problems, None, shapes_file)  # a warning for each the backend cannot index
+  if target:
+    spec, problems, switched = _target_problems(info, shapes_file, ops, backend, shard, shape, model)
+    if switched:
+      problems = _fitting(problems, None, shapes_file)  # a warning for each the backend cannot index
+  else:
+    spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
   limits.check_fits(problems, where=str(shapes_file))
   problems = _fitting(problems, info.get("memory_bytes"), shapes_file)
   out_dir = out or Path("results") / kernels.device_slug(info["device_kind"])
@@ -844,9 +859,7 @@ def verify(
   from ragtune import verify as verify_mod
 
   info = prune.target_facts(compile_for) if compile_for else _device()
-  target = target or (_results_dir() if not compile_for else None)
-  if target is None:
-    raise RagtuneError("verify --target: name the LUT file or results folder to compile")
+  target = target or (Path("results") / kernels.device_slug(info["device_kind"]) if compile_for else _results_dir())
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
   lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force, skipped=skipped)
   _warn_skipped(skipped or {})
@@ -904,9 +917,7 @@ def compile_cmd(
 
   facts = prune.target_facts(target)
   kind, own = facts["device_kind"], prune.backends_for(facts["platform"])
-  _, problems = _load_problems(shapes_file, ops, backend, None, shape, model)
-  if not backend and not any(p.backend in own for p in problems):
-    _, problems = _load_problems(shapes_file, ops, list(own), None, shape, model)
+  _, problems, _ = _target_problems(facts, shapes_file, ops, backend, None, shape, model)
   items = [
     (p, kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=kind))
     for p in problems

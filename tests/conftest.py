@@ -35,22 +35,30 @@ import kernels  # noqa: E402
 # pytest with a deadline and a retry (tests/kernels/test_mgpu_interpreter.py), so a hang costs
 # a rerun, not the suite; elsewhere they run in place.
 MGPU_CHILD = "RAGTUNE_MGPU_INTERPRETER_CHILD"
-# Each interpreted case takes 10-40 s on 2 cores. CI runs those of test_mosaic_gpu.py (both
-# kernels, both consumer splits, transposed rhs, empty groups, group offsets, ragged k and n)
-# and one conformance case; RAGTUNE_MGPU_ALL=1 runs every mosaic_gpu conformance case too.
+# Each interpreted case takes 15-70 s on 2 cores. CI runs three: gmm with the consumers
+# splitting rows over a transposed rhs (group starts off 8-row multiples, an empty group,
+# group_offset, ragged k and n), tgmm, and one conformance case (fwd, dlhs and drhs against
+# NumPy over four group-size patterns). RAGTUNE_MGPU_ALL=1 runs every one, as a run outside CI does.
 MGPU_ALL = "RAGTUNE_MGPU_ALL"
-CI_CONFORMANCE = ("test_group_sizes[mosaic_gpu-kn]",)
+CI_MGPU_CASES = (
+  "test_group_sizes[mosaic_gpu-kn]",
+  "test_gmm_warp_specialized_in_interpreter[split-rows-transposed]",
+  "test_tgmm_warp_specialized_in_interpreter",
+)
 
 
 def pytest_collection_modifyitems(config, items):
   in_child = bool(os.environ.get(MGPU_CHILD))
+  subset = os.environ.get("CI") and not os.environ.get(MGPU_ALL)
   for item in items:
     if "test_conformance.py" in item.nodeid and "[mosaic_gpu" in item.nodeid:
       item.add_marker(pytest.mark.mgpu_interpret)
-      if os.environ.get("CI") and not os.environ.get(MGPU_ALL) and item.name not in CI_CONFORMANCE:
-        item.add_marker(pytest.mark.skip(reason=f"interpreted Mosaic GPU conformance: set {MGPU_ALL}=1"))
-    if item.get_closest_marker("mgpu_interpret") and os.environ.get("CI") and not in_child:
+    if not item.get_closest_marker("mgpu_interpret") or not os.environ.get("CI"):
+      continue
+    if not in_child:
       item.add_marker(pytest.mark.skip(reason="runs in tests/kernels/test_mgpu_interpreter.py's child pytest"))
+    elif subset and item.name not in CI_MGPU_CASES:
+      item.add_marker(pytest.mark.skip(reason=f"interpreted Mosaic GPU case outside CI's three: set {MGPU_ALL}=1"))
 
 
 def needs_compiler(why: str | None, what: str):

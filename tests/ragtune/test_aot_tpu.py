@@ -90,7 +90,7 @@ def test_defaults_compile_fwd_and_vjp(target, anchor):
 
 
 def _all_tilings():
-  rows = (64, 128, 256, 512, 1024, 2048)
+  rows = (64, 128, 256, 512, 1024)
   return [TpuConfig(*t) for t in itertools.product(rows, tpu.DEFAULT_TILES, tpu.DEFAULT_TILES)]
 
 
@@ -181,7 +181,7 @@ def test_plan_target_tpu_compiles_every_candidate_and_a_sweep_skips_the_rejected
   out = tmp_path / "v5e"
   r = runner.invoke(app, ["plan", str(spec), "--target", "v5e", "-o", str(out), "-j", "2"])
   assert r.exit_code == 0, r.output
-  assert "lists no backend for TPU v5 lite; planning pallas_tpu" in r.output, r.output
+  assert "lists no backend for TPU v5 lite; using pallas_tpu" in r.output, r.output
   (p,) = shapes.expand(shapes.load_shape_set(spec), backends=["pallas_tpu"])
   rows = list(prune.compile_rows(out).values())
   assert len(rows) == len(search_space.candidates(p, device_kind="TPU v5 lite")) > 0
