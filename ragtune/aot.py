@@ -225,13 +225,18 @@ def _mesh(platform: str, spec: str):
     # libtpu locks /tmp/libtpu_lockfile for one process unless told that several may load
     # it; a compile-only client touches no chip, so parallel compile workers are safe.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is None:
+      raise AotUnavailable("deviceless TPU compile needs libtpu: pip install 'ragtune[tpu]'")
     try:
       topo = topologies.get_topology_desc(platform="tpu", topology_name=spec)
-    except Exception as e:  # no libtpu, or a topology name it refuses
+    except Exception as e:  # a topology name libtpu refuses, or a jax that started on another platform
       first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
       raise AotUnavailable(
-        f"deviceless TPU compile for {spec!r} needs libtpu (pip install 'ragtune[tpu]') and a process "
-        f"started with JAX_PLATFORMS=cpu (ragtune's compile workers set it): {first}"
+        f"libtpu gives no compile-only TPU for topology {spec!r} ({first}); it needs a name such as "
+        f"{', '.join(TPU_TOPOLOGIES.values())} and a process started with JAX_PLATFORMS=cpu "
+        "(ragtune's compile workers set it)"
       ) from None
     # One device: Pallas TPU kernels are not partitioned over several.
     return jax.sharding.Mesh(np.array(topo.devices[:1]), ("x",)), topo.devices[0]
@@ -264,11 +269,12 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _AMOUNT = r"([\d.]+)\s*([KMGT])i?B?"
 # libtpu's words for a kernel over the scoped VMEM, a program over all of VMEM, and over HBM:
 # (outcome, pattern with the amount used and the limit).
+# (outcome, what ran out, pattern with the amount used and the limit).
 _TPU_OOM = (
-  (VMEM_OOM, re.compile(rf"Scoped allocation with size {_AMOUNT} and limit {_AMOUNT}")),
-  (VMEM_OOM, re.compile(rf"Used {_AMOUNT} of {_AMOUNT} vmem")),
-  (HBM_OOM, re.compile(rf"\(?{_AMOUNT}\)? exceeds available HBM \({_AMOUNT}\)")),
-  (HBM_OOM, re.compile(rf"Used {_AMOUNT} of {_AMOUNT} hbm", re.I)),
+  (VMEM_OOM, "scoped VMEM", re.compile(rf"Scoped allocation with size {_AMOUNT} and limit {_AMOUNT}")),
+  (VMEM_OOM, "VMEM", re.compile(rf"Used {_AMOUNT} of {_AMOUNT} vmem", re.I)),
+  (HBM_OOM, "HBM", re.compile(rf"\(?{_AMOUNT}\)? exceeds available HBM \({_AMOUNT}\)")),
+  (HBM_OOM, "HBM", re.compile(rf"Used {_AMOUNT} of {_AMOUNT} hbm", re.I)),
 )
 
 
@@ -276,19 +282,19 @@ def _bytes(number: str, unit: str) -> int:
   return round(float(number) * _UNITS[unit])
 
 
-def tpu_oom(message: str) -> tuple[str, MemoryReport] | None:
-  """(VMEM_OOM or HBM_OOM, the amounts) of a TPU compiler's out-of-memory message; None for
-  any other message."""
-  for outcome, pattern in _TPU_OOM:
+def tpu_oom(message: str) -> tuple[str, str, MemoryReport] | None:
+  """(VMEM_OOM or HBM_OOM, what ran out, the amounts) of a TPU compiler's out-of-memory
+  message; None for any other message."""
+  for outcome, space, pattern in _TPU_OOM:
     found = pattern.search(message)
     if found:
       used, limit = _bytes(*found.group(1, 2)), _bytes(*found.group(3, 4))
-      return outcome, MemoryReport(used=used, limit=limit)
+      return outcome, space, MemoryReport(used=used, limit=limit)
   low = message.lower()
   if "memory space vmem" in low or "vmemoom" in low:
-    return VMEM_OOM, MemoryReport()
+    return VMEM_OOM, "VMEM", MemoryReport()
   if "memory on hbm" in low or "memory space hbm" in low:
-    return HBM_OOM, MemoryReport()
+    return HBM_OOM, "HBM", MemoryReport()
   return None
 
 
@@ -322,11 +328,10 @@ def _tpu_error(e: Exception) -> str:
   oom = tpu_oom(str(e))
   if oom is None:
     return _first_lines(e)
-  mem = oom[1]
-  space = "scoped VMEM" if oom[0] == VMEM_OOM else "HBM"
-  unit, size = ("MiB", 1 << 20) if oom[0] == VMEM_OOM else ("GiB", 1 << 30)
-  amounts = f"{mem.used / size:.2f} {unit} of {mem.limit / size:.2f} {unit} {space}" if mem.used else space
-  return f"out of {space}: needs {amounts} | {_first_lines(e, 300)}"[:600]
+  outcome, space, mem = oom
+  unit, size = ("MiB", 1 << 20) if outcome == VMEM_OOM else ("GiB", 1 << 30)
+  need = f": needs {mem.used / size:.2f} {unit} of {mem.limit / size:.2f} {unit} {space}" if mem.used else ""
+  return f"out of {space}{need} | {_first_lines(e, 300)}"[:600]
 
 
 def _memory(compiled) -> MemoryReport | None:
@@ -374,7 +379,7 @@ def compile_fn(
         compiled = jax.jit(fn).lower(*args).compile()
     except Exception as e:  # the compiler's own failure, whatever its type
       oom = tpu_oom(str(e))
-      outcome, memory = oom if oom else (_classify(e), None)
+      outcome, memory = (oom[0], oom[2]) if oom else (_classify(e), None)
       return CompileReport(name, dev.device_kind, outcome, _tpu_error(e), time.perf_counter() - start, (), memory)
     return CompileReport(name, dev.device_kind, OK, "", time.perf_counter() - start, (), _memory(compiled))
   with tempfile.TemporaryDirectory(prefix="ragtune-aot-") as dump:

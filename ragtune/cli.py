@@ -777,6 +777,31 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
   return failures
 
 
+def _target_of_lut(path: Path | None) -> str:
+  """verify --target auto: the deviceless target of a LUT file's device kind."""
+  from ragtune import aot
+
+  if path is None or not path.is_file():
+    raise RagtuneError("verify --target auto: name a LUT file (its device kind names the target)")
+  try:
+    kind = kernels.Lut.from_file(path).device_kind
+  except kernels.LutError as e:
+    raise RagtuneError(str(e)) from None
+  name = aot.target_for_kind(kind)
+  if name is None:
+    raise RagtuneError(
+      f"{path}: no deviceless target for {kind!r}; name one with --target ({', '.join(aot.target_names())})"
+    )
+  return name
+
+
+def _same_chip(a: str, b: str) -> bool:
+  """The same device kind, or two of jax's spellings of one TPU chip ("TPU v5" and "TPU v5p")."""
+  from kernels.pallas_tpu import config as tpu_config
+
+  return a == b or (tpu_config.chip(a) is not None and tpu_config.chip(a) is tpu_config.chip(b))
+
+
 def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
   """verify --target: each entry compiled deviceless, one line each; returns the failures."""
   from ragtune import aot, prune
@@ -797,8 +822,8 @@ def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
     verdict = "compiles" if rep["outcome"] == aot.OK else f"FAILED {rep['outcome']}: {rep['error'][:300]}"
     _print(f"{head} {cfg}: {verdict} ({rep['compile_s']:.1f}s)")
   console.print(
-    f"compiled {len(compiled)} entries for {target} in {time.perf_counter() - t0:.1f}s: "
-    f"{len(compiled) - failures} compiled, {failures} failed"
+    f"compiled {len(compiled)} of {len(items)} entries for {target} in {time.perf_counter() - t0:.1f}s: "
+    f"{len(compiled) - failures} ok, {failures} failed"
   )
   return failures
 
@@ -842,9 +867,10 @@ def verify(
     typer.Option(
       "--target",
       metavar="DEVICE",
-      help="Compile each entry deviceless for this device (v4, v5e, v5p, v6e, h100, h200, b200) "
-      "with XLA's real compiler instead of running it: a LUT for a device this host lacks. "
-      "Checks that each compiles and fits (VMEM, HBM, shared memory), not its numbers or speed.",
+      help="Compile each entry deviceless for this device (v4, v5e, v5p, v6e, h100, h200, b200; "
+      "auto: the LUT file's own) with XLA's real compiler instead of running it: a LUT for a "
+      "device this host lacks. Checks that each compiles and fits (VMEM, HBM, shared memory), "
+      "not its numbers or speed.",
     ),
   ] = None,
   jobs: Jobs = None,
@@ -858,11 +884,18 @@ def verify(
   from ragtune import shapes as shapes_mod
   from ragtune import verify as verify_mod
 
+  if compile_for == "auto":
+    compile_for = _target_of_lut(target)
   info = prune.target_facts(compile_for) if compile_for else _device()
   target = target or (Path("results") / kernels.device_slug(info["device_kind"]) if compile_for else _results_dir())
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
-  lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force, skipped=skipped)
+  lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force or bool(compile_for), skipped=skipped)
   _warn_skipped(skipped or {})
+  if compile_for and not force and not _same_chip(lut.device_kind, info["device_kind"]):
+    raise RagtuneError(
+      f"{target}: LUT was tuned on {lut.device_kind!r} but --target {compile_for} compiles for "
+      f"{info['device_kind']!r} (use --force to compile it for that device anyway)"
+    )
   entries = shapes_mod.select(lut.entries(), ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
   if compile_for:
     failures = _compile_entries(compile_for, entries, jobs)

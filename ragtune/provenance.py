@@ -152,8 +152,11 @@ def _xla_ptxas() -> str | None:
 
 
 @functools.cache
-def for_aot() -> Versions:
-  """host() and the version of the ptxas the deviceless compile (ragtune.aot) runs."""
+def for_aot(platform: str = "gpu") -> Versions:
+  """host() and the version of the compiler the deviceless compile (ragtune.aot) runs: for a
+  GPU the ptxas, for a TPU the libtpu package."""
+  if platform == "tpu":
+    return dataclasses.replace(host(), libtpu=_dist_version("libtpu"))
   tool = _xla_ptxas()
   try:
     out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout if tool else ""

@@ -30,7 +30,8 @@ from ragtune.shapes import Problem
 from ragtune.store import JsonLines, candidate_id
 
 COMPILE_RECORDS = "compile.jsonl"
-# The backends with kernels of their own that compile for an NVIDIA GPU, and for a TPU.
+# The backends that compile for an NVIDIA GPU, and the TPU backends with knobs (XLA's own op
+# has no candidates to prune).
 GPU_BACKENDS = tuple(name for name, b in kernels.registry.REGISTRY.items() if "cuda" in b.platforms)
 TPU_BACKENDS = tuple(
   name for name, b in kernels.registry.REGISTRY.items() if "tpu" in b.platforms and b.config_type is not None
@@ -274,7 +275,7 @@ def run(
     return counts
   groups = list(classes.values())
   store = _store(out_dir)
-  versions = provenance.for_aot().to_dict()  # the compile workers run this same jax and ptxas
+  versions = provenance.for_aot(facts["platform"]).to_dict()  # the workers run this jax, ptxas and libtpu
   log(f"compiling {len(groups)} kernels for {kind} ({sum(map(len, groups))} candidates)")
   start = last = time.monotonic()
   for i, (index, rep) in enumerate(compile_many(target, [(g[0][1], g[0][2]) for g in groups], jobs), 1):

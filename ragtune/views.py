@@ -159,7 +159,7 @@ def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]], vmem
     oom = f"{_mib(mem.get('used'))}/{_mib(mem.get('limit'))}" if "limit" in mem else "-"
     hbm = (mem["argument"] + mem["output"]) / (1 << 30) if "argument" in mem else None
     if rep["outcome"] == "hbm_oom" and "limit" in mem:
-      oom, hbm = "-", None
+      oom = "-"
       hbm_text = f"{mem['used'] / (1 << 30):.2f}/{mem['limit'] / (1 << 30):.2f} (out of HBM)"
     else:
       hbm_text = "-" if hbm is None else f"{hbm:.2f}"

@@ -50,6 +50,10 @@ CI_MGPU_CASES = (
 def pytest_collection_modifyitems(config, items):
   in_child = bool(os.environ.get(MGPU_CHILD))
   subset = os.environ.get("CI") and not os.environ.get(MGPU_ALL)
+  if in_child and subset:  # a renamed case would silently leave CI's three
+    missing = set(CI_MGPU_CASES) - {item.name for item in items}
+    if missing:
+      raise pytest.UsageError(f"CI_MGPU_CASES names cases that are not collected: {sorted(missing)}")
   for item in items:
     if "test_conformance.py" in item.nodeid and "[mosaic_gpu" in item.nodeid:
       item.add_marker(pytest.mark.mgpu_interpret)

@@ -106,17 +106,8 @@ class TpuConfig:
 # power-of-two (tk, tn) up to the dims, the largest tk*tn (ties: the squarer, then the wider
 # tn) whose static VMEM is at most half the chip's scoped VMEM, the other half left as headroom. The tests
 # compile them for each chip (tests/ragtune/test_aot_tpu.py): compile-verified, not tuned.
-DEFAULT_RULE = "the largest tk*tn within half the scoped VMEM"
 DEFAULT_TM_MAX = 512
 DEFAULT_TILES = (128, 256, 512, 1024, 2048, 4096)
-# Rows per group below which a problem is in the decode family (tiles of a few rows).
-DECODE_ROWS = 128
-
-
-def family(op: str, m: int, k: int, n: int, g: int) -> str:
-  """'decode' or 'prefill', by the op's rows per group."""
-  rows, _, _ = op_dims(op, m, k, n)
-  return "decode" if rows < DECODE_ROWS * g else "prefill"
 
 
 def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None) -> TpuConfig:

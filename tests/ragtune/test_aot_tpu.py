@@ -224,9 +224,13 @@ def test_verify_target_compiles_a_tpu_luts_entries(tmp_path):
   r = runner.invoke(app, ["verify", str(path), "--target", "v6e", "-j", "2"], terminal_width=220)
   assert r.exit_code == 1, r.output
   assert "compiles" in r.output and "FAILED vmem_oom" in r.output and "no kernel of its own" in r.output, r.output
-  assert "1 compiled, 1 failed" in r.output, r.output
+  assert "compiled 2 of 3 entries for v6e" in r.output and "1 ok, 1 failed" in r.output, r.output
   r = runner.invoke(app, ["verify", str(path), "--target", "v5e"])
-  assert r.exit_code != 0 and "TPU v6 lite" in r.output, r.output
+  assert r.exit_code != 0 and "tuned on 'TPU v6 lite' but --target v5e compiles for 'TPU v5 lite'" in r.output
+  # auto: the LUT's own chip, under another of jax's spellings of its kind.
+  path.write_text(json.dumps(kernels.Lut("TPU v6e", entries[:1]).to_dict()))
+  r = runner.invoke(app, ["verify", str(path), "--target", "auto"], terminal_width=220)
+  assert r.exit_code == 0 and "compiled 1 of 1 entries for v6e" in r.output, r.output
 
 
 def test_explain_says_which_default_it_used():
