@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 
 import jax  # noqa: E402
+
+# jax's Mosaic GPU interpreter runs each simulated warpgroup as a jitted program on a host
+# thread that blocks in callbacks at barriers; inline dispatch keeps them off the CPU client's
+# few worker threads.
+jax.config.update("jax_cpu_enable_async_dispatch", False)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
