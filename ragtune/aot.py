@@ -211,10 +211,15 @@ def target_for_kind(device_kind: str) -> str | None:
   c = tpu_config.chip(device_kind)
   if c is not None:
     return c.name
-  for name, file in TARGETS.items():
-    if re.search(rf'device_description_str:\s*"{re.escape(device_kind)}"', (TARGETS_DIR / file).read_text()):
-      return name
-  return None
+  return next(
+    (name for name, file in TARGETS.items() if proto_device_kind((TARGETS_DIR / file).read_text()) == device_kind), None
+  )
+
+
+def proto_device_kind(text: str) -> str | None:
+  """The jax device_kind a GpuTargetConfigProto text names (its device_description_str)."""
+  found = re.search(r'device_description_str:\s*"([^"]+)"', text)
+  return found.group(1) if found else None
 
 
 @functools.cache

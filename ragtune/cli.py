@@ -795,13 +795,6 @@ def _target_of_lut(path: Path | None) -> str:
   return name
 
 
-def _same_chip(a: str, b: str) -> bool:
-  """The same device kind, or two of jax's spellings of one TPU chip ("TPU v5" and "TPU v5p")."""
-  from kernels.pallas_tpu import config as tpu_config
-
-  return a == b or (tpu_config.chip(a) is not None and tpu_config.chip(a) is tpu_config.chip(b))
-
-
 def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
   """verify --target: each entry compiled deviceless, one line each; returns the failures."""
   from ragtune import aot, prune
@@ -880,6 +873,7 @@ def verify(
   sum < m, one group holding all rows). One line per entry; the numerics report of
   failures (of every draw with --full). Exit 1 if any fails. With --target, compile each
   entry for that device instead, on this host."""
+  from kernels.pallas_tpu import config as tpu_config
   from ragtune import prune
   from ragtune import shapes as shapes_mod
   from ragtune import verify as verify_mod
@@ -891,7 +885,8 @@ def verify(
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
   lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force or bool(compile_for), skipped=skipped)
   _warn_skipped(skipped or {})
-  if compile_for and not force and not _same_chip(lut.device_kind, info["device_kind"]):
+  same_chip = tpu_config.canonical_kind(lut.device_kind) == tpu_config.canonical_kind(info["device_kind"])
+  if compile_for and not force and not same_chip:
     raise RagtuneError(
       f"{target}: LUT was tuned on {lut.device_kind!r} but --target {compile_for} compiles for "
       f"{info['device_kind']!r} (use --force to compile it for that device anyway)"
@@ -960,8 +955,7 @@ def compile_cmd(
     raise RagtuneError(f"{shapes_file}: no problem of a backend for {kind} ({', '.join(own)}) selected")
   reports = dict(prune.compile_many(target, items, jobs))
   if facts["platform"] == "tpu":
-    rule = lambda p, cfg: cfg.vmem_bytes(p.op, p.dtype, p.m, p.k, p.n)
-    console.print(views.tpu_compile_table(kind, items, reports, rule))
+    console.print(views.tpu_compile_table(kind, items, reports))
     _print("VMEM rule: kernels/pallas_tpu/config.py's static figure; need/limit: the compiler's, where it ran out.")
   else:
     console.print(views.compile_table(kind, items, reports, aot.OK))

@@ -48,23 +48,16 @@ def target_facts(target: str) -> dict[str, Any]:
   t = aot.resolve_target(target)
   if t.platform == "tpu":
     return {"platform": "tpu", "device_kind": t.chip.device_kinds[0], "memory_bytes": t.chip.hbm}
-  kind = re.search(r'device_description_str:\s*"([^"]+)"', t.spec)
+  kind = aot.proto_device_kind(t.spec)
   mem = re.search(r"device_memory_size:\s*(\d+)", t.spec)
   if not kind:
     raise RagtuneError(f"--target {target}: its GpuTargetConfigProto has no device_description_str")
-  return {"platform": "gpu", "device_kind": kind.group(1), "memory_bytes": int(mem.group(1)) if mem else None}
-
-
-def _kind_key(device_kind: str) -> str:
-  """One spelling per TPU chip (jax names v5p "TPU v5" or "TPU v5p"), so rows compiled for
-  the compile-only client's name serve the device's own."""
-  chip = tpu_config.chip(device_kind)
-  return chip.device_kinds[0] if chip else device_kind
+  return {"platform": "gpu", "device_kind": kind, "memory_bytes": int(mem.group(1)) if mem else None}
 
 
 def shape_key(device_kind: str, p: Problem) -> str:
   """What a compile depends on: the device and the problem's shape, not its group sizes."""
-  return f"{_kind_key(device_kind)}|{p.op}|{p.backend}|{p.dtype}|{p.m}x{p.k}x{p.n}x{p.g}"
+  return f"{tpu_config.canonical_kind(device_kind)}|{p.op}|{p.backend}|{p.dtype}|{p.m}x{p.k}x{p.n}x{p.g}"
 
 
 def _store(out_dir: Path) -> JsonLines:
@@ -183,8 +176,6 @@ def compile_many(
   jobs = max(1, min(len(items), jobs or default_jobs()))
   saved = os.environ.get("JAX_PLATFORMS")
   os.environ["JAX_PLATFORMS"] = "cpu"  # inherited by the spawned workers
-  # libtpu lets one process load it unless told otherwise; compile-only clients share no chip.
-  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   try:
     queue = list(range(len(items)))
     suspects: list[int] = []  # in flight when a worker died or hung: each retried alone

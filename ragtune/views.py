@@ -134,44 +134,32 @@ def _mib(n: int | None) -> str:
   return "-" if n is None else f"{n / (1 << 20):.2f}"
 
 
-def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]], vmem_rule) -> Table:
-  """One row per (problem, config) compiled deviceless for a TPU of `kind`: the outcome, the
-  static VMEM rule's figure beside the compiler's (its need, where it ran out), and the
-  program's memory from memory_analysis. vmem_rule(problem, config) -> bytes."""
+def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]]) -> Table:
+  """One row per (problem, TpuConfig) compiled deviceless for a TPU of `kind`: the outcome,
+  the static VMEM rule's figure beside the compiler's need and limit where VMEM ran out, and
+  the program's HBM (arguments + outputs from memory_analysis, or need/limit where it ran out)."""
   t = _table(
     f"deviceless compile for {kind} (default configs)",
-    (
-      "op",
-      "backend",
-      SHAPE,
-      "config",
-      "outcome",
-      "VMEM MiB rule",
-      "VMEM MiB need/limit",
-      "HBM GiB args+out",
-      "temp MiB",
-      "s",
-    ),
+    ("op", "backend", SHAPE, "config", "outcome", "VMEM MiB rule", "VMEM MiB need/limit", "HBM GiB", "temp MiB", "s"),
   )
+  gib = lambda n: f"{n / (1 << 30):.2f}"
   for i, (p, cfg) in enumerate(items):
-    rep = reports[i]
+    rep, outcome = reports[i], reports[i]["outcome"]
     mem = rep.get("memory", {})
-    oom = f"{_mib(mem.get('used'))}/{_mib(mem.get('limit'))}" if "limit" in mem else "-"
-    hbm = (mem["argument"] + mem["output"]) / (1 << 30) if "argument" in mem else None
-    if rep["outcome"] == "hbm_oom" and "limit" in mem:
-      oom = "-"
-      hbm_text = f"{mem['used'] / (1 << 30):.2f}/{mem['limit'] / (1 << 30):.2f} (out of HBM)"
+    vmem = f"{_mib(mem['used'])}/{_mib(mem['limit'])}" if outcome == "vmem_oom" and "limit" in mem else "-"
+    if outcome == "hbm_oom" and "limit" in mem:
+      hbm = f"{gib(mem['used'])}/{gib(mem['limit'])} (out of HBM)"
     else:
-      hbm_text = "-" if hbm is None else f"{hbm:.2f}"
+      hbm = gib(mem["argument"] + mem["output"]) if "argument" in mem else "-"
     t.add_row(
       p.op,
       p.backend,
       p.shape_label,
       short_config(cfg.to_dict()),
-      rep["outcome"] if rep["outcome"] == "ok" else f"{rep['outcome']}: {rep['error'][:120]}",
-      _mib(vmem_rule(p, cfg)),
-      oom,
-      hbm_text,
+      outcome if outcome == "ok" else f"{outcome}: {rep['error'][:120]}",
+      _mib(cfg.vmem_bytes(p.op, p.dtype, p.m, p.k, p.n)),
+      vmem,
+      hbm,
       _mib(mem.get("temp")),
       f"{rep['compile_s']:.1f}",
     )

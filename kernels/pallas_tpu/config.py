@@ -46,6 +46,13 @@ def chip(device_kind: str | None) -> TpuChip | None:
   return next((c for c in CHIPS if device_kind in c.device_kinds), None)
 
 
+def canonical_kind(device_kind: str) -> str:
+  """One spelling per TPU chip (jax names v5p "TPU v5" or "TPU v5p"): the compile-only
+  client's; any other device kind as it is."""
+  c = chip(device_kind)
+  return c.device_kinds[0] if c else device_kind
+
+
 def vmem_limit(device_kind: str | None) -> int:
   c = chip(device_kind)
   return c.scoped_vmem if c else SAFE_VMEM
@@ -116,15 +123,19 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
   per_group = -(-rows // max(g, 1))
   tm = min(DEFAULT_TM_MAX, max(sublanes, next_pow2(per_group)), max(8, next_pow2(rows)))
   budget = vmem_limit(device_kind) // 2
-  cap = lambda d: max(128, next_pow2(d))
   best = TpuConfig(tm, 128, 128)
   for tk, tn in itertools.product(DEFAULT_TILES, DEFAULT_TILES):
-    if tk > cap(contraction) or tn > cap(cols):
+    if tk > _cap(contraction) or tn > _cap(cols):
       continue
     cfg = TpuConfig(tm, tk, tn)
     if cfg.vmem_bytes(op, dtype, m, k, n) <= budget and _rank(cfg) > _rank(best):
       best = cfg
   return best
+
+
+def _cap(d: int) -> int:
+  """The widest k or n tile worth having for a dim of d: a 128-lane multiple past d is waste."""
+  return max(128, next_pow2(d))
 
 
 def _rank(cfg: TpuConfig) -> tuple[int, int, int]:
@@ -146,11 +157,10 @@ SPACE_TN = (128, 256, 512, 1024, 2048)
 
 def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) -> list[TpuConfig]:
   rows, contraction, cols = op_dims(op, m, k, n)
-  cap = lambda d: max(128, next_pow2(d))
   out = []
   for tm, tk, tn in itertools.product(SPACE_TM, SPACE_TK, SPACE_TN):
     tm = min(tm, max(8, next_pow2(rows)))
-    if tk > cap(contraction) or tn > cap(cols):
+    if tk > _cap(contraction) or tn > _cap(cols):
       continue
     cfg = TpuConfig(tm, tk, tn)
     if cfg.fits(op, dtype, m, k, n, device_kind) and cfg not in out:
