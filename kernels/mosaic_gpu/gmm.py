@@ -147,9 +147,11 @@ def _gmm_kernel(
     return rhs_gmem.at[group, cols, :] if transpose_rhs else rhs_gmem.at[group, :, cols]
 
   # Allocated once for the persistent loop: the producer starts a cell's loads while the
-  # consumers still store the previous cell's tile.
+  # consumers still store the previous cell's tile. The allocation takes the block shapes
+  # from the specs and only the dtypes from the refs: whole refs, since a block-sized slice
+  # of an operand smaller than the block (m or n below it) is out of bounds.
   ignore = lambda *_, **__: None
-  allocations = pipeline(ignore, ignore).get_allocations(lhs_gmem.at[pl.ds(0, block_m), :], rhs_tile(0, 0))
+  allocations = pipeline(ignore, ignore).get_allocations(lhs_gmem, rhs_gmem.at[0])
 
   @functools.partial(
     pl.run_scoped,
