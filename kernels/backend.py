@@ -94,6 +94,8 @@ class Backend:
           interpreter.
   unavailable() -> why: "" when this jax ships what its kernels are written in; else why
           not (it then runs nowhere and is never "auto"'s fallback).
+  deprecated() -> why: "" unless what its kernels are written in is deprecated upstream in
+          this jax (it still runs; `explain` says so).
   default_source(device_kind) -> how `default` chose for that device, as `explain` names
           it: "heuristic", or "compile-verified" (tiles chosen by a stated rule and compiled
           for that device by the tests, not timed).
@@ -119,6 +121,7 @@ class Backend:
   interpreter: str = ""
   interpret_unsupported: Callable[[], dict[str, str]] = _nothing_unsupported
   unavailable: Callable[[], str] = lambda: ""
+  deprecated: Callable[[], str] = lambda: ""
   default_source: Callable[[str | None], str] = lambda device_kind: "heuristic"
 
   def default_config(self, op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None):

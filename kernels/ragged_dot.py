@@ -116,6 +116,8 @@ class Choice:
       where += f" (tuned {lut_mod.shape_text(*self.tuned_shape)}, distance {self.distance:.3g})"
     if self.rejected is not None:
       where += f" ({self.rejected})"
+    if why := registry.get(self.backend).deprecated():
+      where += f"; {why}"
     return f"{self.op}: {self.backend} {self.config if self.config is not None else '(no config)'} <- {where}"
 
 

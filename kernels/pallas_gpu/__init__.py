@@ -2,12 +2,15 @@
 
 Pallas Triton is deprecated since jax 0.11 in favour of Mosaic GPU. The kernel modules are
 imported on first use, so `import kernels` works on a jax that no longer ships it; the
-backend then says so (unavailable) and "auto" falls back to mosaic_gpu on Hopper.
+backend then says so (unavailable) and "auto" falls back to mosaic_gpu on Hopper. Where jax
+deprecates it, jax warns at every Triton lowering (a model lowers several kernels a step); we
+warn once a process instead (deprecated, _warn_once).
 """
 
 import dataclasses
 import importlib
 import importlib.util
+import warnings
 
 import jax
 
@@ -19,10 +22,12 @@ TRITON_MODULE = "jax.experimental.pallas.triton"
 
 
 def forward(lhs, rhs, group_sizes, **kw):
+  _warn_once()
   return importlib.import_module("kernels.pallas_gpu.gmm").gmm(lhs, rhs, group_sizes, **kw)
 
 
 def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, **kw):
+  _warn_once()
   # The config is in the [g,k,n] frame; with transpose_rhs the output is [g,n,k].
   if transpose_rhs:
     lhs, dout = dout, lhs
@@ -34,6 +39,31 @@ def unavailable() -> str:
   if importlib.util.find_spec(TRITON_MODULE) is None:
     return f"jax {jax.__version__} has no Pallas Triton ({TRITON_MODULE}); Mosaic GPU replaces it"
   return ""
+
+
+def deprecated() -> str:
+  if jax.__version_info__ >= (0, 11):  # jax's CHANGELOG, 0.11.0: Pallas Triton deprecated
+    return f"Pallas Triton is deprecated upstream since jax 0.11 (this is {jax.__version__}); 'mosaic_gpu' replaces it"
+  return ""
+
+
+# jax's own notice, raised at each lowering of a Triton kernel.
+_UPSTREAM_NOTICE = r"The Pallas Triton backend is deprecated"
+_warned = False
+
+
+def _warn_once() -> None:
+  """One DeprecationWarning a process for this backend in place of jax's one per kernel.
+  Re-installs the filter at each call: pytest and warnings.catch_warnings restore the
+  filters they found when they exit."""
+  global _warned
+  why = deprecated()
+  if not why:
+    return
+  warnings.filterwarnings("ignore", message=_UPSTREAM_NOTICE, category=DeprecationWarning)
+  if not _warned:
+    _warned = True
+    warnings.warn(f"kernels backend 'pallas_gpu': {why}", DeprecationWarning, stacklevel=3)
 
 
 # Pallas's Triton lowering makes pointer offsets int64 for any array over 4 GiB
@@ -54,4 +84,5 @@ BACKEND = Backend(
   grid_work=config.grid_work,
   interpreter="pallas",
   unavailable=unavailable,
+  deprecated=deprecated,
 )

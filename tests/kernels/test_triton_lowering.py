@@ -1,5 +1,8 @@
 """Every Pallas GPU kernel variant lowers to a Triton custom call for CUDA, checked on a CPU host."""
 
+import importlib
+import warnings
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -73,6 +76,28 @@ def test_full_vjp_with_group_offset_lowers_to_triton():
     S((), jnp.int32),
   )
   assert mod.count(TRITON) == 3  # fwd gmm, dlhs gmm (transposed read), drhs tgmm
+
+
+def test_upstream_deprecation_is_one_warning_a_process(monkeypatch):
+  """jax >= 0.11 deprecates Pallas Triton and warns at every Triton lowering (three a vjp);
+  the backend warns once a process instead, and explain names the deprecation."""
+  backend = importlib.import_module("kernels.pallas_gpu")
+  monkeypatch.setattr(backend, "_warned", False)
+  why = backend.deprecated()
+  assert bool(why) == (jax.__version_info__ >= (0, 11))
+
+  def loss(x, w, s):
+    return jnp.sum(kernels.ragged_dot(x, w, s, backend="pallas_gpu", interpret=False).astype(jnp.float32) ** 2)
+
+  args = (S((128, 64), jnp.bfloat16), S((4, 64, 96), jnp.bfloat16), S((4,), jnp.int32))
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):
+      assert export_for_h100(jax.grad(loss, argnums=(0, 1)), *args).count(TRITON) == 3
+  triton = [str(w.message) for w in caught if "Triton" in str(w.message)]
+  assert triton == ([f"kernels backend 'pallas_gpu': {why}"] if why else [])
+  explained = [str(c) for c in kernels.explain((128, 64), (4, 64, 96), jnp.bfloat16, backend="pallas_gpu").values()]
+  assert all(("deprecated upstream" in line) == bool(why) for line in explained)
 
 
 @pytest.mark.parametrize("device_kind", ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L4"])
