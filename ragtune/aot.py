@@ -43,15 +43,20 @@ from ragtune.errors import RagtuneError
 TARGETS_DIR = Path(__file__).parent / "targets"
 # Target names -> device facts files. A path to any GpuTargetConfigProto text file works too.
 TARGETS = {"h100": "h100_sxm.txtpb", "h200": "h200.txtpb", "b200": "b200.txtpb"}
-# TPU target names -> the smallest topology libtpu's compile-only client accepts (one host's
-# chips; a 1x1 name is refused). A topology name of a known chip ("v5e:4x4") works too.
-TPU_TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2"}
+# TPU target names -> one host's chips, the smallest topology every supported libtpu accepts:
+# libtpu 0.0.42 (jax 0.10) refuses 1x1 names ("not divisible by ... chips_per_host_bounds
+# 2x2x1"), which 0.0.50 (jax 0.12) accepts, and the mesh takes one device of either. libtpu
+# names v7x "tpu7x" and refuses "v7x:...". A topology name of a known chip ("v5e:4x4",
+# "v7x:2x2x2" or "tpu7x:2x2x2") works too.
+TPU_TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2", "v7x": "tpu7x:2x2x1"}
 # Our kernels' names in the machine code (kernels/<backend>/gmm.py, tgmm.py).
 KERNEL_PREFIX = "ragtune_"
 # Outcomes, in the order a report names them. loop_spill: spills inside the wgmma loops,
 # paid at every step (worse than a spill elsewhere, which is a spill too).
 # vmem_oom, hbm_oom: a TPU kernel's tiles over the scoped VMEM, a TPU program over the HBM.
-OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, ERROR = (
+# no_kernel: a GPU program built, but its machine code held none of the kernels it runs, so
+# nothing of them was checked: no verdict on the config (ragtune.prune keeps it).
+OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, NO_KERNEL, ERROR = (
   "ok",
   "no_fit",
   "loop_spill",
@@ -60,6 +65,7 @@ OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, ERROR
   "vmem_oom",
   "hbm_oom",
   "unsupported",
+  "no_kernel",
   "compile_error",
 )
 
@@ -141,7 +147,7 @@ class CompileReport:
 
   target: str
   device_kind: str
-  outcome: str  # OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED or ERROR
+  outcome: str  # OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, NO_KERNEL or ERROR
   error: str  # the compiler's own message (first lines), "" when ok
   seconds: float
   kernels: tuple[KernelReport, ...] = ()
@@ -181,15 +187,17 @@ def target_names() -> list[str]:
 
 
 def resolve_target(target: str) -> Target:
-  """A target name (h100, h200, b200, v4, v5e, v5p, v6e), a TPU topology name of a known chip
-  (v5e:4x4), or a GpuTargetConfigProto file."""
+  """A target name (h100, h200, b200, v4, v5e, v5p, v6e, v7x), a TPU topology name of a known
+  chip under its name or libtpu's (v5e:4x4, v7x:2x2x2, tpu7x:2x2x2), or a GpuTargetConfigProto
+  file."""
   low = target.lower()
   if low in TARGETS:
     return Target(low, "gpu", (TARGETS_DIR / TARGETS[low]).read_text())
   chip_name, _, topology = low.partition(":")
-  chip = next((c for c in tpu_config.CHIPS if c.name == chip_name), None)
-  if chip is not None:
-    return Target(chip.name, "tpu", TPU_TOPOLOGIES[chip.name] if not topology else low, chip)
+  for chip in tpu_config.CHIPS:
+    prefix = TPU_TOPOLOGIES[chip.name].partition(":")[0]
+    if chip_name in (chip.name, prefix):
+      return Target(chip.name, "tpu", f"{prefix}:{topology}" if topology else TPU_TOPOLOGIES[chip.name], chip)
   path = Path(target)
   if not path.is_file():
     raise RagtuneError(
@@ -367,10 +375,13 @@ def compile_fn(
   *arg_shapes: tuple[tuple[int, ...], Any],
   smem_hint: Callable[[str], int | None] | None = None,
   kernel: Callable[[machine_code.KernelCode], bool] | None = None,
+  expect_kernel: bool = True,
 ) -> CompileReport:
   """Compile `fn(*args)` for `target`, args given as (shape, dtype) pairs; read its kernels:
-  ragtune's (by name), or those `kernel` picks (another library's, named as it likes). A TPU
-  has no machine code to read here: its report gives the outcome and the memory."""
+  ragtune's (by name), or those `kernel` picks (another library's, named as it likes). A GPU
+  build whose machine code holds none of them is NO_KERNEL, not OK (nothing was checked),
+  unless expect_kernel is False: `fn` runs only XLA's own ops. A TPU has no machine code to
+  read here: its report gives the outcome and the memory."""
   t = resolve_target(target)
   mesh, dev = _mesh(t.platform, t.spec)
   from jax.sharding import NamedSharding, PartitionSpec
@@ -405,8 +416,9 @@ def compile_fn(
   from jax.experimental import serialize_executable
 
   blob = serialize_executable.serialize(compiled)[0]
+  found = machine_code.read_executable(blob, only=None if kernel else KERNEL_PREFIX.encode())
   reports = []
-  for kc in machine_code.read_executable(blob, only=None if kernel else KERNEL_PREFIX.encode()):
+  for kc in found:
     if not (kernel(kc) if kernel else kc.name.startswith(KERNEL_PREFIX)):
       continue  # XLA's own fusions around the kernels
     if kc.name in launch_smem:
@@ -432,6 +444,15 @@ def compile_fn(
         kc.hgmma_n,
       )
     )
+  if expect_kernel and not reports:
+    # A reader that misses the kernels (a new executable layout) must not pass for a clean build.
+    n = len(machine_code.cubins(blob))
+    if kernel:
+      what = f"none of the picked kernels ({len(found)} functions in {n} cubins read)"
+    else:
+      what = f"no {KERNEL_PREFIX}* kernel ({n} cubins read)"
+    error = f"the machine code held {what}: nothing was checked"
+    return CompileReport(name, dev.device_kind, NO_KERNEL, error, seconds, (), _memory(compiled))
   outcome, error = verdict(tuple(reports))
   return CompileReport(name, dev.device_kind, outcome, error, seconds, tuple(reports), _memory(compiled))
 
@@ -461,9 +482,10 @@ def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n
     kernels.registry.check_device(backend, t.platform, dev.device_kind)
   except ValueError as e:
     return CompileReport(t.name, dev.device_kind, UNSUPPORTED, str(e), 0.0)
-  sets_own = kernels.registry.get(backend).smem_at_launch
-  hint = (lambda _name: config.smem_bytes(op, dtype, m, k, n)) if sets_own else None
-  return compile_fn(target, fn, *op_arg_shapes(op, m, k, n, g, dtype), smem_hint=hint)
+  b = kernels.registry.get(backend)
+  hint = (lambda _name: config.smem_bytes(op, dtype, m, k, n)) if b.smem_at_launch else None
+  shapes = op_arg_shapes(op, m, k, n, g, dtype)
+  return compile_fn(target, fn, *shapes, smem_hint=hint, expect_kernel=b.grid_work is not None)
 
 
 def compile_ragged_dot(
@@ -503,4 +525,6 @@ def compile_ragged_dot(
     sizes = [own[op].smem_bytes(op, dtype, m, k, n) for op in ops if op in own]
     return max(sizes) if sizes else None
 
-  return compile_fn(target, fn, ((m, k), dt), ((g, k, n), dt), ((g,), jnp.int32), ((m, n), dt), smem_hint=hint)
+  own_kernels = any(kernels.registry.get(b).grid_work is not None for b, _ in plan.values())
+  shapes = (((m, k), dt), ((g, k, n), dt), ((g,), jnp.int32), ((m, n), dt))
+  return compile_fn(target, fn, *shapes, smem_hint=hint, expect_kernel=own_kernels)

@@ -653,7 +653,7 @@ def _target_problems(facts: dict, shapes_file: Path, ops, backend, shard, shape,
 
 def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, kind: str) -> None:
   """plan --target: every candidate compiled deviceless into DIR/compile.jsonl, with a line of counts."""
-  from ragtune import prune
+  from ragtune import aot, prune
 
   start = time.monotonic()
   try:
@@ -666,7 +666,7 @@ def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, k
     )
     raise typer.Exit(130) from None
   total = sum(counts.values())
-  bad = total - counts.get("ok", 0)
+  bad = total - counts.get(aot.OK, 0) - counts.get(aot.NO_KERNEL, 0)  # NO_KERNEL: no verdict, kept
   _print(
     f"compiled {total} new candidates for {kind} in {time.monotonic() - start:.0f}s: "
     + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")
@@ -693,7 +693,7 @@ def plan(
       "--target",
       metavar="DEVICE",
       help="Compile every candidate deviceless for this GPU or TPU first (h100, h200, b200, a "
-      "GpuTargetConfigProto file; v4, v5e, v5p, v6e), in parallel; a sweep on that device then "
+      "GpuTargetConfigProto file; v4, v5e, v5p, v6e, v7x), in parallel; a sweep on that device then "
       "skips what fails, spills or overflows shared memory, VMEM or HBM. Needs the gpu-compile "
       "or the tpu extra.",
     ),
@@ -860,7 +860,7 @@ def verify(
     typer.Option(
       "--target",
       metavar="DEVICE",
-      help="Compile each entry deviceless for this device (v4, v5e, v5p, v6e, h100, h200, b200; "
+      help="Compile each entry deviceless for this device (v4, v5e, v5p, v6e, v7x, h100, h200, b200; "
       "auto: the LUT file's own) with XLA's real compiler instead of running it: a LUT for a "
       "device this host lacks. Checks that each compiles and fits (VMEM, HBM, shared memory), "
       "not its numbers or speed.",
@@ -926,7 +926,7 @@ def compile_cmd(
     typer.Option(
       "--target",
       metavar="DEVICE",
-      help="A GPU (h100, h200, b200, or a GpuTargetConfigProto file) or a TPU (v4, v5e, v5p, v6e).",
+      help="A GPU (h100, h200, b200, or a GpuTargetConfigProto file) or a TPU (v4, v5e, v5p, v6e, v7x).",
     ),
   ] = "h100",
   backend: Backends = None,
@@ -961,6 +961,9 @@ def compile_cmd(
     console.print(views.compile_table(kind, items, reports, aot.OK))
     _print("smem: XLA's launch figure; * the config's allocation (Mosaic GPU sets its own at launch).")
   bad = sum(rep["outcome"] != aot.OK for rep in reports.values())
+  unread = [rep["error"] for rep in reports.values() if rep["outcome"] == aot.NO_KERNEL]
+  if unread:
+    _print(f"{len(unread)} of {len(items)} were not checked ({aot.NO_KERNEL}): {unread[0]}", err=True)
   if bad:
     _print(f"{bad} of {len(items)} did not compile clean", err=True)
     raise typer.Exit(1)

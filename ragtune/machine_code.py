@@ -1,20 +1,23 @@
 """What a compiled GPU program's kernels are made of, read from their machine code.
 
 A jax executable compiled for CUDA serializes (``Executable.serialize()``) to a protobuf
-that holds a Riegeli record stream; its one record is XLA's GpuExecutableProto, where
-every kernel's cubin is an ELF image. We cut the cubins out of the record, then let
-NVIDIA's ``cuobjdump`` say what they use: ``-res-usage`` gives registers, STACK and LOCAL
-bytes (spills land in LOCAL) and static shared memory; ``-sass`` gives the instructions.
+that holds a Riegeli record stream (jaxlib 0.12 nests it in a record of a second one); its
+record is XLA's GpuExecutableProto, where every kernel's cubin is an ELF image. We cut the
+cubins out of the record, then let NVIDIA's ``cuobjdump`` say what they use: ``-res-usage``
+gives registers, STACK and LOCAL bytes (spills land in LOCAL) and static shared memory;
+``-sass`` gives the instructions.
 
-Riegeli's format: github.com/google/riegeli, doc/riegeli_records_file_format.md. Snappy's:
-github.com/google/snappy, format_description.txt. Only what XLA writes is read here: simple
-chunks, uncompressed or snappy-compressed.
+Riegeli's format: github.com/google/riegeli, doc/riegeli_records_file_format.md; simple
+chunks are read (XLA writes them snappy-compressed). cramjam decompresses them and
+pyelftools reads the ELF headers (both in the gpu-compile extra).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib.util
+import io
 import os
 import re
 import shutil
@@ -31,7 +34,6 @@ _RIEGELI_CHUNK_HEADER = 40
 # The first 8 bytes of every Riegeli file: the hash of its first block header.
 _RIEGELI_MAGIC = bytes.fromhex("83af70d10d884a3f")
 _ELF_MAGIC = b"\x7fELF"
-_EM_CUDA = 190
 
 # Instructions that say how a kernel computes and moves data (Hopper SASS names).
 # HGMMA: Hopper's wgmma; UTCHMMA: Blackwell's tcgen05 MMA; HMMA: mma.sync. UTMALDG/UTMASTG:
@@ -112,6 +114,8 @@ class KernelCode(SassFacts):
 def _varint(b: bytes, pos: int) -> tuple[int, int]:
   n = shift = 0
   while True:
+    if pos >= len(b):
+      raise MachineCodeError("a varint runs past the end of its buffer")
     x = b[pos]
     pos += 1
     n |= (x & 0x7F) << shift
@@ -120,114 +124,152 @@ def _varint(b: bytes, pos: int) -> tuple[int, int]:
       return n, pos
 
 
-def snappy_decompress(src: bytes) -> bytes:
-  """Raw snappy (no framing): a varint length, then literals and back-references."""
-  size, pos = _varint(src, 0)
+def _read(stream: bytes, pos: int, size: int) -> bytes:
+  """`size` bytes of a Riegeli stream from position `pos` on, less the block headers at
+  every 64 KiB that interrupt them."""
   out = bytearray()
-  while pos < len(src):
-    tag = src[pos]
-    pos += 1
-    kind = tag & 3
-    if kind == 0:  # literal
-      length = tag >> 2
-      if length >= 60:
-        extra = length - 59
-        length = int.from_bytes(src[pos : pos + extra], "little")
-        pos += extra
-      length += 1
-      out += src[pos : pos + length]
-      pos += length
-      continue
-    if kind == 1:
-      length, offset = ((tag >> 2) & 7) + 4, ((tag >> 5) << 8) | src[pos]
-      pos += 1
-    else:
-      width = 2 if kind == 2 else 4
-      length, offset = (tag >> 2) + 1, int.from_bytes(src[pos : pos + width], "little")
-      pos += width
-    start = len(out) - offset
-    if offset <= 0 or start < 0:
-      raise MachineCodeError("corrupt snappy data")
-    if offset >= length:
-      out += out[start : start + length]
-    else:  # an overlapping copy repeats the last `offset` bytes
-      for i in range(length):
-        out.append(out[start + i])
-  if len(out) != size:
-    raise MachineCodeError(f"snappy data decoded to {len(out)} bytes, expected {size}")
+  while len(out) < size:
+    pos = max(pos, pos - pos % _RIEGELI_BLOCK + _RIEGELI_BLOCK_HEADER)
+    take = min(size - len(out), _RIEGELI_BLOCK - pos % _RIEGELI_BLOCK)
+    if pos + take > len(stream):
+      raise MachineCodeError("the Riegeli stream ends inside a chunk")
+    out += stream[pos : pos + take]
+    pos += take
   return bytes(out)
 
 
-def _chunk_values(body: bytes, decoded: int) -> bytes:
-  """The records of one simple chunk, concatenated."""
-  compression = body[:1]
-  sizes_len, p = _varint(body, 1)
-  values = body[p + sizes_len :]
-  if compression == b"s":
-    _, p = _varint(values, 0)  # Riegeli's own prefix: the decompressed size
-    values = snappy_decompress(values[p:])
-  elif compression != b"\x00":
-    raise MachineCodeError(f"unsupported Riegeli compression {compression!r}")
-  if len(values) != decoded:
+def _chunk_end(begin: int, data_size: int, num_records: int) -> int:
+  """Where the next chunk begins: the format doc's `chunk_end` (its implementation notes),
+  block headers and padding included."""
+  usable = _RIEGELI_BLOCK - _RIEGELI_BLOCK_HEADER
+  size = _RIEGELI_CHUNK_HEADER + data_size
+  with_overhead = begin + size + (size + (begin + usable - 1) % _RIEGELI_BLOCK) // usable * _RIEGELI_BLOCK_HEADER
+  records_end = begin + num_records
+  return max(with_overhead, records_end + max(0, -records_end % _RIEGELI_BLOCK - (usable - 1)))
+
+
+def _decompress(compression: int, block: bytes) -> bytes:
+  """A compressed buffer of a simple chunk: after a varint of its decompressed size, raw
+  snappy ('s', what XLA writes), zstd ('z') or brotli ('b')."""
+  if compression == 0:
+    return block
+  import cramjam
+
+  codec = {
+    ord("s"): cramjam.snappy.decompress_raw,
+    ord("z"): cramjam.zstd.decompress,
+    ord("b"): cramjam.brotli.decompress,
+  }
+  if compression not in codec:
+    raise MachineCodeError(f"unknown Riegeli compression type {compression:#x}")
+  size, pos = _varint(block, 0)
+  try:
+    out = bytes(codec[compression](block[pos:]))
+  except cramjam.DecompressionError as e:
+    raise MachineCodeError(f"corrupt Riegeli chunk: {e}") from None
+  if len(out) != size:
+    raise MachineCodeError(f"a Riegeli buffer decoded to {len(out)} bytes, expected {size}")
+  return out
+
+
+def _simple_chunk(data: bytes, num_records: int, decoded_size: int) -> list[bytes]:
+  """The records of a simple chunk: compression type, the size of the compressed record
+  sizes, the record sizes (varints), the concatenated values."""
+  sizes_len, pos = _varint(data, 1)
+  sizes = _decompress(data[0], data[pos : pos + sizes_len])
+  values = _decompress(data[0], data[pos + sizes_len :])
+  if len(values) != decoded_size:
     raise MachineCodeError("Riegeli chunk size mismatch")
-  return values
+  records, start, at = [], 0, 0
+  for _ in range(num_records):
+    length, at = _varint(sizes, at)
+    records.append(values[start : start + length])
+    start += length
+  if start != decoded_size:
+    raise MachineCodeError("Riegeli record sizes do not add up to the chunk's values")
+  return records
 
 
-def riegeli_records(data: bytes) -> list[bytes]:
-  """The decoded values of every simple chunk of a Riegeli stream (records concatenated).
+def riegeli_records(stream: bytes) -> list[bytes]:
+  """The records of the Riegeli stream that `stream` starts with.
 
-  XLA writes one chunk, or for a large executable a small one and then the rest. `data`
-  runs on past the stream into the outer proto's tail, which the chunk headers do not
-  bound: the stream ends at the first header that is no chunk (an unknown type, a size
-  past the data), or, once records were read, at a chunk that does not decode."""
-  stream = bytearray()  # the stream with its 64 KiB block headers cut out
-  for start in range(0, len(data), _RIEGELI_BLOCK):
-    stream += data[start + _RIEGELI_BLOCK_HEADER : start + _RIEGELI_BLOCK]
+  Chunks follow one another from the start, each a 40-byte header and its data; a 24-byte
+  block header interrupts them at every 64 KiB. Only simple chunks ('r') hold records here:
+  the signature ('s'), metadata ('m') and padding ('p') are skipped. `stream` may run on
+  past the stream's end into the proto that holds it, which no header bounds: the stream
+  ends at the first header that is no chunk (an unknown type, data past the bytes), or,
+  once records were read, at a chunk that does not decode."""
   out, pos = [], 0
-  while pos + _RIEGELI_CHUNK_HEADER <= len(stream):
-    _, size, _, type_and_count, decoded = struct.unpack_from("<QQQQQ", stream, pos)
-    kind = chr(type_and_count & 0xFF)
-    end = pos + _RIEGELI_CHUNK_HEADER + size
-    if kind not in ("r", "s", "p", "m") or end > len(stream):
-      break
-    body = bytes(stream[pos + _RIEGELI_CHUNK_HEADER : end])
-    pos = end
-    if kind != "r":  # signature, padding, metadata
-      continue
+  while pos < len(stream):
     try:
-      out.append(_chunk_values(body, decoded))
-    except (MachineCodeError, IndexError):
-      if not out:
-        raise
+      header = _read(stream, pos, _RIEGELI_CHUNK_HEADER)
+    except MachineCodeError:
       break
+    _, data_size, _, type_and_count, decoded_size = struct.unpack("<QQQQQ", header)
+    kind, num_records = chr(type_and_count & 0xFF), type_and_count >> 8
+    end = _chunk_end(pos, data_size, num_records)
+    if kind not in "rspm" or end > len(stream):
+      break
+    if kind == "r":
+      try:
+        out += _simple_chunk(
+          _read(stream, pos, _RIEGELI_CHUNK_HEADER + data_size)[_RIEGELI_CHUNK_HEADER:], num_records, decoded_size
+        )
+      except MachineCodeError:
+        if not out:
+          raise
+        break
+    pos = end
   if not out:
     raise MachineCodeError("no record chunk in the Riegeli stream")
   return out
 
 
-def cubins(serialized: bytes) -> list[bytes]:
-  """The CUDA ELF images in a serialized jax GPU executable."""
-  start = serialized.find(_RIEGELI_MAGIC)
+def _leaf_records(data: bytes) -> list[bytes]:
+  """The records of the Riegeli stream in `data`, each record that holds a stream itself
+  replaced by that stream's records: jaxlib 0.12 wraps the GpuExecutableProto's stream in a
+  record of the executable's own, where jaxlib 0.10 has it at the top."""
+  start = data.find(_RIEGELI_MAGIC)
   if start < 0:
     raise MachineCodeError("no Riegeli stream in the executable (not a GPU executable?)")
+  leaves = []
+  for record in riegeli_records(data[start:]):
+    leaves += _leaf_records(record) if _RIEGELI_MAGIC in record else [record]
+  return leaves
+
+
+def _cuda_elf_size(data: bytes) -> int:
+  """The size of the CUDA ELF image that `data` starts with (its headers, tables and
+  sections all inside `data`); 0 if it starts with none."""
+  from elftools.common.exceptions import ELFError
+  from elftools.elf.elffile import ELFFile
+
+  try:
+    elf = ELFFile(io.BytesIO(data))
+    if elf["e_machine"] != "EM_CUDA":
+      return 0
+    ends = [
+      elf["e_shoff"] + elf.num_sections() * elf["e_shentsize"],
+      elf["e_phoff"] + elf.num_segments() * elf["e_phentsize"],
+      *(s["sh_offset"] + s["sh_size"] for s in elf.iter_sections() if s["sh_type"] != "SHT_NOBITS"),
+      *(seg["p_offset"] + seg["p_filesz"] for seg in elf.iter_segments()),
+    ]
+  except (ELFError, OverflowError):  # bytes that only start like an ELF header
+    return 0
+  return max(ends) if max(ends) <= len(data) else 0
+
+
+def cubins(serialized: bytes) -> list[bytes]:
+  """The CUDA ELF images in a serialized jax GPU executable, found by their magic bytes in
+  every record (XLA keeps each one whole in a bytes field of the GpuExecutableProto)."""
   found = []
-  for record in riegeli_records(serialized[start:]):
+  for record in _leaf_records(serialized):
     pos = record.find(_ELF_MAGIC)
     while pos >= 0:
-      step = 4
-      if (
-        pos + 0x40 <= len(record)
-        and record[pos + 4] == 2
-        and struct.unpack_from("<H", record, pos + 0x12)[0] == _EM_CUDA
-      ):
-        phoff, shoff = struct.unpack_from("<QQ", record, pos + 0x20)
-        phent, phnum, shent, shnum = struct.unpack_from("<HHHH", record, pos + 0x36)
-        # ptxas puts the section and program header tables last: their end is the image's.
-        size = max(shoff + shent * shnum, phoff + phent * phnum)
-        if 0x40 <= size <= len(record) - pos:
-          found.append(record[pos : pos + size])
-          step = size
-      pos = record.find(_ELF_MAGIC, pos + step)
+      size = _cuda_elf_size(record[pos:])
+      if size:
+        found.append(record[pos : pos + size])
+      pos = record.find(_ELF_MAGIC, pos + (size or 1))
   return found
 
 
@@ -401,4 +443,8 @@ def read_executable(serialized: bytes, cuobjdump: str | None = None, only: bytes
     raise MachineCodeError(
       "cuobjdump not found: pip install 'ragtune[gpu-compile]' (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
     )
+  # Imported where they are used: ragtune.aot imports this module on hosts without the extra.
+  missing = [name for name in ("cramjam", "elftools") if importlib.util.find_spec(name) is None]
+  if missing:
+    raise MachineCodeError(f"{', '.join(missing)} not found: pip install 'ragtune[gpu-compile]' (cramjam, pyelftools)")
   return [k for cubin in cubins(serialized) if only is None or only in cubin for k in read_cubin(cubin, cuobjdump)]

@@ -6,7 +6,9 @@ candidate), appended and fsynced like records.jsonl, so a rerun compiles only wh
 A later `ragtune sweep` on a device of that kind (a GPU facts file's device_description_str,
 or a TPU's device_kind in any of jax's spellings) never times a candidate whose compile
 failed, overflowed shared memory, VMEM or HBM, spilled (in its wgmma loops or elsewhere) or
-serialized its wgmma; see ragtune.run.plan.make_task.
+serialized its wgmma; see ragtune.run.plan.make_task. A compile whose machine code held no
+kernel to check (aot.NO_KERNEL) judged nothing: its candidate is kept, and compiled again
+by the next run.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, Rejection
   """candidate id -> Rejection, for p's candidates whose deviceless compile for this device
   kind was not clean: the compiler's own verdict (no fit, a spill in the wgmma loops or
   elsewhere, serialized wgmma, VMEM or HBM exhausted, an unsupported device, a compile error
-  or a compiler crash)."""
+  or a compiler crash). A NO_KERNEL row is no verdict: its candidate is not rejected."""
   rows = _by_shape(out_dir).get(shape_key(device_kind, p), {})
   return {
     cid: Rejection(
@@ -117,7 +119,7 @@ def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, Rejection
       _versions(out_dir, r),
     )
     for cid, r in rows.items()
-    if r.get("outcome") != aot.OK
+    if r.get("outcome") not in (aot.OK, aot.NO_KERNEL)
   }
 
 
@@ -248,10 +250,11 @@ def run(
 ) -> dict[str, int]:
   """Compile every not-yet-compiled candidate of `problems` for `target` into
   DIR/compile.jsonl; returns counts by outcome of the rows this run wrote. Ctrl-C keeps
-  every row written."""
+  every row written. A NO_KERNEL row counts as not compiled: compiled again, and named in a
+  warning when it comes back NO_KERNEL."""
   facts = target_facts(target)
   kind = facts["device_kind"]
-  done = compile_rows(out_dir)
+  done = {rid: r for rid, r in compile_rows(out_dir).items() if r.get("outcome") != aot.NO_KERNEL}
   classes: dict[tuple, list[tuple[str, Problem, Any]]] = {}  # (shape, class) -> members to write
   for p in problems:
     if p.backend not in backends_for(facts["platform"]):
@@ -269,6 +272,7 @@ def run(
   versions = provenance.for_aot(facts["platform"]).to_dict()  # the workers run this jax, ptxas and libtpu
   log(f"compiling {len(groups)} kernels for {kind} ({sum(map(len, groups))} candidates)")
   start = last = time.monotonic()
+  unjudged = ""  # a NO_KERNEL row's error
   for i, (index, rep) in enumerate(compile_many(target, [(g[0][1], g[0][2]) for g in groups], jobs), 1):
     group = groups[index]
     first = candidate_id(group[0][2])
@@ -288,9 +292,15 @@ def run(
         }
       )
       counts[rep["outcome"]] = counts.get(rep["outcome"], 0) + 1
+    unjudged = unjudged or (rep["error"] if rep["outcome"] == aot.NO_KERNEL else "")
     now = time.monotonic()
     if now - last >= 10 or i == len(groups):
       last = now
       summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
       log(f"compiled {i}/{len(groups)} kernels in {now - start:.0f}s; candidates: {summary}")
+  if unjudged:
+    log(
+      f"WARNING: {counts[aot.NO_KERNEL]} candidates could not be judged ({aot.NO_KERNEL}: {unjudged}); "
+      "they are kept, not pruned, and compiled again by the next run"
+    )
   return counts

@@ -18,11 +18,13 @@ class TpuChip:
   """A TPU generation as a Pallas kernel meets it.
 
   scoped_vmem: the VMEM XLA lets one kernel's tiles take when the kernel asks for no limit of
-    its own (megablox asks for none): 16 MiB on v4, v5e and v5p, 32 MiB on v6e, as libtpu's
-    compiler reports it ("Scoped allocation with size ... and limit 16.00M"). A tiling over it
-    does not compile.
+    its own (megablox asks for none): 16 MiB on v4, v5e and v5p, 32 MiB on v6e and v7x, as
+    libtpu's compiler reports it ("Scoped allocation with size ... and limit 16.00M"). A tiling
+    over it does not compile.
   hbm: bytes of HBM per device (Cloud TPU's system architecture pages:
-    https://cloud.google.com/tpu/docs/system-architecture-tpu-vm).
+    https://cloud.google.com/tpu/docs/system-architecture-tpu-vm). A v7x chip's two
+    TensorCores are two jax devices (no megacore), each with half its 192 GiB
+    (https://cloud.google.com/tpu/docs/tpu7x).
   """
 
   name: str  # the --target name
@@ -36,6 +38,7 @@ CHIPS = (
   TpuChip("v5e", ("TPU v5 lite", "TPU v5e"), 16 * MIB, 16 * GIB),
   TpuChip("v5p", ("TPU v5", "TPU v5p"), 16 * MIB, 95 * GIB),
   TpuChip("v6e", ("TPU v6 lite", "TPU v6e"), 32 * MIB, 32 * GIB),
+  TpuChip("v7x", ("TPU7x",), 32 * MIB, 96 * GIB),  # jax and libtpu spell its kind one way only
 )
 # No known chip (the CPU interpreter, a newer TPU): the smallest scoped VMEM of those above.
 SAFE_VMEM = min(c.scoped_vmem for c in CHIPS)

@@ -20,11 +20,16 @@ PROBLEMS = [
 
 
 def test_chips_by_each_spelling():
-  assert [c.name for c in tpu.CHIPS] == ["v4", "v5e", "v5p", "v6e"]
+  assert [c.name for c in tpu.CHIPS] == ["v4", "v5e", "v5p", "v6e", "v7x"]
   assert tpu.chip("TPU v5 lite") is tpu.chip("TPU v5e") and tpu.chip("TPU v5") is tpu.chip("TPU v5p")
   assert tpu.chip("TPU v6 lite").scoped_vmem == 32 * MIB and tpu.vmem_limit("TPU v4") == 16 * MIB
   assert tpu.chip("cpu") is None and tpu.vmem_limit("cpu") == tpu.vmem_limit(None) == 16 * MIB
   assert tpu.default_source("TPU v5e") == "compile-verified" and tpu.default_source("cpu") == "heuristic"
+  # v7x: jax's one spelling ("TPU7x"); 32 MiB scoped VMEM as on v6e, 96 GiB a device (a TensorCore).
+  v7x = tpu.chip("TPU7x")
+  assert v7x.name == "v7x" and tpu.canonical_kind("TPU7x") == "TPU7x" and v7x.hbm == 96 << 30
+  assert v7x.scoped_vmem == 32 * MIB and tpu.default_source("TPU7x") == "compile-verified"
+  assert tpu.chip("TPU v7x") is None and tpu.chip("TPU7") is None, "not spellings jax gives v7x"
 
 
 def test_vmem_rule_counts_double_buffered_tiles_and_the_accumulator():
@@ -61,6 +66,10 @@ def test_defaults_by_family():
   assert tpu.default("fwd", "bfloat16", 8192, 4096, 14336, 8, "TPU v5 lite") == TpuConfig(512, 512, 1024)
   assert tpu.default("fwd", "bfloat16", 8192, 4096, 14336, 8, "TPU v6 lite") == TpuConfig(512, 2048, 1024)
   assert tpu.default("fwd", "bfloat16", 512, 7168, 2048, 256, "TPU v6 lite").tm == 16
+  # v7x: v6e's scoped VMEM, so v6e's tiles.
+  for m, k, n, g in PROBLEMS:
+    for op in ("fwd", "dlhs", "drhs"):
+      assert tpu.default(op, "bfloat16", m, k, n, g, "TPU7x") == tpu.default(op, "bfloat16", m, k, n, g, "TPU v6 lite")
 
 
 def test_space_keeps_only_what_the_rule_fits_once_each():

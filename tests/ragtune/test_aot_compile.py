@@ -11,6 +11,7 @@ NVIDIA device). Skipped where either is missing, except under CI, where that is 
 
 import importlib.util
 import random
+import re
 
 import jax
 import jax.numpy as jnp
@@ -246,6 +247,24 @@ def test_b200_auto_with_a_mosaic_lut_entry_falls_back_to_pallas_gpu():
   _assert_clean(r, smem_limit=gpu_smem_limit(B200), mma="tcgen05", kernels_expected=3)
   names = sorted(kr.name.split("__")[0] for kr in r.kernels)  # XLA suffixes a second copy "__1"
   assert names == ["ragtune_gmm", "ragtune_gmm", "ragtune_tgmm"], names
+
+
+def test_a_build_whose_machine_code_shows_no_kernel_is_no_kernel_not_ok(monkeypatch):
+  """A reader that finds none of the kernels a program runs (as jaxlib 0.12's nested stream
+  once hid them) checked nothing: NO_KERNEL, naming the cubins it read, never OK; the same
+  for another library's kernels that `kernel` picks. XLA's own op has no kernel to find."""
+  m, k, n, g = 256, 128, 128, 2
+  r = aot.compile_op("h100", "xla", "fwd", BF16, m, k, n, g, None)
+  assert r.outcome == aot.OK and not r.kernels, r
+  ragged_dot = lambda a, b, gs: kernels.ragged_dot(a, b, gs, backend="pallas_gpu", interpret=False)
+  r = aot.compile_fn("h100", ragged_dot, *aot.op_arg_shapes("fwd", m, k, n, g, BF16), kernel=lambda kc: False)
+  assert r.outcome == aot.NO_KERNEL and not r.kernels and "held none of the picked kernels (" in r.error, r
+  monkeypatch.setattr(machine_code, "read_cubin", lambda cubin, tool: [])
+  cfg = kernels.registry.default_config("pallas_gpu", "fwd", BF16, m, k, n, g, device_kind=H100)
+  r = aot.compile_op("h100", "pallas_gpu", "fwd", BF16, m, k, n, g, cfg)
+  assert r.outcome == aot.NO_KERNEL and not r.ok, r
+  cubins = int(re.search(r"(\d+) cubins read", r.error).group(1))
+  assert cubins > 0 and r.error.startswith("the machine code held no ragtune_* kernel"), r.error
 
 
 def test_serialized_wgmma_and_loop_spills_are_seen():

@@ -1,6 +1,6 @@
 """The Pallas TPU kernels compiled by XLA's real TPU compiler (libtpu), deviceless, on this CPU host.
 
-ragtune.aot compiles for a TPU by topology name (v4, v5e, v5p, v6e): Mosaic lowers each
+ragtune.aot compiles for a TPU by topology name (v4, v5e, v5p, v6e, v7x): Mosaic lowers each
 megablox kernel and XLA's TPU compiler lays out its VMEM and the program's HBM. These tests
 read the outcome (ok, VMEM or HBM exhausted, with the compiler's amounts) and the memory
 analysis; they say nothing of speed.
@@ -66,8 +66,24 @@ def test_each_target_names_its_chip():
   assert aot.target_for_kind("NVIDIA H100 80GB HBM3") == "h100"
 
 
+def test_v7x_by_each_spelling():
+  """libtpu names v7x "tpu7x" in a topology and refuses "v7x:2x2x1"; every spelling is the one chip."""
+  v7x = tpu.chip("TPU7x")
+  for name, topology in [
+    ("v7x", "tpu7x:2x2x1"),
+    ("tpu7x", "tpu7x:2x2x1"),
+    ("TPU7x:2x2x1", "tpu7x:2x2x1"),
+    ("tpu7x:2x2", "tpu7x:2x2"),
+    ("v7x:2x2x2", "tpu7x:2x2x2"),
+  ]:
+    t = aot.resolve_target(name)
+    assert (t.name, t.platform, t.spec, t.chip) == ("v7x", "tpu", topology, v7x), name
+  assert aot.device_kind("tpu7x:2x2") == aot.device_kind("v7x") == "TPU7x" and aot.target_for_kind("TPU7x") == "v7x"
+  assert "v7x" in aot.target_names() and aot.resolve_target("v5e:4x4").spec == "v5e:4x4"
+
+
 @pytest.mark.parametrize("anchor", list(ANCHORS))
-@pytest.mark.parametrize("target", ["v5e", "v6e"])
+@pytest.mark.parametrize("target", ["v5e", "v6e", "v7x"])
 def test_defaults_compile_fwd_and_vjp(target, anchor):
   """kernels.ragged_dot as a model calls it, forward and vjp, with the chip's compile-verified
   defaults. Every default fits VMEM; a problem whose training step needs more HBM than the
@@ -127,14 +143,14 @@ def test_search_space_draws_compile_or_overflow_vmem_cleanly(chunk):
 
 
 def test_static_vmem_rule_is_a_lower_bound_the_compiler_confirms():
-  """Tilings drawn (fixed seed) near the v5e and v6e VMEM bound, inside and outside the
+  """Tilings drawn (fixed seed) near the v5e, v6e and v7x VMEM bound, inside and outside the
   search space, fwd and drhs: a tiling the rule prunes never compiles (no false prune), and
   the compiler's need is never under the rule's figure. A kept tiling that still overflows
   (Mosaic spilled registers into VMEM) is counted."""
   rng = random.Random(7)
   m, k, n, g = ANCHORS["mixtral"]
   false_keeps = pruned = 0
-  for target, op in [("v5e", "fwd"), ("v6e", "fwd"), ("v5e", "drhs"), ("v6e", "drhs")]:
+  for target, op in [("v5e", "fwd"), ("v6e", "fwd"), ("v5e", "drhs"), ("v6e", "drhs"), ("v7x", "fwd"), ("v7x", "drhs")]:
     limit = tpu.vmem_limit(prune.target_facts(target)["device_kind"])
     near = [c for c in _all_tilings() if 0.75 <= c.vmem_bytes(op, BF16, m, k, n) / limit <= 1.5]
     for cfg in rng.sample(near, 2):
@@ -158,7 +174,7 @@ def test_megablox_test_shapes_compile_fwd_and_vjp(i):
   m, k, n = MEGABLOX_TESTS[i]
   g = (1, 2, 4, 7, 16, 32)[i % 6]
   dtype = (BF16, "float32")[i % 2]
-  target = ("v5e", "v6e", "v5p", "v4")[i % 4]
+  target = ("v5e", "v6e", "v5p", "v4", "v7x")[i % 5]
   dt = jnp.dtype(dtype)
   transpose = i % 3 == 1
 
@@ -200,6 +216,33 @@ def test_plan_target_tpu_compiles_every_candidate_and_a_sweep_skips_the_rejected
   opts = SweepOptions(out_dir=out, budget=100, device_kind="TPU v5e", platform="tpu", interpret=False)
   task, _, _ = planning.make_task(p, opts, {}, [])
   assert task.rejected == 1 and store.candidate_id(huge) not in task.configs
+
+
+def test_plan_and_verify_target_v7x(tmp_path):
+  """v7x end to end: plan compiles every candidate for it (libtpu's spelling of the target),
+  and verify compiles a LUT's entries, failing the one over its 32 MiB scoped VMEM."""
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text(TINY)
+  out = tmp_path / "v7x"
+  r = runner.invoke(app, ["plan", str(spec), "--target", "tpu7x:2x2x1", "-o", str(out), "-j", "2"])
+  assert r.exit_code == 0, r.output
+  assert "lists no backend for TPU7x; using pallas_tpu" in r.output, r.output
+  (p,) = shapes.expand(shapes.load_shape_set(spec), backends=["pallas_tpu"])
+  rows = list(prune.compile_rows(out).values())
+  assert len(rows) == len(search_space.candidates(p, device_kind="TPU7x")) > 0
+  assert all(x["outcome"] == aot.OK and x["device_kind"] == "TPU7x" for x in rows), rows
+
+  m, k, n, g = ANCHORS["mixtral"]
+  entries = [
+    kernels.Entry("fwd", "pallas_tpu", BF16, m, k, n, g, tpu.default("fwd", BF16, m, k, n, g, "TPU7x")),
+    kernels.Entry("dlhs", "pallas_tpu", BF16, m, k, n, g, TpuConfig(1024, 2048, 2048)),  # 40 MiB by the rule
+  ]
+  path = tmp_path / "lut.json"
+  path.write_text(json.dumps(kernels.Lut("TPU7x", entries).to_dict()))
+  r = runner.invoke(app, ["verify", str(path), "--target", "v7x", "-j", "2"], terminal_width=220)
+  assert r.exit_code == 1, r.output
+  assert "FAILED vmem_oom" in r.output and "of 32.00 MiB scoped VMEM" in r.output, r.output
+  assert "compiled 2 of 2 entries for v7x" in r.output and "1 ok, 1 failed" in r.output, r.output
 
 
 def test_compile_command_prints_the_tpu_table(tmp_path):
@@ -247,3 +290,11 @@ def test_hbm_oom_names_the_amounts():
   assert r.outcome == aot.HBM_OOM, r
   assert r.memory.used > r.memory.limit and 15 << 30 < r.memory.limit <= 16 << 30, r.memory
   assert r.error.startswith("out of HBM: needs "), r.error
+
+
+def test_v7x_hbm_is_half_the_chips():
+  """A v7x device is one of its chip's two TensorCores: the compiler's HBM bound (94.75 GiB
+  on libtpu 0.0.42, 94.74 on 0.0.50) is a little under half the chip's 192 GiB."""
+  r = aot.compile_fn("v7x", lambda x: x * 2 + 1, (((100 << 30) // 8,), jnp.float32))  # f32 in and out: 100 GiB
+  assert r.outcome == aot.HBM_OOM and r.memory.used == 100 << 30, r
+  assert 94 << 30 < r.memory.limit < tpu.chip("TPU7x").hbm, r.memory

@@ -6,6 +6,7 @@ here: tests/ragtune/test_aot_compile.py reads real cubins."""
 import dataclasses
 import io
 import json
+import random
 import struct
 
 from rich.console import Console
@@ -157,19 +158,79 @@ def test_the_compile_table_shows_loop_spills_hgmma_n_and_setmaxnreg():
   assert (cells["loop spills"], cells["HGMMA n"], cells["setmaxnreg"]) == ("496", "192", "no"), cells
 
 
-def _chunk(kind: str, values: bytes = b"", records: int = 1) -> bytes:
-  """A Riegeli simple chunk, uncompressed: a 40-byte header (hashes left 0: the reader
-  does not check them), then compression 0, the record sizes and the values."""
-  sizes = bytes([len(values)]) if kind == "r" else b""
-  body = b"\x00" + bytes([len(sizes)]) + sizes + values if kind == "r" else b""
-  header = struct.pack("<QQQQQ", 0, len(body), 0, ord(kind) | (records if kind == "r" else 0) << 8, len(values))
-  return header + body
+def _varint(n: int) -> bytes:
+  out = bytearray()
+  while n >= 0x80:
+    out.append(n & 0x7F | 0x80)
+    n >>= 7
+  return bytes(out + bytes([n]))
+
+
+def _chunk(kind: str, *records: bytes, snappy: bool = False) -> bytes:
+  """A Riegeli chunk: a 40-byte header (hashes left 0: the reader does not check them), then
+  for a simple chunk ('r') the compression type, the record sizes and the values, each
+  buffer snappy-compressed after its decompressed size if `snappy`."""
+  body = b""
+  if kind == "r":
+    sizes, values = b"".join(_varint(len(r)) for r in records), b"".join(records)
+    if snappy:
+      import cramjam
+
+      sizes, values = (_varint(len(b)) + bytes(cramjam.snappy.compress_raw(b)) for b in (sizes, values))
+    body = (b"s" if snappy else b"\x00") + _varint(len(sizes)) + sizes + values
+  count = len(records) if kind == "r" else 0
+  chunk = struct.pack("<QQQQQ", 0, len(body), 0, ord(kind) | count << 8, sum(map(len, records))) + body
+  return chunk + bytes(max(0, count - len(chunk)))  # padding: a chunk spans at least a byte a record
+
+
+def _stream(*chunks: bytes) -> bytes:
+  """A Riegeli stream of the signature and `chunks`, with a block header every 64 KiB (the
+  first one's hash the magic; the rest, unread, zeros). No chunk here ends right after a
+  block header, where the format would pad it."""
+  flat = _chunk("s") + b"".join(chunks)
+  usable = machine_code._RIEGELI_BLOCK - machine_code._RIEGELI_BLOCK_HEADER
+  blocks = [flat[i : i + usable] for i in range(0, len(flat), usable)]
+  head = machine_code._RIEGELI_MAGIC + bytes(machine_code._RIEGELI_BLOCK_HEADER - 8)
+  return head + b"".join(bytes(machine_code._RIEGELI_BLOCK_HEADER) * (i > 0) + b for i, b in enumerate(blocks))
+
+
+def _elf(payload: bytes, machine: int = 190) -> bytes:
+  """A 64-bit ELF image (EM_CUDA: 190) of two sections, .shstrtab and .text holding
+  `payload`, whose data lies after the section header table (ptxas puts the tables last)."""
+  names = b"\0.shstrtab\0.text\0"
+  shoff = 64 + len(names)
+  text = shoff + 3 * 64
+  header = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+  header += struct.pack("<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, shoff, 0, 64, 56, 0, 64, 3, 1)
+  section = lambda name, kind, offset, size: struct.pack("<IIQQQQIIQQ", name, kind, 0, 0, offset, size, 0, 0, 1, 0)
+  table = bytes(64) + section(1, 3, 64, len(names)) + section(11, 1, text, len(payload))
+  return header + names + table + payload
 
 
 def test_every_record_chunk_is_read_up_to_the_outer_tail():
   """A large executable's stream holds a small record chunk and then the one with the
   cubins; the bytes after the stream belong to the outer proto and end it."""
-  head = machine_code._RIEGELI_MAGIC + bytes(machine_code._RIEGELI_BLOCK_HEADER - 8)
   tail = b"\x12\x03abc" + bytes(64)  # no chunk type, and a size past the data
-  stream = head + _chunk("s") + _chunk("r", b"header") + _chunk("p") + _chunk("r", b"\x7fELF...") + tail
+  stream = _stream(_chunk("r", b"header"), _chunk("p"), _chunk("r", b"\x7fELF...")) + tail
   assert machine_code.riegeli_records(stream) == [b"header", b"\x7fELF..."]
+
+
+def test_snappy_chunks_are_split_into_their_records_and_padding_is_skipped():
+  records = [b"xla.gpu.GpuExecutableProto", bytes(70_000), b"", b"abc" * 1000]
+  empty = [b""] * 1000  # far more records than bytes: the chunk is padded
+  stream = _stream(_chunk("r", *records, snappy=True), _chunk("r", *empty, snappy=True), _chunk("r", b"last"))
+  assert machine_code.riegeli_records(stream) == [*records, *empty, b"last"]
+
+
+def test_the_cubins_of_a_stream_nested_in_a_record_are_found():
+  """jaxlib 0.12's layout: the GpuExecutableProto's snappy stream is a record of the outer
+  stream, which a pickle holds. Both streams cross a 64 KiB block header; only whole CUDA
+  ELF images are cubins: not a stray magic, an x86-64 image nor a truncated one."""
+  big, small = _elf(random.Random(0).randbytes(100_000)), _elf(b"SASS")  # big: what snappy cannot shrink
+  gpu_proto = b"\x0a\x1axla.gpu.GpuExecutableProto\x7fELF" + big + b"\x12" + _elf(b"x86", machine=62) + small
+  gpu_proto += _elf(b"cut off")[:-3]
+  inner = _stream(_chunk("r", b"head", gpu_proto, snappy=True))
+  outer = _stream(_chunk("r", b"xla.ExecutableAndOptionsProto"), _chunk("r", inner, b"options"))
+  assert len(inner) > machine_code._RIEGELI_BLOCK and len(outer) > machine_code._RIEGELI_BLOCK
+  assert machine_code.cubins(b"\x80\x04pickle" + outer + b"\x1a\x02tail") == [big, small]
+  assert machine_code._cuda_elf_size(big + b"more") == len(big)

@@ -22,6 +22,7 @@ shapes:
   - {m: 48, k: 32, n: 40, g: 3}
 """
 KIND = jax.devices()[0].device_kind
+H100 = "NVIDIA H100 80GB HBM3"
 
 
 def _reject(out, p, cfg, outcome="spill", error="ragtune_gmm: 8 B/thread spilled", versions=None):
@@ -150,6 +151,43 @@ def test_launch_order_knobs_compile_alike(a, b):
     for r in reps
   ]
   assert all(r.ok for r in reps) and facts[0] == facts[1], facts
+
+
+UNREAD = "the machine code held no ragtune_* kernel (12 cubins read): nothing was checked"
+
+
+def _no_kernel(calls):
+  """prune.compile_many's stand-in: every compile built, and the reader found no kernel."""
+
+  def compile_many(target, items, jobs=None):
+    calls.append(len(items))
+    for i in range(len(items)):
+      yield i, {"outcome": aot.NO_KERNEL, "error": UNREAD, "compile_s": 1.0, "kernels": []}
+
+  return compile_many
+
+
+def test_a_compile_whose_machine_code_shows_no_kernel_prunes_nothing_and_says_so(tmp_path, monkeypatch):
+  """NO_KERNEL judged nothing: plan --target keeps every candidate with a warning naming how
+  many and why, and compiles them again next time; `ragtune compile` fails naming it."""
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text("ops: [fwd]\nbackends: [mosaic_gpu]\nshapes:\n  - {m: 256, k: 128, n: 128, g: 2}\n")
+  calls = []
+  monkeypatch.setattr(prune, "compile_many", _no_kernel(calls))
+  out = tmp_path / "h100"
+  r = runner.invoke(app, ["plan", str(spec), "--target", "h100", "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  (p,) = shapes.expand(shapes.load_shape_set(spec))
+  n = len(search_space.candidates(p, device_kind=H100))
+  assert f"WARNING: {n} candidates could not be judged (no_kernel: {UNREAD})" in r.output, r.output
+  assert "a sweep there skips 0 of them" in r.output and "compile-rejected" not in r.output, r.output
+  assert prune.rejected(out, H100, p) == {} and len(prune.compile_rows(out)) == n
+  logs = []
+  assert prune.run([p], "h100", out, log=logs.append) == {aot.NO_KERNEL: n}  # compiled again
+  assert len(calls) == 2 and "WARNING" in logs[-1], logs
+  r = runner.invoke(app, ["compile", str(spec), "--target", "h100"], terminal_width=200)
+  assert r.exit_code == 1 and "no_kernel: the machine code held no" in r.output, r.output
+  assert f"1 of 1 were not checked (no_kernel): {UNREAD}\n1 of 1 did not compile clean" in r.output, r.output
 
 
 def test_compile_many_survives_a_crash_and_a_hang_and_stops_on_a_broken_toolchain():
