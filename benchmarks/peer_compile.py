@@ -8,10 +8,17 @@ this CPU host, and what their machine code is made of.
 Each library compiles deviceless with XLA's real GPU compiler (ragtune.aot: the same
 topology, mesh and ptxas as `ragtune compile`), and ragtune.machine_code reads both
 libraries' cubins the same way. tokamax runs with its own configs (its shipped cache, else
-its heuristics); ragtune with its defaults for the target. One row per matmul kernel (one
-that issues an MMA instruction; XLA's own small fusions around it are left out), or one row
-saying why a library did not compile. Nothing is timed: registers, spills and instruction
-kinds are facts of the build, not of its speed.
+its heuristics; the tile column says which); ragtune with its defaults for the target. One
+row per matmul kernel (one that issues an MMA instruction; XLA's own small fusions around it
+are left out), or one row saying why a library did not compile or is absent. Nothing is
+timed: registers, spills and instruction kinds are facts of the build, not of its speed.
+
+tokamax's implementations: "mosaic_gpu" (Pallas Mosaic GPU) and "triton", which is Pallas
+Triton up to 0.0.14 and native Triton through jax_triton from 0.0.15 (absent without the
+jax_triton and triton packages: a row says so). Native Triton writes PTX for the newest ISA
+of its own bundled ptxas and XLA assembles it with the gpu-compile extra's, which may be
+older; so Triton is pointed at that ptxas here (TRITON_PTXAS_PATH, TRITON_PTXAS_BLACKWELL_PATH,
+unless set), and both agree on the ISA.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +44,7 @@ import jax  # noqa: E402
 from anchors import ANCHORS, chosen  # noqa: E402
 
 import kernels  # noqa: E402
-from ragtune import aot, bench  # noqa: E402
+from ragtune import aot, bench, machine_code  # noqa: E402
 from ragtune.errors import RagtuneError  # noqa: E402
 
 OPS = kernels.common.OPS
@@ -53,16 +61,18 @@ COLUMNS = (
   "op",
   "library",
   "kernel",
+  "tile mxkxn",
   "outcome",
   "regs",
   "spill B",
-  "HGMMA n",
+  "wgmma N",
   "setmaxnreg",
-  "TMA",
+  "copy",
   "C7511",
   "loop spills",
   "compile s",
 )
+TRITON_PTXAS = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH")  # the ptxas Triton reads below sm_90, and from it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,16 +87,17 @@ class PeerRow:
   error: str
   seconds: float
   kernel: aot.KernelReport | None
+  tile: str = "-"  # block_m x block_k x block_n of the config it built, in its own op's frame
 
   def cells(self) -> tuple[str, ...]:
     k = self.kernel
     yes = lambda b: "yes" if b else "no"
-    outcome = self.outcome if not self.error else f"{self.outcome}: {self.error[:100]}"
-    head = (self.problem, self.op, self.library, k.name if k else "-", outcome)
+    outcome = self.outcome if not self.error else f"{self.outcome}: {self.error[:140]}"
+    head = (self.problem, self.op, self.library, k.name if k else "-", self.tile, outcome)
     if k is None:
       return (*head, *["-"] * 7, f"{self.seconds:.1f}")
-    facts = (k.registers, k.spill_bytes, k.hgmma_n or "-", yes(k.setmaxnreg), yes(k.counts.get("UTMALDG")))
-    return (*head, *map(str, facts), yes(k.serialized_wgmma), str(k.loop_spills), f"{self.seconds:.1f}")
+    facts = (k.registers, k.spill_bytes, k.hgmma_n or "-", yes(k.setmaxnreg), k.copy, yes(k.serialized_wgmma))
+    return (*head, *map(str, facts), str(k.loop_spills), f"{self.seconds:.1f}")
 
 
 @contextlib.contextmanager
@@ -95,7 +106,8 @@ def cross_compile_tokamax(target: str):
   target's compile-only device while the context lasts: its hardware checks off
   (tokamax.config.cross_compile, the --tokamax_cross_compile flag), and that device as
   jax's default, whose compute capability (read by tokamax._src.gpu_utils) picks its kernel
-  generation (sm90 for H100 and H200) and whose kind keys its config cache."""
+  generation (sm90 for H100 and H200) and whose kind keys its config cache; native Triton
+  pointed at XLA's ptxas, unless the environment names one."""
   tokamax, note = bench.import_tokamax()  # parses no argv as absl flags (openxla/tokamax#957)
   if tokamax is None:
     yield None, note
@@ -106,23 +118,83 @@ def cross_compile_tokamax(target: str):
   absl_log = logging.getLogger("absl")
   level = absl_log.level
   absl_log.setLevel(logging.ERROR)  # a config cache miss per call, with every group size
+  # Native Triton picks its PTX ISA from the ptxas it is pointed at: XLA's (the gpu-compile
+  # extra's), so that XLA can assemble it.
+  ptxas = machine_code.find_tool("ptxas")
+  same_ptxas = {} if ptxas is None or any(k in os.environ for k in TRITON_PTXAS) else dict.fromkeys(TRITON_PTXAS, ptxas)
   try:
-    with tokamax.config.cross_compile(True), mock.patch.object(backend, "get_default_device", lambda: dev):
+    with (
+      tokamax.config.cross_compile(True),
+      mock.patch.object(backend, "get_default_device", lambda: dev),
+      mock.patch.dict(os.environ, same_ptxas),
+    ):
       yield tokamax, note
   finally:
     absl_log.setLevel(level)
 
 
+def triton_ptxas() -> str:
+  """The CUDA release of the ptxas native Triton writes its PTX for here, for the header."""
+  path = next((os.environ[k] for k in TRITON_PTXAS[::-1] if k in os.environ), None) or machine_code.find_tool("ptxas")
+  if path is None:
+    return "no ptxas found"
+  try:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+  except OSError as e:
+    return f"a ptxas that does not run ({e})"
+  return next((f"ptxas {l.split('release ')[1].split(',')[0]}" for l in out.splitlines() if "release " in l), "ptxas ?")
+
+
+def tile(config) -> str:
+  """block_m x block_k x block_n of a ragtune or tokamax config (both name them so)."""
+  dims = [getattr(config, f"block_{d}", None) for d in "mkn"]
+  return "x".join(map(str, dims)) if all(dims) else "?"
+
+
+@contextlib.contextmanager
+def tokamax_tiles():
+  """Yields a list that fills, while the context lasts, with the tile of each config tokamax
+  picks and where it came from: its shipped cache, or its heuristics. tokamax picks an op's
+  config by `op.bind(...).default_config` (its Op docstring) as it traces; this records each."""
+  from tokamax._src.ops import op as op_lib
+
+  pick = op_lib.BoundArguments.default_config
+  picked: list[str] = []
+
+  def record(ba):
+    config = pick.fget(ba)
+    text = f"{tile(config)} ({_config_source(ba, config)})"
+    if text not in picked:
+      picked.append(text)
+    return config
+
+  with mock.patch.object(op_lib.BoundArguments, "default_config", property(record)):
+    yield picked
+
+
+def _config_source(ba, config) -> str:
+  if ba.op.config is not None:
+    return "given"
+  data = ba.cached_autotuning_data
+  if data is None:
+    return "heuristic"
+  if not data.items():  # tokamax's cache holds some shapes with no timed config
+    return "heuristic, cache entry empty"
+  return "cache" if data.fastest_config == config else "not its cache's"
+
+
 def compile_peer(
   target: str, lib: str, op: str, m: int, k: int, n: int, g: int, tokamax: ModuleType | None
-) -> aot.CompileReport:
-  """One library's op on the forward problem (m, k, n, g), compiled for `target`."""
+) -> tuple[aot.CompileReport, str]:
+  """One library's op on the forward problem (m, k, n, g), compiled for `target`, and its tile."""
   kind, impl = LIBS[lib]
   if kind == "ragtune":
     cfg = kernels.registry.default_config(impl, op, DTYPE, m, k, n, g, device_kind=aot.device_kind(target))
-    return aot.compile_op(target, impl, op, DTYPE, m, k, n, g, cfg)
+    return aot.compile_op(target, impl, op, DTYPE, m, k, n, g, cfg), tile(cfg)
   fn = bench.tokamax_op(tokamax, op, True, implementation=impl)
-  return aot.compile_fn(target, fn, *aot.op_arg_shapes(op, m, k, n, g, DTYPE), kernel=lambda kc: kc.mma != "none")
+  with tokamax_tiles() as tiles:
+    rep = aot.compile_fn(target, fn, *aot.op_arg_shapes(op, m, k, n, g, DTYPE), kernel=lambda kc: kc.mma != "none")
+  return rep, " / ".join(tiles) or "?"
 
 
 def peer_rows(
@@ -130,7 +202,7 @@ def peer_rows(
   problems: list[str],
   ops: list[str],
   libs: list[str],
-  compile_one: Callable[..., aot.CompileReport] = compile_peer,
+  compile_one: Callable[..., tuple[aot.CompileReport, str]] = compile_peer,
   log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True),
 ) -> list[PeerRow]:
   """Every (anchor, op, library) compiled for `target`. A library that fails, whatever the
@@ -153,23 +225,28 @@ def _rows(
   lib: str,
   tokamax: ModuleType | None,
   note: str,
-  compile_one: Callable[..., aot.CompileReport],
+  compile_one: Callable[..., tuple[aot.CompileReport, str]],
   log: Callable[[str], None],
 ) -> list[PeerRow]:
   """One (anchor, op, library): a row per matmul kernel, or one saying why there is none."""
   m, k, n, g, _ = ANCHORS[name]
-  if LIBS[lib][0] == "tokamax" and tokamax is None:
-    return [PeerRow(name, op, lib, aot.UNSUPPORTED, f"tokamax {note}", 0.0, None)]
+  kind, impl = LIBS[lib]
+  if kind == "tokamax":
+    absent = f"tokamax {note}" if tokamax is None else bench.tokamax_missing(impl)
+    if absent:
+      log(f"{name} {op} {lib}: absent: {absent}")
+      return [PeerRow(name, op, lib, aot.UNSUPPORTED, absent, 0.0, None)]
+  tile_text = "-"
   try:
-    rep = compile_one(target, lib, op, m, k, n, g, tokamax)
+    rep, tile_text = compile_one(target, lib, op, m, k, n, g, tokamax)
   except Exception as e:  # noqa: BLE001 - a library's own failure is a row, not the end of the table
     rep = aot.CompileReport(target, "", aot.ERROR, f"{type(e).__name__}: {e}".splitlines()[0][:300], 0.0)
   log(f"{name} {op} {lib}: {rep.outcome} in {rep.seconds:.1f}s")
   error = "" if rep.ok else rep.error
   if rep.ok and not rep.kernels:
     error = "no kernel issues an MMA instruction"
-  rows = [PeerRow(name, op, lib, rep.outcome, error, rep.seconds, kr) for kr in rep.kernels]
-  return rows or [PeerRow(name, op, lib, rep.outcome, error, rep.seconds, None)]
+  rows = [PeerRow(name, op, lib, rep.outcome, error, rep.seconds, kr, tile_text) for kr in rep.kernels]
+  return rows or [PeerRow(name, op, lib, rep.outcome, error, rep.seconds, None, tile_text)]
 
 
 def table(rows: list[PeerRow]) -> str:
@@ -178,6 +255,25 @@ def table(rows: list[PeerRow]) -> str:
   widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
   line = lambda cs: "| " + " | ".join(c.ljust(w) for c, w in zip(cs, widths)) + " |"
   return "\n".join([line(COLUMNS), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
+
+
+def versions(libs: list[str]) -> str:
+  """The header's versions: jaxlib, and tokamax (with its Triton pieces and the ptxas native
+  Triton writes for) when a tokamax library is in the table."""
+  import importlib.metadata as md
+
+  def version(dist: str) -> str:
+    try:
+      return md.version(dist)
+    except md.PackageNotFoundError:
+      return "not installed"
+
+  out = f"jaxlib {version('jaxlib')}"
+  if any(LIBS[lib][0] == "tokamax" for lib in libs):
+    out += f", tokamax {version('tokamax')} (jax-triton {version('jax-triton')}, triton {version('triton')})"
+    if "tokamax:triton" in libs and version("jax-triton") != "not installed":
+      out += f", native Triton's PTX for {triton_ptxas()}"
+  return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   rows = peer_rows(args.target, problems, ops, libs)
-  print(f"deviceless compile for {kind}, {DTYPE}, jax {jax.__version__}")
+  print(f"deviceless compile for {kind}, {DTYPE}, jax {jax.__version__}, {versions(libs)}")
   print(table(rows))
   return 0
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.metadata
+import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -41,12 +43,38 @@ PEERS = {XLA: "xla", TOKAMAX: "tokamax", DENSE: "dense"}  # the ratio column nam
 CPU_ROUTING = GroupDist(dist="multinomial", seed=0)
 CPU_COST_S = 5.0  # a problem the interpreter runs in this many seconds per candidate is benched as it is
 # tokamax's own vjp calls ragged_dot_general with these for dlhs and drhs
-# (tokamax/_src/ops/ragged_dot/base.py, `vjp`); its shipped config cache is keyed by them.
+# (tokamax/_src/ops/ragged_dot/base.py, `vjp`), with the forward's group sizes (a GroupSizes of
+# the total rows) and the forward operand's dtype as preferred_element_type; its shipped config
+# cache is keyed by all three, so tokamax_op calls it the same way.
 TOKAMAX_DIMS = {
   "fwd": ((([1], [1]), ([], [])), [0], [0]),
   "dlhs": ((([1], [2]), ([], [])), [0], [0]),
   "drhs": ((([0], [0]), ([], [])), [0], []),
 }
+# The module under tokamax/_src/ops/ragged_dot/ that registers each GPU implementation, when it
+# imports: "triton" is Pallas Triton up to 0.0.14 (pallas_triton.py) and native Triton through
+# jax_triton from 0.0.15 (triton.py).
+TOKAMAX_MODULES = {"triton": ("triton", "pallas_triton"), "mosaic_gpu": ("pallas_mosaic_gpu",)}
+
+# How XLA compiled jax.lax.ragged_dot on a GPU, told from the compiled HLO text. XLA's
+# RaggedDotRewriter (openxla/xla, xla/hlo/transforms/expanders/ragged_dot_rewriter.cc) either
+# keeps the ragged-dot for a cuDNN grouped GEMM (a fusion of kind "__cudnn$fusion"; with
+# --xla_gpu_experimental_use_ragged_dot_fusion and cuDNN >= 9.22, openxla/xla#40189, upstream's
+# NVIDIA default since openxla/xla#42313; jaxlib 0.10.2 and 0.12.0.1 leave it off) or for
+# hipBLASLt's grouped GEMM on ROCm (a "__cublas$lt$groupedMatmul" custom call, openxla/xla#43210),
+# or expands it to one dense dot over an lhs masked per group and broadcast over all of them: g
+# times the FLOPs.
+XLA_PATHS = {
+  "cudnn": "cuDNN grouped GEMM",
+  "grouped_gemm": "hipBLASLt grouped GEMM",
+  "ragged_dot": "ragged-dot kept",
+  "dense": "dense fallback: one dot over every group, masked",
+  "unknown": "unknown: the compiled HLO has neither a ragged-dot nor a dot",
+  "unread": "unknown: no HLO text from this client",
+}
+_HLO_COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) .*\{$")
+_HLO_CALLS = re.compile(r"calls=%([\w.\-]+)")
+_HLO_KIND = re.compile(r'"kind":"([^"]+)"')
 
 
 @dataclasses.dataclass
@@ -190,6 +218,37 @@ def import_tokamax() -> tuple[ModuleType | None, str]:
   return tokamax, importlib.metadata.version("tokamax")
 
 
+def tokamax_missing(implementation: str) -> str | None:
+  """None when tokamax's ragged_dot has `implementation` here; else why not, in one line.
+  tokamax registers an implementation only if its module imports (0.0.15+'s "triton" needs the
+  jax_triton and triton packages), and an unregistered name fails only when called."""
+  try:
+    from tokamax._src.ops.ragged_dot import api
+  except ImportError:
+    return None  # another layout: the call itself says
+  if implementation in api.IMPLEMENTATIONS or implementation == "mosaic":  # "mosaic": tokamax picks GPU or TPU
+    return None
+  version = importlib.metadata.version("tokamax")
+  for name in TOKAMAX_MODULES.get(implementation, ()):
+    module = f"tokamax._src.ops.ragged_dot.{name}"
+    if importlib.util.find_spec(module) is None:
+      continue
+    try:
+      importlib.import_module(module)
+    except ImportError as e:
+      return f"tokamax {version} has no {implementation!r} ragged_dot here: its {name}.py fails to import ({e})"
+  have = ", ".join(sorted(api.IMPLEMENTATIONS))
+  return f"tokamax {version} has no {implementation!r} ragged_dot here (it has {have})"
+
+
+def tokamax_gpu_note() -> str:
+  """Which of tokamax's GPU ragged_dot implementations are here, and why one is not (auto
+  picks among those registered, so a missing one would go unseen)."""
+  why = {impl: tokamax_missing(impl) for impl in TOKAMAX_MODULES}
+  have = ", ".join(impl for impl, w in why.items() if w is None) or "none"
+  return f"GPU ragged_dot: {have}" + "".join(f"; {w}" for w in why.values() if w)
+
+
 def tokamax_op(tokamax: ModuleType, op: str, device: bool, implementation: str | None = None) -> Callable:
   """tokamax's ragged_dot for `op`, taking measure.op_args. On a device tokamax picks its
   implementation (Mosaic GPU, Triton, XLA) and config itself, unless `implementation` names
@@ -199,7 +258,44 @@ def tokamax_op(tokamax: ModuleType, op: str, device: bool, implementation: str |
     dot_dimension_numbers=contract, lhs_ragged_dimensions=ragged, rhs_group_dimensions=group
   )
   impl = implementation if device else "xla"
-  return lambda a, b, gs: tokamax.ragged_dot_general(a, b, gs, dims, implementation=impl)
+
+  def call(a, b, gs):
+    sizes = tokamax.RaggedDotGroupSizes(gs, a.shape[0])  # the ragged dim is lhs's first in all three
+    out_dtype = None if op == "fwd" else a.dtype
+    return tokamax.ragged_dot_general(a, b, sizes, dims, preferred_element_type=out_dtype, implementation=impl)
+
+  return call
+
+
+def _hlo_computations(hlo: str) -> dict[str, list[str]]:
+  """The instruction lines of each computation of an HLO module's text, by name."""
+  comps: dict[str, list[str]] = {}
+  body: list[str] | None = None
+  for line in hlo.splitlines():
+    head = _HLO_COMPUTATION.match(line)
+    if head:
+      body = comps.setdefault(head.group(1), [])
+    elif line.startswith("}"):
+      body = None
+    elif body is not None:
+      body.append(line)
+  return comps
+
+
+def xla_path(hlo: str) -> str:
+  """Which way XLA compiled jax.lax.ragged_dot (a key of XLA_PATHS), from the compiled module's
+  text (`jax.jit(f).lower(...).compile().as_text()`)."""
+  comps = _hlo_computations(hlo)
+  lines = [l for body in comps.values() for l in body] or hlo.splitlines()
+  if any("__cublas$lt$groupedMatmul" in l for l in lines):
+    return "grouped_gemm"
+  ragged = {name for name, body in comps.items() if any(" ragged-dot(" in l for l in body)}
+  if ragged:
+    kinds = {k for l in lines if (c := _HLO_CALLS.search(l)) and c.group(1) in ragged for k in _HLO_KIND.findall(l)}
+    return "cudnn" if "__cudnn$fusion" in kinds else "ragged_dot"
+  if any(" dot(" in l or "__cublas$gemm" in l or "__cublas$lt$matmul" in l for l in lines):
+    return "dense"
+  return "unknown"
 
 
 def lut_choice(p: Problem, bench: Bench) -> Choice:
@@ -275,6 +371,8 @@ def bench_problem(p: Problem, bench: Bench) -> list[Row]:
     row = rows[v.label]
     try:
       compiled = measure.compile_fn(v.fn, v.args)
+      if v.label == XLA:
+        row.config = f"path: {XLA_PATHS[_xla_path_of(compiled)]}"
       out = jax.block_until_ready(compiled(*v.args))
     except Exception as e:  # noqa: BLE001 - a variant that does not run is reported, not fatal
       row.status = "error: " + measure.error_text(e, 160)
@@ -294,6 +392,13 @@ def bench_problem(p: Problem, bench: Bench) -> list[Row]:
       src = rows[v.same_as]
       rows[v.label] = dataclasses.replace(src, variant=v.label, config=v.config, same_as=v.same_as)
   return list(rows.values())
+
+
+def _xla_path_of(compiled) -> str:
+  try:
+    return xla_path(compiled.as_text())
+  except Exception:  # noqa: BLE001 - a client without HLO text: say so, bench on
+    return "unread"
 
 
 def run(problems: list[Problem], bench: Bench, on_problem: Callable[[Problem, list[Row]], None]) -> list[Row]:
@@ -331,7 +436,7 @@ def header(bench: Bench, lut_file: Path | None) -> list[str]:
   lines = [
     f"device: {d.device_kind} ({d.platform}), jax {jax.__version__}",
     f"LUT: {lut_file if lut_file is not None else 'none found (each op runs its heuristic)'}",
-    f"tokamax: {bench.tokamax_note}",
+    f"tokamax: {bench.tokamax_note}" + (f" ({tokamax_gpu_note()})" if bench.tokamax is not None else ""),
   ]
   if bench.on_device:
     peaks = ", ".join(f"{dt} {tf:.4g} TF/s" for dt, tf in bench.peaks.items())

@@ -1,21 +1,25 @@
 """`ragtune bench` on a CPU host: every variant checked, none timed; the timed path (tune-jax reads
-CPU profiler events too) with a failing variant; tokamax's column; the CSV; bad input.
-And benchmarks/bench_ragged_dot.py, which times the Pallas kernel interpreted and labelled."""
+CPU profiler events too) with a failing variant; tokamax's column; the CSV; bad input; which way
+XLA compiled lax.ragged_dot, read from compiled HLO (a deviceless H100 compile where the compiler
+is here). And benchmarks/bench_ragged_dot.py, which times the Pallas kernel interpreted and labelled."""
 
 import csv
 import dataclasses
+import importlib.metadata
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import compiler_missing
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import bench, measure, shapes
+from ragtune import aot, bench, estimate, measure, shapes
 from ragtune.cli import app
 from ragtune.shapes import GroupDist, Problem
 
@@ -24,6 +28,18 @@ runner = CliRunner()
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU host's behaviour")
 TINY = "name: tiny\nops: [fwd]\nshapes:\n  - {m: 64, k: 32, n: 48, g: 4}\n"
 TOKAMAX, TOKAMAX_WHY = bench.import_tokamax()
+NO_H100_COMPILE = compiler_missing("h100")  # the gpu-compile extra's deviceless compiler
+
+
+@pytest.fixture(autouse=True)
+def _idle_host_calibration(monkeypatch):
+  """Which problems a CPU host benches as they are follows the interpreter's speed here
+  (bench.cpu_sized); pin it at an idle 2-core host's, so a busy host (a calibration measured
+  beside other tests) does not change what these tests see."""
+  idle = estimate.Calibration(
+    step_s=1.4e-7, compile_s=0.9, matmul_flops=6e10, host="test", jax_version=jax.__version__, measured="pinned"
+  )
+  monkeypatch.setattr(estimate, "calibration", lambda: idle)
 
 
 def _cpu_lut(path: Path, **changes) -> dict:
@@ -63,6 +79,8 @@ def test_cpu_run_checks_every_variant_times_none_and_writes_the_csv_beside_the_l
   assert all(row["status"] == "ok" and row["shape"] == "[64,32]x[4,32,48]" for row in rows), rows  # not shrunk
   assert all(row[c] == "" for row in rows for c in ("ms", "tflops", "vs_peer", "timer")), "nothing is timed"
   assert all(0 < float(row["rel_error"]) < 0.02 for row in rows if row["variant"] != bench.DENSE)
+  xla = next(row for row in rows if row["variant"] == bench.XLA)
+  assert xla["config"] == f"path: {bench.XLA_PATHS['dense']}", "jax expands ragged_dot itself on a CPU"
   assert rows[0]["config"] != rows[1]["config"] and "bm=16" in rows[0]["config"] and "w=2" in rows[0]["config"]
   assert tuned["block_m"] == 16
 
@@ -101,6 +119,95 @@ def test_tokamax_column_matches_lax_for_each_op(op):
   x = measure.make_inputs(p)
   got = jax.jit(bench.tokamax_op(TOKAMAX, op, device=False))(*measure.op_args(op, x))
   np.testing.assert_allclose(np.asarray(got), measure.reference(op, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(TOKAMAX is None, reason=f"tokamax: {TOKAMAX_WHY}")
+def test_an_absent_tokamax_implementation_is_named_with_its_reason(monkeypatch):
+  """tokamax registers an implementation only when its module imports; the name is then
+  unknown to it. Here "triton" is taken out, and jax_triton made unimportable."""
+  from tokamax._src.ops.ragged_dot import api
+
+  assert bench.tokamax_missing("mosaic_gpu") is None and bench.tokamax_missing("xla") is None
+  monkeypatch.setattr(api, "IMPLEMENTATIONS", {k: v for k, v in api.IMPLEMENTATIONS.items() if k != "triton"})
+  monkeypatch.setitem(sys.modules, "jax_triton", None)
+  monkeypatch.delitem(sys.modules, "tokamax._src.ops.ragged_dot.triton", raising=False)
+  why = bench.tokamax_missing("triton")
+  assert why.startswith(f"tokamax {importlib.metadata.version('tokamax')} has no 'triton' ragged_dot here"), why
+  if importlib.util.find_spec("tokamax._src.ops.ragged_dot.triton"):  # 0.0.15+: native Triton
+    assert "triton.py fails to import" in why and "jax_triton" in why, why
+  assert why in bench.tokamax_gpu_note() and "GPU ragged_dot: mosaic_gpu;" in bench.tokamax_gpu_note()
+
+
+# XLA's own text of the lax.ragged_dot fwd of dsv3-decode ([512,7168]x[256,7168,2048]) compiled
+# deviceless for H100 by jaxlib 0.12.0.1 with --xla_gpu_experimental_use_ragged_dot_fusion and a
+# target that says cuDNN 9.22 (gpu_device_info.dnn_version), as dumped (xla_dump_hlo_pass_re)
+# before and after XLA's ragged-dot passes; metadata and shardings left out. The compile goes no
+# further here: XLA aborts on a ragged-dot in a loop fusion once its cuDNN fusion is not built.
+BEFORE_REWRITE = """
+ENTRY %main.1 (a.1: bf16[512,7168], b.1: bf16[256,7168,2048], gs.1: s32[256]) -> bf16[512,2048] {
+  %a.1 = bf16[512,7168]{1,0} parameter(0)
+  %b.1 = bf16[256,7168,2048]{2,1,0} parameter(1)
+  %gs.1 = s32[256]{0} parameter(2)
+  ROOT %ragged_dot_general.1 = bf16[512,2048]{1,0} ragged-dot(%a.1, %b.1, %gs.1), lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}
+}
+"""  # noqa: E501
+CUDNN_FUSION = """
+%add (lhs: s32[], rhs: s32[]) -> s32[] {
+  %lhs = s32[] parameter(0)
+  %rhs = s32[] parameter(1)
+  ROOT %add = s32[] add(%lhs, %rhs)
+}
+
+%ragged_dot_fusion_ragged_dot_general.1.0_computation (a.0: bf16[512,7168], b.0: bf16[256,7168,2048], subtract.1: s32[256]) -> bf16[512,2048] {
+  %a.0 = bf16[512,7168]{1,0} parameter(0)
+  %b.0 = bf16[256,7168,2048]{2,1,0} parameter(1)
+  %subtract.1 = s32[256]{0} parameter(2)
+  ROOT %ragged_dot_general.1.1 = bf16[512,2048]{1,0} ragged-dot(%a.0, %b.0, %subtract.1), lhs_contracting_dims={1}, rhs_contracting_dims={1}, lhs_ragged_dims={0}, rhs_group_dims={0}
+}
+
+ENTRY %main.1 (a.1: bf16[512,7168], b.1: bf16[256,7168,2048], gs.1: s32[256]) -> bf16[512,2048] {
+  %a.1 = bf16[512,7168]{1,0} parameter(0)
+  %b.1 = bf16[256,7168,2048]{2,1,0} parameter(1)
+  %gs.1 = s32[256]{0} parameter(2)
+  %constant = s32[] constant(0)
+  %reduce-window = s32[256]{0} reduce-window(%gs.1, %constant), window={size=256 pad=255_0}, to_apply=%add
+  %subtract = s32[256]{0} subtract(%reduce-window, %gs.1)
+  ROOT %fusion = bf16[512,2048]{1,0} fusion(%a.1, %b.1, %subtract), kind=kCustom, calls=%ragged_dot_fusion_ragged_dot_general.1.0_computation, backend_config={"device_type":"DEVICE_TYPE_INVALID","force_earliest_schedule":false,"fusion_backend_config":{"kind":"__cudnn$fusion"},"operation_queue_id":"0","reification_cost":[]}
+}
+"""  # noqa: E501
+
+
+def test_xla_path_tells_cudnn_from_a_kept_ragged_dot_and_from_the_dense_fallback():
+  assert bench.xla_path(CUDNN_FUSION) == "cudnn"
+  assert bench.xla_path(BEFORE_REWRITE) == "ragged_dot"
+  # ROCm's form, made from the text above: the custom call openxla/xla#43210 names.
+  call = 'custom-call(%a.1, %b.1, %gs.1), custom_call_target="__cublas$lt$groupedMatmul"'
+  grouped = BEFORE_REWRITE.replace("ragged-dot(%a.1, %b.1, %gs.1)", call)
+  assert bench.xla_path(grouped) == "grouped_gemm"
+  assert bench.xla_path("HloModule empty") == "unknown"
+  cpu = jax.jit(lambda a, b, gs: jax.lax.ragged_dot(a, b, gs))
+  args = (jnp.ones((8, 4)), jnp.ones((2, 4, 3)), jnp.array([3, 5], jnp.int32))
+  assert bench.xla_path(cpu.lower(*args).compile().as_text()) == "dense"  # jax's own expansion on a CPU
+
+
+@pytest.mark.skipif(NO_H100_COMPILE is not None, reason=str(NO_H100_COMPILE))
+@pytest.mark.parametrize("fusion_flag", [None, True])
+def test_xla_path_of_a_deviceless_h100_compile_is_the_dense_fallback(fusion_flag):
+  """lax.ragged_dot compiled for an H100 from this host: XLA expands it to one dense dot. With
+  --xla_gpu_experimental_use_ragged_dot_fusion too: the cuDNN path also needs cuDNN >= 9.22
+  (openxla/xla, ragged_dot_rewriter.h), which a compile-only target does not have here."""
+  p = Problem("fwd", "pallas_gpu", "bfloat16", 512, 7168, 2048, 256, "explicit", (2,) * 256)
+  fn = measure.build_op(p, kernels.registry.REFERENCE, None, False)
+  mesh, _ = aot.target_mesh("h100")
+  sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  args = [
+    jax.ShapeDtypeStruct(s, d, sharding=sharded) for s, d in aot.op_arg_shapes("fwd", 512, 7168, 2048, 256, p.dtype)
+  ]
+  options = {} if fusion_flag is None else {"xla_gpu_experimental_use_ragged_dot_fusion": fusion_flag}
+  with jax.set_mesh(mesh):
+    hlo = jax.jit(fn).lower(*args).compile(compiler_options=options).as_text()
+  assert bench.xla_path(hlo) == "dense", hlo[:2000]
+  assert "bf16[512,256,7168]" in hlo, "the lhs masked and broadcast over all 256 groups"
 
 
 def test_one_problem_per_op_and_shape_and_big_ones_shrink_on_a_cpu_host():
