@@ -116,9 +116,8 @@ class Choice:
       where += f" (tuned {lut_mod.shape_text(*self.tuned_shape)}, distance {self.distance:.3g})"
     if self.rejected is not None:
       where += f" ({self.rejected})"
-    if why := registry.get(self.backend).deprecated():
-      where += f"; {why}"
-    return f"{self.op}: {self.backend} {self.config if self.config is not None else '(no config)'} <- {where}"
+    backend = self.backend + (" (deprecated upstream)" if registry.get(self.backend).deprecated() else "")
+    return f"{self.op}: {backend} {self.config if self.config is not None else '(no config)'} <- {where}"
 
 
 def _from_entry(op: str, table, e, m: int, k: int, n: int, g: int) -> Choice:

@@ -22,12 +22,10 @@ TRITON_MODULE = "jax.experimental.pallas.triton"
 
 
 def forward(lhs, rhs, group_sizes, **kw):
-  _warn_once()
   return importlib.import_module("kernels.pallas_gpu.gmm").gmm(lhs, rhs, group_sizes, **kw)
 
 
 def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, **kw):
-  _warn_once()
   # The config is in the [g,k,n] frame; with transpose_rhs the output is [g,n,k].
   if transpose_rhs:
     lhs, dout = dout, lhs
@@ -52,10 +50,10 @@ _UPSTREAM_NOTICE = r"The Pallas Triton backend is deprecated"
 _warned = False
 
 
-def _warn_once() -> None:
-  """One DeprecationWarning a process for this backend in place of jax's one per kernel.
-  Re-installs the filter at each call: pytest and warnings.catch_warnings restore the
-  filters they found when they exit."""
+def warn_deprecated_once() -> None:
+  """One DeprecationWarning a process for this backend in place of jax's one per kernel (gmm
+  and tgmm call it). Re-installs the filter at each call: pytest and warnings.catch_warnings
+  restore the filters they found when they exit."""
   global _warned
   why = deprecated()
   if not why:

@@ -21,6 +21,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from kernels import common
 from kernels.common import launch_cell, program_tile  # noqa: F401  (re-exported: tests and benchmarks)
+from kernels.pallas_gpu import warn_deprecated_once
 from kernels.pallas_gpu.config import TritonConfig
 
 
@@ -125,6 +126,7 @@ def gmm(
   group_sizes may be longer than rhs's g (expert parallelism): rhs holds groups
   [group_offset, group_offset + g) and every other row comes out 0.
   """
+  warn_deprecated_once()
   m, k = lhs.shape
   g_local = rhs.shape[0]
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]

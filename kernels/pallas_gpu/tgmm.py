@@ -21,6 +21,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from kernels import common
 from kernels.common import program_tile as gmm_program_tile
+from kernels.pallas_gpu import warn_deprecated_once
 from kernels.pallas_gpu.config import TritonConfig
 from kernels.pallas_gpu.gmm import load, mask_2d
 
@@ -80,6 +81,7 @@ def tgmm(
 ) -> jax.Array:
   """Per-group lhs^T @ rhs: [m,k] x [m,n] -> [num_groups,k,n] for groups
   [group_offset, group_offset + num_groups)."""
+  warn_deprecated_once()
   m, k = lhs.shape
   n = rhs.shape[1]
   # config is in the drhs frame (m, k, n): block_m steps over rows, block_k/n tile the output.
