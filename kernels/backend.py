@@ -92,6 +92,10 @@ class Backend:
           which simulates the GPU's threads and memory); "" when none does.
   interpret_unsupported() -> {op: why}: the ops its kernels cannot run in this jax's
           interpreter.
+  interpreter_threads: simulated threads of one kernel that its interpreter runs at once,
+          each of which can block in a host callback (a barrier wait); 0 when none blocks.
+          XLA:CPU may run those callbacks on its intra-op pool, which must be larger
+          (registry.interpreter_env).
   unavailable() -> why: "" when this jax ships what its kernels are written in; else why
           not (it then runs nowhere and is never "auto"'s fallback).
   deprecated() -> why: "" unless what its kernels are written in is deprecated upstream in
@@ -120,6 +124,7 @@ class Backend:
   grid_work: Callable[..., GridWork] | None = None
   interpreter: str = ""
   interpret_unsupported: Callable[[], dict[str, str]] = _nothing_unsupported
+  interpreter_threads: int = 0
   unavailable: Callable[[], str] = lambda: ""
   deprecated: Callable[[], str] = lambda: ""
   default_source: Callable[[str | None], str] = lambda device_kind: "heuristic"

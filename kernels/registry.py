@@ -9,6 +9,8 @@ looks backends up here.
 from __future__ import annotations
 
 import importlib
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from kernels.backend import Backend, KernelConfig
@@ -93,3 +95,25 @@ def check_device(name: str, platform: str, device_kind: str) -> None:
 def megablox_backend() -> str | None:
   """The backend whose configs are megablox tilings (Lut.lut_fn serves them)."""
   return next((b.name for b in REGISTRY.values() if b.megablox_lut_fn), None)
+
+
+def interpreter_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+  """What a process that interprets kernels on a CPU must add to its environment before jax
+  starts: {} or {"PJRT_NPROC": n}.
+
+  XLA:CPU runs a program's host callbacks on the caller's thread or, once any of its work has
+  gone to the intra-op pool, on a pool thread; the pool has PJRT_NPROC (else NPROC, else the
+  core count) threads. jax's Mosaic GPU interpreter blocks in callbacks: one waits for the
+  simulated threads of the kernel, each of those can wait at a barrier. When they hold every
+  pool thread, the threads they wait for cannot run: a deadlock, seen on 2-core hosts with
+  jax 0.10.2 and 0.12.0.1 alike. A pool of twice the blocked callbacks is ample."""
+  blocking = max(b.interpreter_threads for b in REGISTRY.values())
+  need = 2 * (blocking + 1) if blocking else 0
+  if "PJRT_NPROC" in environ or "NPROC" in environ or host_cores() >= need:
+    return {}
+  return {"PJRT_NPROC": str(need)}
+
+
+def host_cores() -> int:
+  """The cores this process may run on, as XLA:CPU counts them for its pool (its affinity)."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -13,6 +13,7 @@ import contextlib
 import enum
 import functools
 import importlib
+import os
 import re
 import shlex
 import signal
@@ -1206,6 +1207,9 @@ def from_config(
 
 
 def main():
+  # Before jax starts, here and in every worker: an interpreted Mosaic GPU kernel can deadlock
+  # XLA:CPU's intra-op pool on a small host (kernels.registry.interpreter_env).
+  os.environ.update(kernels.registry.interpreter_env())
   app(prog_name="ragtune")
 
 

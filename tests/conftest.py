@@ -35,39 +35,77 @@ import pytest  # noqa: E402
 
 import kernels  # noqa: E402
 
-# Warp-specialized Mosaic GPU kernels in jax 0.10's interpreter (three simulated warpgroups
-# a CTA) now and then hang at a barrier on a 2-core host. Under CI those cases run in a child
-# pytest with a deadline and a retry (tests/kernels/test_mgpu_interpreter.py), so a hang costs
-# a rerun, not the suite; elsewhere they run in place.
+# Before any jax computation (jax makes its CPU client then): an XLA:CPU pool large enough for
+# the interpreted Mosaic GPU kernels, here, in the xdist workers and in every child.
+os.environ.update(kernels.registry.interpreter_env())
+
+# Cases that run a warp-specialized Mosaic GPU kernel in jax's interpreter (marked
+# mgpu_interpret) each run in a child process with a deadline, on every path (a plain
+# pytest, xdist, CI): a kernel that deadlocks leaves threads blocked in native code, where no
+# signal reaches them, so the parent kills the child and fails the case with the child's
+# stacks (faulthandler). See README, "Tests".
 MGPU_CHILD = "RAGTUNE_MGPU_INTERPRETER_CHILD"
-# Each interpreted case takes 15-70 s on 2 cores. CI runs three: gmm with the consumers
-# splitting rows over a transposed rhs (group starts off 8-row multiples, an empty group,
-# group_offset, ragged k and n), tgmm, and one conformance case (fwd, dlhs and drhs against
-# NumPy over four group-size patterns). RAGTUNE_MGPU_ALL=1 runs every one, as a run outside CI does.
+MGPU_DEADLINE_S = float(os.environ.get("RAGTUNE_MGPU_DEADLINE_S", 300))
+# Under CI, three of them: gmm with the consumers splitting rows over a transposed rhs (group
+# starts off 8-row multiples, an empty group, group_offset, ragged k and n), tgmm, and one
+# conformance case (fwd, dlhs and drhs against NumPy over four group-size patterns).
+# RAGTUNE_MGPU_ALL=1 runs every one, as a run outside CI does.
 MGPU_ALL = "RAGTUNE_MGPU_ALL"
 CI_MGPU_CASES = (
-  "test_group_sizes[mosaic_gpu-kn]",
-  "test_gmm_warp_specialized_in_interpreter[split-rows-transposed]",
-  "test_tgmm_warp_specialized_in_interpreter",
+  "test_conformance.py::test_group_sizes[mosaic_gpu-kn]",
+  "test_mosaic_gpu.py::test_gmm_warp_specialized_in_interpreter[split-rows-transposed]",
+  "test_mosaic_gpu.py::test_tgmm_warp_specialized_in_interpreter",
 )
 
 
 def pytest_collection_modifyitems(config, items):
-  in_child = bool(os.environ.get(MGPU_CHILD))
-  subset = os.environ.get("CI") and not os.environ.get(MGPU_ALL)
-  if in_child and subset:  # a renamed case would silently leave CI's three
-    missing = set(CI_MGPU_CASES) - {item.name for item in items}
-    if missing:
-      raise pytest.UsageError(f"CI_MGPU_CASES names cases that are not collected: {sorted(missing)}")
+  if os.environ.get(MGPU_CHILD):
+    return
   for item in items:
     if "test_conformance.py" in item.nodeid and "[mosaic_gpu" in item.nodeid:
       item.add_marker(pytest.mark.mgpu_interpret)
-    if not item.get_closest_marker("mgpu_interpret") or not os.environ.get("CI"):
-      continue
-    if not in_child:
-      item.add_marker(pytest.mark.skip(reason="runs in tests/kernels/test_mgpu_interpreter.py's child pytest"))
-    elif subset and item.name not in CI_MGPU_CASES:
+  if not os.environ.get("CI") or os.environ.get(MGPU_ALL):
+    return
+  if not (config.option.keyword or config.option.markexpr):  # a renamed case would silently leave CI's three
+    files = {item.nodeid.split("::")[0].rsplit("/", 1)[-1] for item in items}
+    ids = {item.nodeid.rsplit("/", 1)[-1] for item in items}
+    missing = [c for c in CI_MGPU_CASES if c.split("::")[0] in files and c not in ids]
+    if missing:
+      raise pytest.UsageError(f"CI_MGPU_CASES names cases that are not collected: {missing}")
+  for item in items:
+    if item.get_closest_marker("mgpu_interpret") and item.nodeid.rsplit("/", 1)[-1] not in CI_MGPU_CASES:
       item.add_marker(pytest.mark.skip(reason=f"interpreted Mosaic GPU case outside CI's three: set {MGPU_ALL}=1"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+  """An mgpu_interpret case runs in `python -m pytest <its id>` with a deadline."""
+  if not pyfuncitem.get_closest_marker("mgpu_interpret") or os.environ.get(MGPU_CHILD):
+    return None
+  import signal
+  import subprocess
+  import sys
+
+  deadline = MGPU_DEADLINE_S
+  # The child dumps every thread's stack (faulthandler, a C thread: it needs no GIL) before
+  # the parent's deadline, then the parent kills its whole process group.
+  cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
+  cmd += ["-o", f"faulthandler_timeout={max(deadline - 15, 1):.0f}", "--timeout", "0", pyfuncitem.nodeid]
+  env = dict(os.environ, **{MGPU_CHILD: "1"})
+  child = subprocess.Popen(
+    cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+  )
+  try:
+    out, _ = child.communicate(timeout=deadline)
+  except subprocess.TimeoutExpired:
+    os.killpg(child.pid, signal.SIGKILL)
+    out, _ = child.communicate()
+    pytest.fail(f"no result within {deadline:.0f} s (a deadlock?); the child's last output:\n{out[-8000:]}")
+  if child.returncode == 0 and " skipped" in out and " passed" not in out:
+    pytest.skip(out.strip().splitlines()[-1])
+  if child.returncode != 0:
+    pytest.fail(f"the child pytest failed (exit {child.returncode}):\n{out[-8000:]}", pytrace=False)
+  return True
 
 
 def needs_compiler(why: str | None, what: str):

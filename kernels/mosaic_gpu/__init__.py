@@ -10,7 +10,7 @@ import jax
 
 from kernels.backend import Backend
 from kernels.mosaic_gpu import config
-from kernels.mosaic_gpu.config import MosaicConfig
+from kernels.mosaic_gpu.config import CONSUMERS, MosaicConfig
 
 
 def forward(lhs, rhs, group_sizes, **kw):
@@ -76,6 +76,7 @@ BACKEND = Backend(
   grid_work=config.grid_work,
   interpreter="mosaic_gpu",
   interpret_unsupported=interpret_unsupported,
+  interpreter_threads=CONSUMERS + 1,  # the warpgroups of a CTA; the interpreter runs CTAs one by one
   # Below pallas_gpu until a GPU measurement says otherwise; "auto"'s fallback on Hopper
   # where jax no longer ships Pallas Triton.
   auto_priority=1,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -315,7 +316,29 @@ def gmm(
   return out[:m, :n]
 
 
+_pool_warned = False
+
+
+def _warn_small_pool() -> None:
+  """Once a process: where XLA:CPU's intra-op pool is too small for the interpreter."""
+  global _pool_warned
+  from kernels import registry
+
+  env = registry.interpreter_env()
+  if env and not _pool_warned:
+    _pool_warned = True
+    setting = " ".join(f"{k}={v}" for k, v in env.items())
+    warnings.warn(
+      f"jax's Mosaic GPU interpreter can deadlock on {registry.host_cores()} cores: start the process with "
+      f"{setting} (see kernels.registry.interpreter_env)",
+      RuntimeWarning,
+      stacklevel=4,
+    )
+
+
 def interpret_params(interpret):
+  if interpret:
+    _warn_small_pool()
   if interpret is True:
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
 

@@ -163,3 +163,22 @@ def test_auto_asks_the_lut_on_a_tpu_too(monkeypatch):
   assert (got["fwd"].backend, got["fwd"].source) == ("xla", "lut-exact")
   assert (got["dlhs"].backend, got["dlhs"].config) == ("pallas_tpu", kernels.TpuConfig(256, 128, 128))
   assert (got["drhs"].backend, got["drhs"].source) == ("pallas_tpu", "compile-verified")
+
+
+def test_interpreter_env_sizes_xla_cpu_pool_on_small_hosts(monkeypatch):
+  """jax's Mosaic GPU interpreter blocks a host callback per simulated warpgroup plus one for
+  the launch; on a host with fewer cores, XLA:CPU's intra-op pool must be made larger."""
+  monkeypatch.setattr(registry, "host_cores", lambda: 2)
+  blocking = max(b.interpreter_threads for b in registry.REGISTRY.values())
+  assert blocking == 3  # mosaic_gpu: two consumer warpgroups and a producer
+  assert registry.interpreter_env({}) == {"PJRT_NPROC": "8"}
+  assert registry.interpreter_env({"PJRT_NPROC": "4"}) == {} == registry.interpreter_env({"NPROC": "4"})
+  monkeypatch.setattr(registry, "host_cores", lambda: 64)
+  assert registry.interpreter_env({}) == {}
+
+
+def test_the_test_processes_have_the_interpreters_pool():
+  import os
+
+  assert registry.interpreter_env() == {}, "tests/conftest.py sets it before jax starts"
+  assert os.environ.get("PJRT_NPROC") or registry.host_cores() >= 8
