@@ -95,8 +95,8 @@ def test_h200_mosaic_defaults_compile_warp_specialized():
   _assert_warp_specialized(report)
 
 
-def _drawn_configs(backend: str, count: int = 20, seed: int = 0):
-  """A fixed-seed draw of (problem, config) from the backend's H100 search space, spread
+def _drawn_configs(backend: str, count: int, seed: str):
+  """A draw of (problem, config) from the backend's H100 search space, fixed by `seed`, spread
   over the anchor problems and the three ops."""
   rng = random.Random(f"{seed}|{backend}")
   out = []
@@ -110,16 +110,18 @@ def _drawn_configs(backend: str, count: int = 20, seed: int = 0):
   return out
 
 
-DRAWS, CHUNKS = 20, 4  # chunks so that pytest-xdist spreads the compiles over the cores
+# 12 a backend (the first 12 of the 20 drawn before CI ran two stacks), in chunks so that
+# pytest-xdist spreads the compiles over the cores.
+DRAWS, CHUNKS, SEED = 12, 4, "0"
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_h100_search_space_draws_compile_clean(backend, chunk):
-  """Whatever the search space offers the tuner compiles: 20 drawn configs per backend,
+  """Whatever the search space offers the tuner compiles: 12 drawn configs per backend,
   no compile error, no overflow, no spill, no serialized wgmma."""
   bad = []
-  for p, cfg in _drawn_configs(backend, DRAWS)[chunk::CHUNKS]:
+  for p, cfg in _drawn_configs(backend, DRAWS, SEED)[chunk::CHUNKS]:
     r = aot.compile_op("h100", backend, p.op, p.dtype, p.m, p.k, p.n, p.g, cfg)
     if not r.ok:
       bad.append(f"{p.op} {p.shape_label} {cfg}: {r.outcome} {r.error[:200]}")
