@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +43,7 @@ import jax  # noqa: E402
 from anchors import ANCHORS, chosen  # noqa: E402
 
 import kernels  # noqa: E402
-from ragtune import aot, bench, machine_code  # noqa: E402
+from ragtune import aot, bench, provenance  # noqa: E402
 from ragtune.errors import RagtuneError  # noqa: E402
 
 OPS = kernels.common.OPS
@@ -120,7 +119,7 @@ def cross_compile_tokamax(target: str):
   absl_log.setLevel(logging.ERROR)  # a config cache miss per call, with every group size
   # Native Triton picks its PTX ISA from the ptxas it is pointed at: XLA's (the gpu-compile
   # extra's), so that XLA can assemble it.
-  ptxas = machine_code.find_tool("ptxas")
+  ptxas = provenance.xla_ptxas()
   same_ptxas = {} if ptxas is None or any(k in os.environ for k in TRITON_PTXAS) else dict.fromkeys(TRITON_PTXAS, ptxas)
   try:
     with (
@@ -134,15 +133,9 @@ def cross_compile_tokamax(target: str):
 
 
 def triton_ptxas() -> str:
-  """The CUDA release of the ptxas native Triton writes its PTX for here, for the header."""
-  path = next((os.environ[k] for k in TRITON_PTXAS[::-1] if k in os.environ), None) or machine_code.find_tool("ptxas")
-  if path is None:
-    return "no ptxas found"
-  try:
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-  except OSError as e:
-    return f"a ptxas that does not run ({e})"
-  return next((f"ptxas {l.split('release ')[1].split(',')[0]}" for l in out.splitlines() if "release " in l), "ptxas ?")
+  """The version of the ptxas native Triton writes its PTX for here, for the header."""
+  path = next((os.environ[k] for k in TRITON_PTXAS[::-1] if k in os.environ), None) or provenance.xla_ptxas()
+  return f"ptxas {provenance.ptxas_version(path) or '?'}"
 
 
 def tile(config) -> str:

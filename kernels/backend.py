@@ -129,6 +129,11 @@ class Backend:
   deprecated: Callable[[], str] = lambda: ""
   default_source: Callable[[str | None], str] = lambda device_kind: "heuristic"
 
+  @property
+  def own_kernels(self) -> bool:
+    """It runs kernels of its own (a compiled program of it holds them), not XLA's ops alone."""
+    return self.grid_work is not None
+
   def default_config(self, op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None):
     op_dims(op, m, k, n)  # validates op
     return self.default(op, dtype, m, k, n, g, device_kind)

@@ -68,6 +68,8 @@ OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, NO_KE
   "no_kernel",
   "compile_error",
 )
+# Outcomes that reject no candidate: a clean build, and a build nothing of which was checked.
+NO_VERDICT_AGAINST = (OK, NO_KERNEL)
 
 
 class AotUnavailable(RagtuneError):
@@ -485,7 +487,7 @@ def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n
   b = kernels.registry.get(backend)
   hint = (lambda _name: config.smem_bytes(op, dtype, m, k, n)) if b.smem_at_launch else None
   shapes = op_arg_shapes(op, m, k, n, g, dtype)
-  return compile_fn(target, fn, *shapes, smem_hint=hint, expect_kernel=b.grid_work is not None)
+  return compile_fn(target, fn, *shapes, smem_hint=hint, expect_kernel=b.own_kernels)
 
 
 def compile_ragged_dot(
@@ -525,6 +527,6 @@ def compile_ragged_dot(
     sizes = [own[op].smem_bytes(op, dtype, m, k, n) for op in ops if op in own]
     return max(sizes) if sizes else None
 
-  own_kernels = any(kernels.registry.get(b).grid_work is not None for b, _ in plan.values())
+  own_kernels = any(kernels.registry.get(b).own_kernels for b, _ in plan.values())
   shapes = (((m, k), dt), ((g, k, n), dt), ((g,), jnp.int32), ((m, n), dt))
   return compile_fn(target, fn, *shapes, smem_hint=hint, expect_kernel=own_kernels)

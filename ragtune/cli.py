@@ -667,7 +667,7 @@ def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, k
     )
     raise typer.Exit(130) from None
   total = sum(counts.values())
-  bad = total - counts.get(aot.OK, 0) - counts.get(aot.NO_KERNEL, 0)  # NO_KERNEL: no verdict, kept
+  bad = total - sum(counts.get(o, 0) for o in aot.NO_VERDICT_AGAINST)
   _print(
     f"compiled {total} new candidates for {kind} in {time.monotonic() - start:.0f}s: "
     + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")

@@ -137,7 +137,7 @@ def for_device(dev) -> Versions:
   return dataclasses.replace(host(), **parts)
 
 
-def _xla_ptxas() -> str | None:
+def xla_ptxas() -> str | None:
   """The ptxas XLA runs: the first of jax's CUDA path (CUDA_ROOT, or the nvidia-cuda-nvcc
   wheel), PATH, /usr/local/cuda and the nvidia wheels, the order in which jaxlib 0.10's XLA
   probes them (seen with strace on a deviceless compile)."""
@@ -157,13 +157,17 @@ def for_aot(platform: str = "gpu") -> Versions:
   GPU the ptxas, for a TPU the libtpu package."""
   if platform == "tpu":
     return dataclasses.replace(host(), libtpu=_dist_version("libtpu"))
-  tool = _xla_ptxas()
+  return dataclasses.replace(host(), ptxas=ptxas_version(xla_ptxas()))
+
+
+def ptxas_version(tool: str | None) -> str | None:
+  """A ptxas's version ("12.9.86"), None where it is missing or does not run."""
   try:
     out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout if tool else ""
   except (OSError, subprocess.SubprocessError):
     out = ""
   found = re.search(r"\bV(\d+(?:\.\d+)+)", out)  # "Cuda compilation tools, release 12.9, V12.9.86"
-  return dataclasses.replace(host(), ptxas=found.group(1) if found else None)
+  return found.group(1) if found else None
 
 
 def sorted_versions(versions: set[str]) -> list[str]:

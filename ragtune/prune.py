@@ -119,7 +119,7 @@ def rejected(out_dir: Path, device_kind: str, p: Problem) -> dict[str, Rejection
       _versions(out_dir, r),
     )
     for cid, r in rows.items()
-    if r.get("outcome") not in (aot.OK, aot.NO_KERNEL)
+    if r.get("outcome") not in aot.NO_VERDICT_AGAINST
   }
 
 
