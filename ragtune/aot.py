@@ -37,7 +37,7 @@ import numpy as np
 import kernels
 from kernels.pallas_tpu import config as tpu_config
 from kernels.ragged_dot import resolve
-from ragtune import machine_code
+from ragtune import machine_code, provenance
 from ragtune.errors import RagtuneError
 
 TARGETS_DIR = Path(__file__).parent / "targets"
@@ -400,10 +400,11 @@ def compile_fn(
       outcome, memory = (oom[0], oom[2]) if oom else (_classify(e), None)
       return CompileReport(name, dev.device_kind, outcome, _tpu_error(e), time.perf_counter() - start, (), memory)
     return CompileReport(name, dev.device_kind, OK, "", time.perf_counter() - start, (), _memory(compiled))
+  options = {"xla_gpu_cuda_data_dir": cuda} if (cuda := provenance.cuda_data_dir()) else {}
   with tempfile.TemporaryDirectory(prefix="ragtune-aot-") as dump:
     try:
       with jax.set_mesh(mesh):
-        compiled = jax.jit(fn).lower(*args).compile(compiler_options={"xla_dump_to": dump})
+        compiled = jax.jit(fn).lower(*args).compile(compiler_options={"xla_dump_to": dump, **options})
     except Exception as e:  # the compiler's own failure, whatever its type
       if _MISSING_TOOL.search(str(e)):
         raise AotUnavailable(f"the GPU toolchain is incomplete: {_first_lines(e, 300)}") from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.metadata
+import importlib.util
 import os
 import re
 import shutil
@@ -137,16 +138,32 @@ def for_device(dev) -> Versions:
   return dataclasses.replace(host(), **parts)
 
 
-def xla_ptxas() -> str | None:
-  """The ptxas XLA runs: the first of jax's CUDA path (CUDA_ROOT, or the nvidia-cuda-nvcc
-  wheel), PATH, /usr/local/cuda and the nvidia wheels, the order in which jaxlib 0.10's XLA
-  probes them (seen with strace on a deviceless compile)."""
+def cuda_data_dir() -> str | None:
+  """The CUDA folder ragtune.aot hands XLA's GPU compiler (xla_gpu_cuda_data_dir; its ptxas
+  is bin/ptxas): jax's own (CUDA_ROOT, or the nvidia-cuda-nvcc wheel) when it holds a ptxas,
+  else that wheel's. jax 0.10 to 0.12 take an importable `nvidia.cu13` first, which the
+  cuobjdump and nvdisasm 13 wheels of the gpu-compile extra make, and with no ptxas there hand
+  XLA the folder "None" (jax/_src/lib/__init__.py, _cuda_path); XLA then runs the first ptxas
+  on PATH, so the same build compiled with a host's own CUDA where it had one."""
   from jax._src import lib  # jax has no public name for the CUDA path it hands XLA
 
+  candidates = [getattr(lib, "cuda_path", None)]
+  try:
+    spec = importlib.util.find_spec("nvidia.cuda_nvcc")
+  except ImportError:  # no nvidia package at all
+    spec = None
+  candidates += list(spec.submodule_search_locations or ()) if spec else []
+  return next((str(c) for c in candidates if c and (Path(str(c)) / "bin" / "ptxas").is_file()), None)
+
+
+def xla_ptxas() -> str | None:
+  """The ptxas XLA runs: cuda_data_dir's, else the first of PATH, /usr/local/cuda and the
+  nvidia wheels, the order in which jaxlib 0.10's XLA probes them (seen with strace on a
+  deviceless compile)."""
   from ragtune import machine_code
 
-  cuda_path = getattr(lib, "cuda_path", None)
-  candidates = [Path(str(cuda_path)) / "bin" / "ptxas" if cuda_path else None, shutil.which("ptxas")]
+  data_dir = cuda_data_dir()
+  candidates = [Path(data_dir) / "bin" / "ptxas" if data_dir else None, shutil.which("ptxas")]
   candidates += [Path("/usr/local/cuda/bin/ptxas"), machine_code.find_tool("ptxas")]
   return next((str(c) for c in candidates if c and Path(c).is_file()), None)
 

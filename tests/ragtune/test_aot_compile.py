@@ -10,8 +10,10 @@ NVIDIA device). Skipped where either is missing, except under CI, where that is 
 """
 
 import importlib.util
+import os
 import random
 import re
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +22,7 @@ from conftest import compiler_missing, needs_compiler
 
 import kernels
 from kernels.common import gpu_smem_limit
-from ragtune import aot, machine_code, search_space
+from ragtune import aot, machine_code, provenance, search_space
 from ragtune.shapes import Problem
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -267,6 +269,26 @@ def test_a_build_whose_machine_code_shows_no_kernel_is_no_kernel_not_ok(monkeypa
   assert r.outcome == aot.NO_KERNEL and not r.ok, r
   cubins = int(re.search(r"(\d+) cubins read", r.error).group(1))
   assert cubins > 0 and r.error.startswith("the machine code held no ragtune_* kernel"), r.error
+
+
+def test_xla_assembles_with_the_ptxas_of_the_cuda_folder_ragtune_names(tmp_path, monkeypatch):
+  """The compile hands XLA provenance.cuda_data_dir, and XLA assembles with its ptxas, the
+  one provenance records: not a ptxas first on PATH (a host's own CUDA), which XLA ran when
+  jax named it no folder (jax 0.10 to 0.12 beside the gpu-compile extra's cu13 wheels)."""
+  real = provenance.cuda_data_dir()
+  assert real and provenance.xla_ptxas() == str(Path(real) / "bin" / "ptxas"), "the gpu-compile extra's nvcc wheel"
+  calls = tmp_path / "calls"
+  for folder, body in (("named", f'echo "$@" >> {calls}\nexec {real}/bin/ptxas "$@"'), ("on_path", "exit 1")):
+    (tmp_path / folder / "bin").mkdir(parents=True)
+    (tmp_path / folder / "bin" / "ptxas").write_text(f"#!/bin/sh\n{body}\n")
+    (tmp_path / folder / "bin" / "ptxas").chmod(0o755)
+  monkeypatch.setattr(provenance, "cuda_data_dir", lambda: str(tmp_path / "named"))
+  monkeypatch.setenv("PATH", f"{tmp_path / 'on_path' / 'bin'}:{os.environ['PATH']}")
+  m, k, n, g = 264, 136, 144, 3  # a kernel no other test builds: XLA caches what it assembled
+  cfg = kernels.registry.default_config("pallas_gpu", "fwd", BF16, m, k, n, g, device_kind=H100)
+  r = aot.compile_op("h100", "pallas_gpu", "fwd", BF16, m, k, n, g, cfg)
+  assert r.ok and r.kernels, r
+  assert calls.exists() and "-arch=sm_90a" in calls.read_text(), "XLA assembled with the named folder's ptxas"
 
 
 def test_serialized_wgmma_and_loop_spills_are_seen():
