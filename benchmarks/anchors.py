@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
-from ragtune.bench import Row  # noqa: E402
-from ragtune.cli import app  # noqa: E402
+from ragtune.cli.app import app  # noqa: E402
+from ragtune.lut.bench import Row  # noqa: E402
 
 ANCHORS = {  # name: (m, k, n, g, prefill)
   "mixtral-8x7b": (8192, 4096, 14336, 8, True),

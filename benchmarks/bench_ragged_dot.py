@@ -18,8 +18,8 @@ import jax
 
 import kernels
 from kernels.ragged_dot import default_interpret, resolve
-from ragtune import measure
-from ragtune.shapes import GroupDist, Problem
+from ragtune.device import measure
+from ragtune.problems.shapes import GroupDist, Problem
 
 DEVICE_SHAPE = (8192, 4096, 14336, 8)
 CPU_SHAPE = (256, 128, 256, 8)

@@ -5,8 +5,8 @@ this CPU host, and what their machine code is made of.
   python benchmarks/peer_compile.py --target h200 --op fwd,dlhs,drhs
   python benchmarks/peer_compile.py --only mixtral-8x7b --lib tokamax:mosaic_gpu
 
-Each library compiles deviceless with XLA's real GPU compiler (ragtune.aot: the same
-topology, mesh and ptxas as `ragtune compile`), and ragtune.machine_code reads both
+Each library compiles deviceless with XLA's real GPU compiler (ragtune.deviceless.aot: the same
+topology, mesh and ptxas as `ragtune compile`), and ragtune.deviceless.machine_code reads both
 libraries' cubins the same way. tokamax runs with its own configs (its shipped cache, else
 its heuristics; the tile column says which); ragtune with its defaults for the target. One
 row per matmul kernel (one that issues an MMA instruction; XLA's own small fusions around it
@@ -43,8 +43,10 @@ import jax  # noqa: E402
 from anchors import ANCHORS, chosen  # noqa: E402
 
 import kernels  # noqa: E402
-from ragtune import aot, bench, provenance  # noqa: E402
+from ragtune import provenance  # noqa: E402
+from ragtune.deviceless import aot  # noqa: E402
 from ragtune.errors import RagtuneError  # noqa: E402
+from ragtune.lut import bench  # noqa: E402
 
 OPS = kernels.common.OPS
 # Library name -> how it is built: tokamax's `implementation`, or a ragtune backend.

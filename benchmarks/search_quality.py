@@ -5,7 +5,7 @@
 
 For each problem, the recorded candidates are the space and their recorded times the
 cost (a failed candidate costs its slot and gives no time). The staged search
-(ragtune/search_strategy.py) runs against those times, as a sweep with --budget would,
+(ragtune/candidates/search_strategy.py) runs against those times, as a sweep with --budget would,
 and its best is compared with the exhaustive best. Only meaningful on a sweep that timed
 the whole pruned space (no --max-candidates, no --budget).
 """
@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import kernels
-from ragtune import search_strategy, store
+from ragtune.candidates import search_strategy
+from ragtune.records import store
 
 
 def replay(records, budget=None, budget_frac=None):

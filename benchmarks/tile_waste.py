@@ -48,7 +48,7 @@ def main(seeds: int = 5) -> None:
 
 
 def draw(m: int, g: int, seed: int) -> tuple[int, ...]:
-  """Multinomial routing of m rows over g experts, as ragtune.shapes.GroupDist draws it."""
+  """Multinomial routing of m rows over g experts, as ragtune.problems.shapes.GroupDist draws it."""
   return tuple(int(s) for s in np.random.default_rng(seed).multinomial(m, np.full(g, 1.0 / g)))
 
 

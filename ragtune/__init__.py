@@ -1,7 +1,11 @@
 """ragtune: tune grouped-matmul (ragged_dot) kernels per device and export lookup tables.
 
-Data flow: shapes (YAML) -> search_space -> measure -> store (records.jsonl) ->
-export (LUT JSON) -> kernels (runtime). verify re-checks a LUT on fresh inputs.
+The packages are the pipeline's stages:
+problems (shape sets -> Problems) -> candidates (search space, strategy, pruning) ->
+run (the sweep: plan, workers, resume) -> device (measure one problem on the device) ->
+records (records.jsonl, the best per problem, tables) -> lut (export, verify, bench) ->
+kernels (runtime). deviceless compiles for a named GPU or TPU on a CPU host; cli is the
+command line over all of them.
 """
 
 

@@ -1,4 +1,4 @@
-from ragtune.cli import main
+from ragtune.cli.app import main
 
 if __name__ == "__main__":
   main()

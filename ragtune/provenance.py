@@ -8,7 +8,7 @@ sweep's worker, since the parent never opens one (README "Workers"). What is rea
   version as jax reads it (`cudaDriverGetVersion`: 1000 * major + 10 * minor,
   https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART____VERSION.html);
 - TPU: the client's `platform_version` (libtpu's build) and the `libtpu` package's version;
-- the deviceless compile (ragtune.aot): the version of the ptxas XLA runs.
+- the deviceless compile (ragtune.deviceless.aot): the version of the ptxas XLA runs.
 jaxlib 0.10 builds Triton into its GPU plugin and exposes no Triton version, so none is kept.
 """
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
   import kernels
-  from ragtune.store import Record
+  from ragtune.records.store import Record
 
 # The checkout (or unpacked source tree) this package runs from, if it runs from one.
 _ROOT = Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def for_device(dev) -> Versions:
 
 
 def cuda_data_dir() -> str | None:
-  """The CUDA folder ragtune.aot hands XLA's GPU compiler (xla_gpu_cuda_data_dir; its ptxas
+  """The CUDA folder ragtune.deviceless.aot hands XLA's GPU compiler (xla_gpu_cuda_data_dir; its ptxas
   is bin/ptxas): jax's own (CUDA_ROOT, or the nvidia-cuda-nvcc wheel) when it holds a ptxas,
   else that wheel's. jax 0.10 to 0.12 take an importable `nvidia.cu13` first, which the
   cuobjdump and nvdisasm 13 wheels of the gpu-compile extra make, and with no ptxas there hand
@@ -160,7 +160,7 @@ def xla_ptxas() -> str | None:
   """The ptxas XLA runs: cuda_data_dir's, else the first of PATH, /usr/local/cuda and the
   nvidia wheels, the order in which jaxlib 0.10's XLA probes them (seen with strace on a
   deviceless compile)."""
-  from ragtune import machine_code
+  from ragtune.deviceless import machine_code
 
   data_dir = cuda_data_dir()
   candidates = [Path(data_dir) / "bin" / "ptxas" if data_dir else None, shutil.which("ptxas")]
@@ -170,7 +170,7 @@ def xla_ptxas() -> str | None:
 
 @functools.cache
 def for_aot(platform: str = "gpu") -> Versions:
-  """host() and the version of the compiler the deviceless compile (ragtune.aot) runs: for a
+  """host() and the version of the compiler the deviceless compile (ragtune.deviceless.aot) runs: for a
   GPU the ptxas, for a TPU the libtpu package."""
   if platform == "tpu":
     return dataclasses.replace(host(), libtpu=_dist_version("libtpu"))

@@ -16,7 +16,7 @@ if any(importlib.util.find_spec(p) for p in _PLUGINS) and not any(os.path.exists
   # libtpu admits one process a host unless told otherwise; the xdist workers each compile.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 os.environ.pop("RAGTUNE_LUT", None)
-# The interpreter's calibration (ragtune.estimate) is cached under $XDG_CACHE_HOME: keep the
+# The interpreter's calibration (ragtune.run.estimate) is cached under $XDG_CACHE_HOME: keep the
 # tests' out of the user's home, shared by the xdist workers and by later runs.
 os.environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"ragtune-tests-cache-{os.getuid()}")
 # Processes the tests start (the CLI, sweep workers) import this checkout too, from any
@@ -117,8 +117,8 @@ def needs_compiler(why: str | None, what: str):
 
 
 def compiler_missing(target: str) -> str | None:
-  """Why ragtune.aot cannot compile for `target` in this process, or None."""
-  from ragtune import aot
+  """Why ragtune.deviceless.aot cannot compile for `target` in this process, or None."""
+  from ragtune.deviceless import aot
 
   if jax.default_backend() != "cpu":
     return "deviceless compile runs on a CPU-only jax (JAX_PLATFORMS=cpu)"

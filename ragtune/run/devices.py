@@ -24,7 +24,7 @@ def report_devices() -> None:
   channel = child.Channel()
   import jax
 
-  from ragtune.limits import device_memory_bytes
+  from ragtune.problems.limits import device_memory_bytes
 
   d = jax.local_devices()
   channel.send(

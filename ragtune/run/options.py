@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-DEFAULT_BUILDER = "ragtune.measure:build_op"
+DEFAULT_BUILDER = "ragtune.device.measure:build_op"
 DEFAULT_TIMEOUT_S = 120.0  # seconds for one candidate: compile, check, time
 
 

@@ -1,5 +1,5 @@
 """Planning a sweep: shards, each problem's task (candidates, what is done, what is next),
-the plan's counts and estimates (ragtune/estimate.py), the problems an interpreter cannot
+the plan's counts and estimates (ragtune/run/estimate.py), the problems an interpreter cannot
 run, and the candidates likely to overrun --timeout. Opens no device."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Any
 import kernels
 from kernels import registry
 from kernels.lut import locate_lut
-from ragtune import prune, search_space, search_strategy
+from ragtune.candidates import prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
-from ragtune.estimate import CostModel, Estimate, duration
+from ragtune.problems.shapes import Problem
+from ragtune.records.store import Record, ResultsStore, candidate_id, make_row, row_id
 from ragtune.run import devices
+from ragtune.run.estimate import CostModel, Estimate, duration
 from ragtune.run.options import SweepOptions
-from ragtune.shapes import Problem
-from ragtune.store import Record, ResultsStore, candidate_id, make_row, row_id
 
 BASELINES = ("baseline:xla", "baseline:dense")
 
@@ -158,7 +158,7 @@ def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = 
   opts.device_kind (by default the probed device's). A problem with candidate rows
   recorded is estimated from them: the median wall time of its candidates (and of its
   baselines, else the model's) times those left. Any other from the model
-  (ragtune/estimate.py), by default the one of opts.
+  (ragtune/run/estimate.py), by default the one of opts.
   """
   model = model or CostModel.for_sweep(opts.interpret, opts.device_kind or "", opts.out_dir)
   done = {r.id: r for r in ResultsStore(opts.out_dir, opts.skip_bad_lines).rows()}

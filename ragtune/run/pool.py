@@ -1,4 +1,4 @@
-"""The sweep's worker pool: one worker process per device (ragtune/worker.py), fed one
+"""The sweep's worker pool: one worker process per device (ragtune/run/worker.py), fed one
 problem at a time; the pool is the only writer of records.jsonl, and every outcome
 becomes exactly one row, appended as soon as it is known.
 
@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ragtune.errors import RagtuneError
+from ragtune.problems.shapes import Problem
+from ragtune.records.store import Record, ResultsStore, make_row
 from ragtune.run import child, devices
 from ragtune.run.options import SweepOptions
 from ragtune.run.plan import Task
-from ragtune.shapes import Problem
-from ragtune.store import Record, ResultsStore, make_row
 
 # Ctrl-C and SIGTERM during a sweep. A KeyboardInterrupt raised by a signal handler can land
 # inside the lock that queue.get holds and come out as "RuntimeError: release unlocked lock",
@@ -63,7 +63,7 @@ class _Worker(child.Child):
     started = dt.datetime.now().isoformat(timespec="seconds")
     with open(log, "ab") as f:
       f.write(f"--- worker for device {index} started {started}\n".encode())
-    super().__init__(["-m", "ragtune.worker"], env=devices.worker_env(index, platform), log=log, events=events)
+    super().__init__(["-m", "ragtune.run.worker"], env=devices.worker_env(index, platform), log=log, events=events)
     self.device: dict[str, Any] | None = None
     self.task: Task | None = None
     self.current: str | None = None  # the item being measured now
@@ -156,7 +156,7 @@ class Pool:
     w.device, w.deadline = device, None
     self.start_failures[w.slot] = 0
     if self.opts.ceilings and not self.ceilings_asked:
-      from ragtune import ceilings
+      from ragtune.device import ceilings
 
       self.ceilings_asked = True
       missing = ceilings.missing(self.opts.out_dir, device, self.dtypes)
@@ -167,7 +167,7 @@ class Pool:
     self._feed(w)
 
   def _on_ceilings(self, w: _Worker, data: dict[str, Any]) -> None:
-    from ragtune import ceilings
+    from ragtune.device import ceilings
 
     ceilings.save(self.opts.out_dir, w.device, data)
     w.purpose, w.deadline = "work", None

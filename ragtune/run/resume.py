@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ragtune.errors import RagtuneError
-from ragtune.store import write_atomic
+from ragtune.records.store import write_atomic
 
 SWEEPS = "sweep.json"
 SCHEMA = "ragtune-sweeps"

@@ -12,7 +12,8 @@ from conftest import entry_pick, plan_of
 
 import kernels
 from kernels import registry
-from ragtune import search_space, shapes
+from ragtune.candidates import search_space
+from ragtune.problems import shapes
 
 H100 = "NVIDIA H100 80GB HBM3"
 G, M = kernels.TritonConfig, kernels.MosaicConfig

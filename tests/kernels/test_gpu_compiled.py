@@ -15,8 +15,8 @@ import pytest
 from conftest import np_ragged_dot, np_ragged_dot_grads
 
 import kernels
-from ragtune import search_space
-from ragtune.shapes import Problem
+from ragtune.candidates import search_space
+from ragtune.problems.shapes import Problem
 
 ON_GPU = jax.default_backend() == "gpu"
 INTERPRET = not ON_GPU and os.environ.get("RAGTUNE_GPU_TESTS_INTERPRET") == "1"

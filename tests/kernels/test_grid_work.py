@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from kernels import common, registry
-from ragtune import measure
-from ragtune.shapes import Problem
+from ragtune.device import measure
+from ragtune.problems.shapes import Problem
 
 
 @pytest.mark.parametrize("group_start, align", [(False, 1), (True, 1), (True, 8)])

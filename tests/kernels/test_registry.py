@@ -56,7 +56,8 @@ _USE = '''
 import jax, jax.numpy as jnp, numpy as np
 import kernels
 from kernels import registry
-from ragtune import search_space, shapes
+from ragtune.candidates import search_space
+from ragtune.problems import shapes
 
 assert "toy" in registry.NAMES
 spec = shapes.ShapeSet.model_validate({"backends": ["toy"], "ops": ["fwd", "drhs"], "dtype": "float32",

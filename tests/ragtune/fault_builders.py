@@ -12,7 +12,8 @@ import time
 
 import jax
 
-from ragtune import measure, search_space
+from ragtune.candidates import search_space
+from ragtune.device import measure
 
 
 def _role(p, config):
@@ -59,7 +60,7 @@ def fail_build(p, backend, config, interpret):
 
 
 def compile_faults(target, p, config):
-  """A stand-in for ragtune.prune's compile, for compile_many's fault handling: config is a
+  """A stand-in for ragtune.candidates.prune's compile, for compile_many's fault handling: config is a
   word saying what to do."""
   import os
   import time

@@ -4,7 +4,7 @@ that it imports, is spared): a problem that can never be set up in a worker."""
 import os
 import signal
 
-from ragtune import measure
+from ragtune.device import measure
 
 if "RAGTUNE_DEVICE_INDEX" in os.environ:  # set in workers only
   os.kill(os.getpid(), signal.SIGSEGV)

@@ -9,7 +9,7 @@ import pytest
 from conftest import load_benchmark
 
 import kernels
-from ragtune import bench
+from ragtune.lut import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def test_summary_takes_the_best_kernel_per_problem_and_flags_failures(tmp_path):
 
 def test_anchor_shape_set_sweeps_exactly_the_benchmarked_problems():
   """shapes/anchors.yaml is what the wrapper benches: same shapes, ops and group sizes as ANCHORS."""
-  from ragtune import shapes
+  from ragtune.problems import shapes
 
   anchors = _anchors()
   problems = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "anchors.yaml"))
@@ -75,8 +75,8 @@ def test_anchor_shape_set_sweeps_exactly_the_benchmarked_problems():
 
 
 def test_bytes_moved_skips_empty_experts_weights_but_drhs_writes_every_group():
-  from ragtune import measure
-  from ragtune.shapes import Problem
+  from ragtune.device import measure
+  from ragtune.problems.shapes import Problem
 
   sizes = (5, 0, 3)
   fwd = Problem("fwd", "pallas_gpu", "bfloat16", 8, 4, 6, 3, "explicit", sizes)

@@ -1,6 +1,6 @@
 """The GPU kernels compiled by XLA's real GPU compiler, deviceless, on this CPU host.
 
-ragtune.aot compiles for a named GPU (its facts in ragtune/targets/) all the way to machine
+ragtune.deviceless.aot compiles for a named GPU (its facts in ragtune/deviceless/targets/) all the way to machine
 code: Triton and Mosaic GPU lowering, LLVM and ptxas. These tests read the cubins:
 registers, spills, shared memory, and which instructions the kernels are built from. They
 say nothing of speed or of runtime races; see test_gpu_compiled.py for a real GPU.
@@ -22,8 +22,10 @@ from conftest import compiler_missing, needs_compiler
 
 import kernels
 from kernels.common import gpu_smem_limit
-from ragtune import aot, machine_code, provenance, search_space
-from ragtune.shapes import Problem
+from ragtune import provenance
+from ragtune.candidates import search_space
+from ragtune.deviceless import aot, machine_code
+from ragtune.problems.shapes import Problem
 
 H100 = "NVIDIA H100 80GB HBM3"
 B200 = "NVIDIA B200"
@@ -141,7 +143,7 @@ PRUNED = [
 
 @pytest.mark.parametrize("rule,op,cfg,expect", PRUNED, ids=[f"{r}-{o}" for r, o, _, _ in PRUNED])
 def test_each_pruning_rule_against_the_compiler(rule, op, cfg, expect):
-  """A config each static rule of ragtune/search_space.py prunes is really bad on H100,
+  """A config each static rule of ragtune/candidates/search_space.py prunes is really bad on H100,
   and the boundary configs it keeps are clean (test_h100_search_space_draws_compile_clean)."""
   m, k, n, g = ANCHORS["mixtral"]
   backend = "mosaic_gpu" if isinstance(cfg, kernels.MosaicConfig) else "pallas_gpu"

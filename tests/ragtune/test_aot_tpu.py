@@ -1,6 +1,6 @@
 """The Pallas TPU kernels compiled by XLA's real TPU compiler (libtpu), deviceless, on this CPU host.
 
-ragtune.aot compiles for a TPU by topology name (v4, v5e, v5p, v6e, v7x): Mosaic lowers each
+ragtune.deviceless.aot compiles for a TPU by topology name (v4, v5e, v5p, v6e, v7x): Mosaic lowers each
 megablox kernel and XLA's TPU compiler lays out its VMEM and the program's HBM. These tests
 read the outcome (ok, VMEM or HBM exhausted, with the compiler's amounts) and the memory
 analysis; they say nothing of speed.
@@ -23,8 +23,11 @@ from typer.testing import CliRunner
 import kernels
 from kernels.pallas_tpu import config as tpu
 from kernels.pallas_tpu.config import TpuConfig
-from ragtune import aot, prune, search_space, shapes, store
-from ragtune.cli import app
+from ragtune.candidates import prune, search_space
+from ragtune.cli.app import app
+from ragtune.deviceless import aot
+from ragtune.problems import shapes
+from ragtune.records import store
 from ragtune.run import plan as planning
 from ragtune.run.options import SweepOptions
 

@@ -19,9 +19,13 @@ from conftest import compiler_missing
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import aot, bench, estimate, measure, shapes
-from ragtune.cli import app
-from ragtune.shapes import GroupDist, Problem
+from ragtune.cli.app import app
+from ragtune.device import measure
+from ragtune.deviceless import aot
+from ragtune.lut import bench
+from ragtune.problems import shapes
+from ragtune.problems.shapes import GroupDist, Problem
+from ragtune.run import estimate
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

@@ -10,9 +10,10 @@ from test_records import WORKER_ROW
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import limits, store
-from ragtune.cli import app
+from ragtune.cli.app import app
 from ragtune.errors import RagtuneError
+from ragtune.problems import limits
+from ragtune.records import store
 
 runner = CliRunner()
 GOOD_SHAPE = "shapes:\n  - {m: 16, k: 16, n: 16, g: 2}\n"
@@ -423,7 +424,7 @@ def test_kernels_need_a_group():
 def test_full_expert_weights_past_int32_are_not_refused_on_wide_indexing_backends():
   """DeepSeek-V3's rhs [256,7168,2048] has 3.76e9 elements: Pallas Triton (int64 offsets over
   4 GiB), Mosaic GPU (TMA) and XLA address it; megablox is still held to int32."""
-  from ragtune import shapes
+  from ragtune.problems import shapes
 
   problems = shapes.expand(shapes.load_shape_set(Path(__file__).resolve().parents[2] / "shapes" / "moe.yaml"))
   big = [p for p in problems if p.g * p.k * p.n > limits.INT32_MAX]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 import kernels
-from ragtune.cli import app
+from ragtune.cli.app import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""What ragtune.machine_code reads from SASS text (cuobjdump -sass), on small hand-written
+"""What ragtune.deviceless.machine_code reads from SASS text (cuobjdump -sass), on small hand-written
 functions laid out as ptxas lays out Hopper kernels; and how aot turns those facts into a
 compile outcome, a compile.jsonl row and a `ragtune compile` table line. No compiler runs
 here: tests/ragtune/test_aot_compile.py reads real cubins."""
@@ -12,8 +12,11 @@ import struct
 from rich.console import Console
 
 import kernels
-from ragtune import aot, machine_code, prune, store, views
-from ragtune.shapes import Problem
+from ragtune.candidates import prune
+from ragtune.cli import views
+from ragtune.deviceless import aot, machine_code
+from ragtune.problems.shapes import Problem
+from ragtune.records import store
 
 H100 = "NVIDIA H100 80GB HBM3"
 PROBLEM = Problem("fwd", "mosaic_gpu", "bfloat16", 256, 128, 128, 2, "multinomial", (128, 128))

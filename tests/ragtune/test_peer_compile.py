@@ -9,7 +9,8 @@ import pytest
 from conftest import load_benchmark
 from test_aot_compile import _UNAVAILABLE
 
-from ragtune import aot, bench
+from ragtune.deviceless import aot
+from ragtune.lut import bench
 
 
 def _peer():

@@ -15,9 +15,13 @@ from conftest import entry_config, entry_pick, selected_config
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import ceilings, export, provenance, shapes, store, sweep
-from ragtune.cli import app
-from ragtune.run import pool, resume
+from ragtune import provenance
+from ragtune.cli.app import app
+from ragtune.device import ceilings
+from ragtune.lut import export
+from ragtune.problems import shapes
+from ragtune.records import store
+from ragtune.run import pool, resume, sweep
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import estimate, search_space, shapes, store, sweep
-from ragtune.cli import app
+from ragtune.candidates import search_space
+from ragtune.cli.app import app
+from ragtune.problems import shapes
+from ragtune.records import store
+from ragtune.run import estimate, sweep
 from ragtune.run import plan as planning
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ragtune import provenance
-from ragtune.cli import app
+from ragtune.cli.app import app
 from ragtune.provenance import Versions
 
 runner = CliRunner()

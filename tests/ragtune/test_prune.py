@@ -1,4 +1,4 @@
-"""A sweep never times what a deviceless compile rejected (ragtune.prune), and
+"""A sweep never times what a deviceless compile rejected (ragtune.candidates.prune), and
 `ragtune plan --target` records every candidate's compile in DIR/compile.jsonl."""
 
 import json
@@ -8,10 +8,15 @@ import pytest
 from test_aot_compile import _UNAVAILABLE
 from typer.testing import CliRunner
 
-from ragtune import aot, provenance, prune, search_space, shapes, store, sweep
-from ragtune.cli import app
+from ragtune import provenance
+from ragtune.candidates import prune, search_space
+from ragtune.cli.app import app
+from ragtune.deviceless import aot
+from ragtune.problems import shapes
 from ragtune.provenance import Versions
+from ragtune.records import store
 from ragtune.run import plan as planning
+from ragtune.run import sweep
 
 runner = CliRunner()
 TINY = """

@@ -10,13 +10,16 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import provenance, report, search_space, store, sweep
-from ragtune.cli import app
+from ragtune import provenance
+from ragtune.candidates import search_space
+from ragtune.cli.app import app
+from ragtune.cli.views import summary_table
 from ragtune.errors import RagtuneError
+from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
+from ragtune.records import report, store
 from ragtune.run import plan as planning
-from ragtune.shapes import Problem
-from ragtune.views import summary_table
+from ragtune.run import sweep
 
 runner = CliRunner()
 
@@ -214,7 +217,7 @@ def test_show_report_sweep_summary_and_lut_agree_on_an_h100(tmp_path):
 def test_a_lut_keeps_the_versions_its_rows_share_and_each_entry_its_own(tmp_path):
   """Rows of two jax versions (two folders merged): the LUT's tuned_with holds what they
   share, each entry the rest, and verify names both versions."""
-  from ragtune import export, verify
+  from ragtune.lut import export, verify
 
   kind = H100["device_kind"]
   made = {

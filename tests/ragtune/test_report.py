@@ -7,9 +7,11 @@ import pandas as pd
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ragtune import ceilings, report, search_space, store
-from ragtune.cli import app
-from ragtune.shapes import Problem
+from ragtune.candidates import search_space
+from ragtune.cli.app import app
+from ragtune.device import ceilings
+from ragtune.problems.shapes import Problem
+from ragtune.records import report, store
 
 runner = CliRunner()
 DEV = {"device_kind": "Fake GPU 80GB", "platform": "gpu", "jax_version": "0.0.1"}
@@ -119,8 +121,8 @@ def _model_results(tmp_path, interpret: bool):
 
 
 def test_sweep_summary_fits_100_columns_without_wrapping(tmp_path):
-  from ragtune import sweep
-  from ragtune.views import summary_table
+  from ragtune.cli.views import summary_table
+  from ragtune.run import sweep
 
   out, problems = _model_results(tmp_path, interpret=False)
   summaries = sweep.summarize(problems, store.ResultsStore(out).rows())
@@ -135,8 +137,9 @@ def test_sweep_summary_fits_100_columns_without_wrapping(tmp_path):
 
 
 def test_one_speedup_format_and_the_interpreter_notice_in_show_and_report(tmp_path):
-  from ragtune import summary, sweep
-  from ragtune.views import summary_table
+  from ragtune.cli.views import summary_table
+  from ragtune.records import summary
+  from ragtune.run import sweep
 
   out, problems = _model_results(tmp_path, interpret=True)
   summaries = sweep.summarize(problems, store.ResultsStore(out).rows())
@@ -164,8 +167,9 @@ def test_one_speedup_format_and_the_interpreter_notice_in_show_and_report(tmp_pa
 def _model_records():
   """Eight fwd problems as `models:` in a shape file names them (Mixtral-8x7B and DeepSeek-V3,
   up and down, decode and prefill), timed near an H100's roofs, XLA 3x slower."""
-  from ragtune import measure, presets
-  from ragtune.shapes import GroupDist
+  from ragtune.device import measure
+  from ragtune.problems import presets
+  from ragtune.problems.shapes import GroupDist
 
   dev = {"device_kind": "NVIDIA H100 80GB HBM3", "platform": "gpu", "jax_version": "0.11.2"}
   rows = []
@@ -205,7 +209,7 @@ def _text_boxes(fig, labels):
 
 
 def test_roofline_labels_name_up_and_down_apart_and_never_overlap():
-  from ragtune import plots
+  from ragtune.records import plots
 
   records, ceil = _model_records()
   fig, labels = plots.roofline_figure(plots.plot_frame(records, ceil), ceil, records[0].device_kind, "0.11.2", "t")
@@ -219,7 +223,7 @@ def test_roofline_labels_name_up_and_down_apart_and_never_overlap():
 
 
 def test_labels_that_cannot_all_fit_become_numbers_and_a_key():
-  from ragtune import plots
+  from ragtune.records import plots
 
   plt = plots._pyplot()
   fig, ax = plt.subplots(figsize=(3, 2))

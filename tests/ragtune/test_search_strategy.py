@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from ragtune import search_space, search_strategy
-from ragtune.shapes import Problem
+from ragtune.candidates import search_space, search_strategy
+from ragtune.problems.shapes import Problem
 
 
 def _space(op="fwd", backend="pallas_gpu"):
@@ -84,7 +84,7 @@ def test_search_quality_replays_a_recorded_sweep(tmp_path, capsys):
   import json
   from pathlib import Path
 
-  from ragtune import store
+  from ragtune.records import store
 
   p, space = _space("drhs")
   cost = _surface(space, 3)

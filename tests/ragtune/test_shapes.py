@@ -12,8 +12,11 @@ import pytest
 
 import kernels
 from kernels import TritonConfig
-from ragtune import export, search_space, shapes, store
-from ragtune.presets import MODEL_PRESETS
+from ragtune.candidates import search_space
+from ragtune.lut import export
+from ragtune.problems import shapes
+from ragtune.problems.presets import MODEL_PRESETS
+from ragtune.records import store
 
 
 def test_model_preset_expands_up_and_down():
@@ -55,7 +58,7 @@ def test_backend_lists_in_yaml_and_on_the_command_line(tmp_path):
   assert [p.backend for p in shapes.expand(spec)] == ["pallas_gpu", "mosaic_gpu"]
   from typer.testing import CliRunner
 
-  from ragtune.cli import app
+  from ragtune.cli.app import app
 
   f = tmp_path / "one.yaml"
   f.write_text("backends: [pallas_gpu]\nshapes:\n  - {m: 64, k: 32, n: 32, g: 2}\n")

@@ -5,13 +5,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ragtune import hf_config, shapes
-from ragtune.cli import app
-from ragtune.presets import MODEL_PRESETS
+from ragtune.cli.app import app
+from ragtune.problems import hf_config, shapes
+from ragtune.problems.presets import MODEL_PRESETS
 
 runner = CliRunner()
 
-# Each family's config.json fields (ragtune/presets.py cites them), filled in with the preset's
+# Each family's config.json fields (ragtune/problems/presets.py cites them), filled in with the preset's
 # values. The "decoy" fields are the dense layers' widths these configs also carry; their values
 # here are made up, to show that they are not read.
 CONFIGS = {

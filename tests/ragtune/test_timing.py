@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ragtune import measure
+from ragtune.device import measure
 
 
 def _variants():

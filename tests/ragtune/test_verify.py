@@ -11,8 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import measure, shapes, verify
-from ragtune.cli import app
+from ragtune.cli.app import app
+from ragtune.device import measure
+from ragtune.lut import verify
+from ragtune.problems import shapes
 
 runner = CliRunner()
 KIND = kernels.lut.current_device_kind()

@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ragtune import ceilings, export, lock, search_space, shapes, store, summary, sweep
-from ragtune.cli import app
+from ragtune.candidates import search_space
+from ragtune.cli.app import app
+from ragtune.device import ceilings
+from ragtune.lut import export
+from ragtune.problems import shapes
+from ragtune.records import store, summary
+from ragtune.run import lock, sweep
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,7 +180,7 @@ def test_second_sweep_into_a_locked_folder_stops_at_once_naming_the_holder(tmp_p
     [
       sys.executable,
       "-c",
-      "import sys, time; from ragtune.lock import sweep_lock\n"
+      "import sys, time; from ragtune.run.lock import sweep_lock\n"
       f"with sweep_lock({str(out)!r}):\n  print('held', flush=True); time.sleep(60)",
     ],
     cwd=ROOT,
@@ -233,7 +238,7 @@ def test_two_devices_cover_every_problem_once_within_the_budget(tmp_path):
 
 
 def test_plain_progress_prints_every_30s_and_per_problem():
-  from ragtune import progress
+  from ragtune.run import progress
 
   now, lines = [0.0], []
   pp = progress.PlainProgress(lines.append, clock=lambda: now[0])

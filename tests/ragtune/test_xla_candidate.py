@@ -10,10 +10,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import export, report, search_space, store, summary, sweep
-from ragtune.cli import app
-from ragtune.shapes import Problem
-from ragtune.views import summary_table
+from ragtune.candidates import search_space
+from ragtune.cli.app import app
+from ragtune.cli.views import summary_table
+from ragtune.lut import export
+from ragtune.problems.shapes import Problem
+from ragtune.records import report, store, summary
+from ragtune.run import sweep
 
 runner = CliRunner()
 DEV = {"device_kind": "NVIDIA H100 80GB HBM3", "platform": "gpu", "jax_version": "0.0.1"}

@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
-from ragtune import shapes
 from ragtune.errors import RagtuneError
-from ragtune.presets import MoePreset
+from ragtune.problems import shapes
+from ragtune.problems.presets import MoePreset
 
 # Per MoePreset field, the config fields that hold it, tried in order: the experts' own width
 # (moe_intermediate_size) before intermediate_size, which is the dense layers' where both exist.

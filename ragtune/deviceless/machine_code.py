@@ -443,7 +443,7 @@ def read_executable(serialized: bytes, cuobjdump: str | None = None, only: bytes
     raise MachineCodeError(
       "cuobjdump not found: pip install 'ragtune[gpu-compile]' (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
     )
-  # Imported where they are used: ragtune.aot imports this module on hosts without the extra.
+  # Imported where they are used: ragtune.deviceless.aot imports this module on hosts without the extra.
   missing = [name for name in ("cramjam", "elftools") if importlib.util.find_spec(name) is None]
   if missing:
     raise MachineCodeError(f"{', '.join(missing)} not found: pip install 'ragtune[gpu-compile]' (cramjam, pyelftools)")

@@ -15,9 +15,9 @@ import pandas as pd
 
 import kernels
 from kernels.lut import shape_text
-from ragtune import ceilings as ceilings_mod
-from ragtune import report
-from ragtune.store import Record, write_atomic
+from ragtune.device import ceilings as ceilings_mod
+from ragtune.records import report
+from ragtune.records.store import Record, write_atomic
 
 OP_MARKERS = {"fwd": "o", "dlhs": "s", "drhs": "^"}
 COLORS = {"tuned": "#1f77b4", "default": "#9ecae1", "xla": "#ff7f0e", "dense": "#7f7f7f"}

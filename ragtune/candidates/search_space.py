@@ -7,7 +7,7 @@ import random
 
 from kernels import registry
 from kernels.lut import current_device_kind
-from ragtune.shapes import Problem
+from ragtune.problems.shapes import Problem
 
 
 def launch_key(cfg, p: Problem):

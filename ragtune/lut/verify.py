@@ -26,10 +26,10 @@ import numpy as np
 import kernels
 from kernels.lut import locate_lut, shape_text
 from ragtune import provenance
+from ragtune.device.numerics import TOLERANCE, NumericsResult, compare
 from ragtune.errors import RagtuneError
-from ragtune.numerics import TOLERANCE, NumericsResult, compare
+from ragtune.problems.shapes import GroupDist, Problem
 from ragtune.run import child
-from ragtune.shapes import GroupDist, Problem
 
 
 @dataclasses.dataclass
@@ -129,7 +129,7 @@ def check_draw(e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -
   """Run entry `e` on one group-size draw and compare it with the reference."""
   import jax
 
-  from ragtune import measure
+  from ragtune.device import measure
 
   p = Problem(e.op, e.backend, e.dtype, e.m, e.k, e.n, e.g, name, tuple(int(s) for s in sizes))
   t0 = time.perf_counter()
@@ -155,7 +155,7 @@ def serve_draws() -> None:
   """The verify worker process: runs each draw it is sent and sends back its DrawResult."""
   channel = child.Channel()
   # Pay the imports' start-up cost before the first draw's clock starts.
-  for module in ("jax", "kernels", "ragtune.measure"):
+  for module in ("jax", "kernels", "ragtune.device.measure"):
     importlib.import_module(module)
   channel.send(("ready",))
   while True:
@@ -179,7 +179,7 @@ class DrawRunner:
     self._child: child.Child | None = None
 
   def _start(self) -> None:
-    self._child = child.Child(["-c", "from ragtune.verify import serve_draws; serve_draws()"])
+    self._child = child.Child(["-c", "from ragtune.lut.verify import serve_draws; serve_draws()"])
     # Importing jax takes seconds; that is not the first draw's time.
     if self._child.recv(STARTUP_S) != ("ready",):
       self.stop()
@@ -317,7 +317,8 @@ def version_warning(lut: kernels.Lut, entries: list[kernels.Entry], where: str) 
 
 
 def _lut_from_records(folder: Path, kind: str, skipped: dict[Path, list[int]] | None) -> kernels.Lut:
-  from ragtune import export, store
+  from ragtune.lut import export
+  from ragtune.records import store
 
   if not (folder / store.RECORDS).exists():
     raise RagtuneError(f"{folder}: neither a LUT ({kernels.device_slug(kind)}.json) nor {store.RECORDS} here")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ragtune.store import Record
+from ragtune.records.store import Record
 
 
 def _fmt_s(s: float | None) -> str:

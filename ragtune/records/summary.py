@@ -21,8 +21,8 @@ from collections.abc import Iterable
 
 import kernels
 from kernels import registry
-from ragtune.shapes import Problem
-from ragtune.store import Record, candidate_id
+from ragtune.problems.shapes import Problem
+from ragtune.records.store import Record, candidate_id
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,8 +20,8 @@ import numpy as np
 
 from kernels import registry
 from kernels.ragged_dot import forward, grad_lhs, grad_rhs
-from ragtune.numerics import TOLERANCE, NumericsResult, compare
-from ragtune.shapes import Problem
+from ragtune.device.numerics import TOLERANCE, NumericsResult, compare
+from ragtune.problems.shapes import Problem
 
 OpBuilder = Callable[[Problem, str, Any, bool], Callable[..., jax.Array]]
 

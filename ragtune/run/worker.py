@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-  from ragtune.store import Record
+  from ragtune.records.store import Record
 
 from ragtune.run.child import Channel
 
@@ -56,7 +56,7 @@ class _Problem:
   """Inputs and reference of the problem the worker holds."""
 
   def __init__(self, p, opts: dict[str, Any]):
-    from ragtune import measure
+    from ragtune.device import measure
 
     self.p = p
     self.x = measure.make_inputs(p)
@@ -69,8 +69,8 @@ def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: di
   import jax
 
   from kernels import registry
-  from ragtune import measure
-  from ragtune.store import make_row
+  from ragtune.device import measure
+  from ragtune.records.store import make_row
 
   p = state.p
   interpret = opts["interpret"]
@@ -129,7 +129,9 @@ def main() -> None:
 
   from ragtune import provenance
 
-  importlib.import_module("ragtune.store")  # and ragtune.measure: imported now, while the worker may be a spare
+  importlib.import_module(
+    "ragtune.records.store"
+  )  # and ragtune.device.measure: imported now, while the worker may be a spare
 
   # A spare waits here, imports done, until the parent needs it; only then does it open
   # the device (two processes must not both take a GPU's memory).
@@ -158,7 +160,7 @@ def main() -> None:
     if msg is None or msg[0] == "exit":
       return
     if msg[0] == "ceilings":
-      from ragtune import ceilings
+      from ragtune.device import ceilings
 
       channel.send(("ceilings", ceilings.measure_ceilings(msg[1], device["platform"])))
       continue

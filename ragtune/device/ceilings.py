@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ragtune.store import Record, write_atomic
+from ragtune.records.store import Record, write_atomic
 
 FILE = "ceilings.json"
 
@@ -102,7 +102,7 @@ def measure_ceilings(dtypes: Iterable[str], platform: str) -> dict[str, Any]:
   import jax
   import jax.numpy as jnp
 
-  from ragtune import measure
+  from ragtune.device import measure
 
   n, copy_elems, reps = (512, 8 << 20, 3) if platform == "cpu" else (8192, 256 << 20, 10)
   mm = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)

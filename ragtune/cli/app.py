@@ -30,8 +30,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import kernels
-from ragtune import limits, paths
+from ragtune import paths
 from ragtune.errors import RagtuneError
+from ragtune.problems import limits
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -230,7 +231,7 @@ def _interpreted_notice(records: list) -> None:
 
 
 def _warn_skipped(skipped: dict[Path, list[int]]) -> None:
-  from ragtune import store
+  from ragtune.records import store
 
   for path, lines in skipped.items():
     _print(f"warning: {store.skipped_text(path, lines)}", err=True)
@@ -239,7 +240,7 @@ def _warn_skipped(skipped: dict[Path, list[int]]) -> None:
 def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
   """The records of the results folders; lines that are not records stop the command, or
   with skip_bad_lines are skipped with a warning per file."""
-  from ragtune import store
+  from ragtune.records import store
 
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
   records = store.load_results(dirs, skipped)
@@ -249,7 +250,7 @@ def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
 
 def _warn_bad_lines(out_dir: Path) -> None:
   """--skip-bad-lines on a sweep: say, before it starts, which lines its resume skips."""
-  from ragtune import store
+  from ragtune.records import store
 
   path, skipped = out_dir / store.RECORDS, []
   if path.is_file():
@@ -337,7 +338,7 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
 
 
 def _load_problems(shapes_file: Path, ops, backend, shard: str | None, shape=None, model=None):
-  from ragtune import shapes as shapes_mod
+  from ragtune.problems import shapes as shapes_mod
   from ragtune.run import plan as plan_mod
 
   spec = shapes_mod.load_shape_set(shapes_file)
@@ -355,7 +356,7 @@ def _print(text: str, *, err: bool = False) -> None:
 
 
 def _print_plan(rows, cost) -> None:
-  from ragtune import views
+  from ragtune.cli import views
 
   console.print(views.plan_table(rows))
   for line in views.plan_summary(rows, cost):
@@ -412,7 +413,7 @@ def _results_dir(out: Path | None = None) -> Path:
 
 def _sweep_dir(out_dir: Path, builder: str) -> Path:
   """The results folder, writable; the builder is imported here once rather than in every worker."""
-  from ragtune import worker
+  from ragtune.run import worker
 
   try:
     worker.load_builder(builder)
@@ -459,7 +460,7 @@ def _stoppable(resume_command: str, out_dir: Path):
 
 def _run_sweep(problems: list, opts, on_state):
   """run_sweep with a live bar in a terminal, or plain progress lines in a log."""
-  from ragtune import progress, sweep
+  from ragtune.run import progress, sweep
 
   waiting = lambda holder: _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
   if not console.is_terminal:
@@ -479,7 +480,7 @@ def _run_sweep(problems: list, opts, on_state):
 
 def _print_sweep_end(summaries, out_dir: Path, seconds: float, strict: bool) -> None:
   """The summary table; with --strict, exit 1 if a problem of a tunable backend has no correct candidate."""
-  from ragtune import views
+  from ragtune.cli import views
 
   console.print(views.summary_table(summaries))
   _print(
@@ -572,10 +573,10 @@ def sweep(
   compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish. The
   bare command (SHAPES_FILE and -o only) resumes an unfinished sweep with its options. It
   starts with an estimate of its time."""
-  from ragtune import views
-  from ragtune.estimate import CostModel
+  from ragtune.cli import views
   from ragtune.run import plan as plan_mod
   from ragtune.run import resume
+  from ragtune.run.estimate import CostModel
   from ragtune.run.options import SweepOptions
 
   from_cli = lambda name: ctx.get_parameter_source(name) == _click.core.ParameterSource.COMMANDLINE
@@ -641,7 +642,7 @@ def _target_problems(facts: dict, shapes_file: Path, ops, backend, shard, shape,
   """(spec, problems, switched) of a shapes file for a --target: its problems, or, when it
   lists no backend that compiles for the target and --backend names none, the target's own
   backends' (a notice says so; switched is then True)."""
-  from ragtune import prune
+  from ragtune.candidates import prune
 
   spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
   own = prune.backends_for(facts["platform"])
@@ -654,7 +655,8 @@ def _target_problems(facts: dict, shapes_file: Path, ops, backend, shard, shape,
 
 def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, kind: str) -> None:
   """plan --target: every candidate compiled deviceless into DIR/compile.jsonl, with a line of counts."""
-  from ragtune import aot, prune
+  from ragtune.candidates import prune
+  from ragtune.deviceless import aot
 
   start = time.monotonic()
   try:
@@ -712,9 +714,9 @@ def plan(
   is). With --target, first compiles every candidate for that GPU or TPU with XLA's real
   compiler on this host and records the outcome in DIR/compile.jsonl; a shapes file that
   lists no backend of the target's then plans the target's own (pallas_tpu on a TPU)."""
-  from ragtune import prune
-  from ragtune.estimate import CostModel
+  from ragtune.candidates import prune
   from ragtune.run import plan as plan_mod
+  from ragtune.run.estimate import CostModel
   from ragtune.run.options import SweepOptions
 
   info = prune.target_facts(target) if target else _device()
@@ -751,7 +753,7 @@ def plan(
 def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float, full: bool) -> int:
   """Each entry's draws in a killable child; one line per entry (and its numerics report
   where it failed, or always with full). Returns the number of failed entries."""
-  from ragtune import verify as verify_mod
+  from ragtune.lut import verify as verify_mod
 
   failures = 0
   columns = [
@@ -780,7 +782,7 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
 
 def _target_of_lut(path: Path | None) -> str:
   """verify --target auto: the deviceless target of a LUT file's device kind."""
-  from ragtune import aot
+  from ragtune.deviceless import aot
 
   if path is None or not path.is_file():
     raise RagtuneError("verify --target auto: name a LUT file (its device kind names the target)")
@@ -798,8 +800,9 @@ def _target_of_lut(path: Path | None) -> str:
 
 def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
   """verify --target: each entry compiled deviceless, one line each; returns the failures."""
-  from ragtune import aot, prune
-  from ragtune.shapes import Problem
+  from ragtune.candidates import prune
+  from ragtune.deviceless import aot
+  from ragtune.problems.shapes import Problem
 
   t0 = time.perf_counter()
   items = [(Problem(e.op, e.backend, e.dtype, e.m, e.k, e.n, e.g, "lut", ()), e.config) for e in entries]
@@ -875,9 +878,9 @@ def verify(
   failures (of every draw with --full). Exit 1 if any fails. With --target, compile each
   entry for that device instead, on this host."""
   from kernels.pallas_tpu import config as tpu_config
-  from ragtune import prune
-  from ragtune import shapes as shapes_mod
-  from ragtune import verify as verify_mod
+  from ragtune.candidates import prune
+  from ragtune.lut import verify as verify_mod
+  from ragtune.problems import shapes as shapes_mod
 
   if compile_for == "auto":
     compile_for = _target_of_lut(target)
@@ -942,7 +945,9 @@ def compile_cmd(
   extra). A TPU: the outcome, VMEM (the static rule's figure and the compiler's), HBM and
   compile time (the tpu extra). A shapes file that lists no backend of the target's compiles
   the target's own. Says nothing of speed."""
-  from ragtune import aot, prune, views
+  from ragtune.candidates import prune
+  from ragtune.cli import views
+  from ragtune.deviceless import aot
 
   facts = prune.target_facts(target)
   kind, own = facts["device_kind"], prune.backends_for(facts["platform"])
@@ -992,7 +997,7 @@ def export_lut(
 ):
   """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
   entry where XLA's own op was fastest, and write the LUT atomically."""
-  from ragtune import export
+  from ragtune.lut import export
 
   dirs = paths.existing_dirs(dirs or [_results_dir()])
   output = output or dirs[0]
@@ -1019,7 +1024,9 @@ def show(
   """Print results as a table (best per problem by default)."""
   import pandas as pd
 
-  from ragtune import ceilings, provenance, report, store
+  from ragtune import provenance
+  from ragtune.device import ceilings
+  from ragtune.records import report, store
 
   if csv:
     paths.writable_file(csv, "the --csv file")
@@ -1060,8 +1067,9 @@ def report(
 ):
   """Write best.csv (best per problem with baselines), rows.csv (every row), PNG plots
   (TF/s per problem, roofline, candidate times; needs the [report] extra) and report.md."""
-  from ragtune import ceilings, plots, store
-  from ragtune import report as report_mod
+  from ragtune.device import ceilings
+  from ragtune.records import plots, store
+  from ragtune.records import report as report_mod
 
   paths.writable_dir(output, "the report folder")
   dirs = paths.existing_dirs(dirs or [_results_dir()])
@@ -1104,7 +1112,7 @@ def bench(
   one run of one device timer; every variant is checked against jax.lax.ragged_dot first
   and one that fails is never timed. Exit 1 if any fails. On a CPU host: checks only, no
   speed (shapes too big for the Pallas interpreter shrink)."""
-  from ragtune import bench as bench_mod
+  from ragtune.lut import bench as bench_mod
 
   spec, problems = _load_problems(shapes_file, ops, None, None, shape, model)
   kind = kernels.lut.current_device_kind()
@@ -1186,7 +1194,8 @@ def from_config(
   """Read the MoE layer (hidden, expert intermediate size, experts, top_k) from a model's
   config.json and write a shape file that tunes it: one models: entry, laid out over ep x tp
   ranks. Knows the field names of Mixtral, DeepSeek, Qwen-MoE, Llama-4, gpt-oss, OLMoE and DBRX."""
-  from ragtune import hf_config, store
+  from ragtune.problems import hf_config
+  from ragtune.records import store
 
   if output is not None:
     paths.writable_file(output, "the shapes file")

@@ -32,9 +32,11 @@ import kernels
 from kernels import registry, target
 from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
-from ragtune import ceilings, estimate, measure, report, store
+from ragtune.device import ceilings, measure
 from ragtune.errors import RagtuneError
-from ragtune.shapes import GroupDist, Problem
+from ragtune.problems.shapes import GroupDist, Problem
+from ragtune.records import report, store
+from ragtune.run import estimate
 
 XLA = "xla ragged_dot"
 TOKAMAX = "tokamax ragged_dot"

@@ -1,7 +1,7 @@
 """Results -> kernels LUT: the fastest correct config per (device, op, backend, dtype, shape).
 
 Each problem's correct candidates, fastest first, and its baselines come from
-ragtune/summary.py, as in `ragtune show`. Only rows with status "ok" (compiled, matched
+ragtune/records/summary.py, as in `ragtune show`. Only rows with status "ok" (compiled, matched
 jax.lax.ragged_dot, timed) are eligible, and a config that failed its check on any
 problem of a shape (another draw of group sizes, another folder) is never exported
 there. The choice depends only on the set of rows, not their order, so merging folders
@@ -30,9 +30,10 @@ from typing import Any
 
 import kernels
 from kernels import registry
-from ragtune import provenance, summary
+from ragtune import provenance
 from ragtune.errors import RagtuneError
-from ragtune.store import Record, write_atomic
+from ragtune.records import summary
+from ragtune.records.store import Record, write_atomic
 
 
 def _extra(

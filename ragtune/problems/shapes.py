@@ -56,7 +56,7 @@ from kernels.common import DTYPES, OPS
 from kernels.lut import shape_text
 from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError
-from ragtune.presets import MODEL_PRESETS, MoePreset
+from ragtune.problems.presets import MODEL_PRESETS, MoePreset
 
 Op = Literal["fwd", "dlhs", "drhs"]
 Backend = Literal[BACKENDS]  # type: ignore[valid-type]  # the registry's names

@@ -9,11 +9,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ragtune.estimate import CostModel, duration
-from ragtune.presets import MODEL_PRESETS
-from ragtune.report import DTYPE_ABBREV, short_config
+from ragtune.problems.presets import MODEL_PRESETS
+from ragtune.records.report import DTYPE_ABBREV, short_config
+from ragtune.records.summary import speedup_text
+from ragtune.run.estimate import CostModel, duration
 from ragtune.run.plan import PlanRow
-from ragtune.summary import speedup_text
 
 SHAPE = escape("shape [m,k]x[g,k,n]")
 

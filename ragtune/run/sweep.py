@@ -1,7 +1,7 @@
 """The sweep: for each problem, time baselines and candidate configs, checked first.
 
 run_sweep plans each problem's work (ragtune/run/plan.py), hands it to worker processes,
-one per device (ragtune/run/pool.py, ragtune/worker.py), and returns a summary per problem.
+one per device (ragtune/run/pool.py, ragtune/run/worker.py), and returns a summary per problem.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Protocol
 
-from ragtune import lock, summary
-from ragtune.run import plan, pool
+from ragtune.problems.shapes import Problem
+from ragtune.records import summary
+from ragtune.records.store import Record, ResultsStore
+from ragtune.records.summary import ProblemSummary
+from ragtune.run import lock, plan, pool
 from ragtune.run.options import SweepOptions
-from ragtune.shapes import Problem
-from ragtune.store import Record, ResultsStore
-from ragtune.summary import ProblemSummary
 
 __all__ = ["SweepOptions", "SweepProgress", "ProblemSummary", "run_sweep", "summarize"]
 
@@ -89,7 +89,7 @@ def run_sweep(
 
 
 def summarize(problems: list[Problem], records: list[Record], device_kind: str | None = None) -> list[ProblemSummary]:
-  """Per problem, its summary (ragtune/summary.py) among the records of device_kind: the
+  """Per problem, its summary (ragtune/records/summary.py) among the records of device_kind: the
   tuned device (else the records' device), whose default config is the "default" baseline."""
   kind = device_kind or next((r.device_kind for r in records), "")
   found = summary.summarize(records, kind)

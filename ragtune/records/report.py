@@ -2,7 +2,7 @@
 
 Frames keep full precision; `csv_text` rounds times and rates to 4 significant digits
 (records.jsonl keeps everything). `compact_rows` is the `show --all` view, sized for a
-160-column terminal. Plots live in ragtune/plots.py (matplotlib, optional).
+160-column terminal. Plots live in ragtune/records/plots.py (matplotlib, optional).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import pandas as pd
 
 from kernels import registry
-from ragtune import ceilings as ceilings_mod
-from ragtune import summary
-from ragtune.store import Record
+from ragtune.device import ceilings as ceilings_mod
+from ragtune.records import summary
+from ragtune.records.store import Record
 
 ROW_COLUMNS = [
   "device_kind",

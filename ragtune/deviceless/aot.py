@@ -1,7 +1,7 @@
 """Deviceless compile: XLA's real GPU or TPU compiler, run on a CPU-only host for a named device.
 
 GPU: `jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)` gives
-a compile-only GPU from a text GpuTargetConfigProto (the device facts in ragtune/targets/).
+a compile-only GPU from a text GpuTargetConfigProto (the device facts in ragtune/deviceless/targets/).
 Under `jax.set_mesh` of that device, `jax.jit(f).lower(...).compile()` runs XLA's GPU
 pipeline, the Triton and Mosaic GPU custom calls, and ptxas: every compile error,
 shared-memory overflow and register spill the device would see, with nothing run. Needs the
@@ -37,7 +37,8 @@ import numpy as np
 import kernels
 from kernels.pallas_tpu import config as tpu_config
 from kernels.ragged_dot import resolve
-from ragtune import machine_code, provenance
+from ragtune import provenance
+from ragtune.deviceless import machine_code
 from ragtune.errors import RagtuneError
 
 TARGETS_DIR = Path(__file__).parent / "targets"
@@ -55,7 +56,7 @@ KERNEL_PREFIX = "ragtune_"
 # paid at every step (worse than a spill elsewhere, which is a spill too).
 # vmem_oom, hbm_oom: a TPU kernel's tiles over the scoped VMEM, a TPU program over the HBM.
 # no_kernel: a GPU program built, but its machine code held none of the kernels it runs, so
-# nothing of them was checked: no verdict on the config (ragtune.prune keeps it).
+# nothing of them was checked: no verdict on the config (ragtune.candidates.prune keeps it).
 OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, NO_KERNEL, ERROR = (
   "ok",
   "no_fit",
@@ -474,8 +475,8 @@ def op_arg_shapes(op: str, m: int, k: int, n: int, g: int, dtype: str) -> list[t
 def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n: int, g: int, config) -> CompileReport:
   """Compile one op of `backend` with `config` (in the op's frame) for `target`: the same
   callable a sweep times (measure.build_op), with interpret off."""
-  from ragtune import measure
-  from ragtune.shapes import Problem
+  from ragtune.device import measure
+  from ragtune.problems.shapes import Problem
 
   p = Problem(op, backend, dtype, m, k, n, g, "compile", ())
   fn = measure.build_op(p, backend, config, interpret=False)

@@ -1,5 +1,5 @@
 """Prune a sweep before it spends device time: compile every candidate deviceless for the
-target GPU or TPU (ragtune.aot), in parallel on the host's cores, and keep the outcome.
+target GPU or TPU (ragtune.deviceless.aot), in parallel on the host's cores, and keep the outcome.
 
 Rows go to DIR/compile.jsonl (kind "compile"), one per (device kind, problem shape,
 candidate), appended and fsynced like records.jsonl, so a rerun compiles only what is new.
@@ -25,11 +25,13 @@ from typing import Any
 
 import kernels
 from kernels.pallas_tpu import config as tpu_config
-from ragtune import aot, provenance, search_space
+from ragtune import provenance
+from ragtune.candidates import search_space
+from ragtune.deviceless import aot
 from ragtune.errors import RagtuneError
+from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
-from ragtune.shapes import Problem
-from ragtune.store import JsonLines, candidate_id
+from ragtune.records.store import JsonLines, candidate_id
 
 COMPILE_RECORDS = "compile.jsonl"
 # The backends that compile for an NVIDIA GPU, and the TPU backends with knobs (XLA's own op

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from kernels import registry
-from ragtune import measure
+from ragtune.device import measure
 from ragtune.errors import RagtuneError
+from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
-from ragtune.shapes import Problem
 
 RECORDS = "records.jsonl"
 

@@ -1,0 +1,1 @@
+"""The `ragtune` command line: thin Typer commands over the stages, and its rich tables."""
