@@ -58,6 +58,41 @@ class GridWork:
 
 
 @dataclasses.dataclass(frozen=True)
+class InterpretCost:
+  """What a backend's kernels cost in jax's interpreter on a CPU, per unit of GridWork, in
+  units of a calibration step: a grid step of pallas_call's interpreter (PALLAS_CALL_COST's
+  step weighs 1), which ragtune/run/estimate.py times on each host."""
+
+  call: float  # each run of the kernel
+  step: float  # each grid step
+  tile_step: float  # more, for a step that reads operands and stores a tile
+  read: float  # per element of the operand refs a tile step reads
+  write: float  # per element of the output ref it writes
+  mac: float  # per multiply-add of the inner loops
+  compile: float  # a candidate's compile, build and check, in calibration compiles
+  inner_step: float = 0.0  # per iteration of the inner loops (a pipeline step's copies and waits)
+
+  def units(self, w: GridWork) -> float:
+    return (
+      self.call
+      + self.step * w.steps
+      + (self.tile_step + self.read * w.read_elems + self.write * w.write_elems) * w.tile_steps
+      + (self.inner_step + self.mac * w.inner_macs) * w.inner_steps
+    )
+
+
+# jax's pallas_call interpreter (Backend.interpreter "pallas"), shared by the backends it runs.
+# Least squares on the relative error of 30 interpreted kernels (bf16; fwd, dlhs and drhs of
+# the Pallas Triton kernels; 1 ms to 23 s a run) on a loaded 2-core x86 host, jax 0.10.2.
+# The terms that matter: the interpreter copies each whole ref a step reads or writes under
+# pl.when (about 5 ns an element there). Its step weighs 1: it is the calibration's unit.
+# Checked again (jax 0.10.2, load 3-7): two Qwen3-30B-A3B decode candidates ([8,2048] x
+# [128,2048,768]) ran in 0.74-0.85x of their predicted times; a smoke candidate's compile,
+# build and check took 0.4-1.3 calibration compiles (24 rows; 1.5 before, 0.6 now).
+PALLAS_CALL_COST = InterpretCost(call=160, step=1, tile_step=4, read=5e-3, write=3e-4, mac=2e-4, compile=0.6)
+
+
+@dataclasses.dataclass(frozen=True)
 class Backend:
   """One way to compute ragged_dot's three ops.
 
@@ -90,6 +125,8 @@ class Backend:
   interpreter: which of jax's interpreters runs its kernels off their hardware:
           "pallas" (pallas_call's, a loop over the grid) or "mosaic_gpu" (Mosaic GPU's,
           which simulates the GPU's threads and memory); "" when none does.
+  interpret_cost: what its kernels cost in that interpreter per unit of grid_work (fitted
+          weights: ragtune's estimate of a sweep on a CPU); None with no grid_work.
   interpret_unsupported() -> {op: why}: the ops its kernels cannot run in this jax's
           interpreter.
   interpreter_threads: simulated threads of one kernel that its interpreter runs at once,
@@ -123,6 +160,7 @@ class Backend:
   smem_at_launch: bool = False
   grid_work: Callable[..., GridWork] | None = None
   interpreter: str = ""
+  interpret_cost: InterpretCost | None = None
   interpret_unsupported: Callable[[], dict[str, str]] = _nothing_unsupported
   interpreter_threads: int = 0
   unavailable: Callable[[], str] = lambda: ""

@@ -1,5 +1,6 @@
 """What every backend shares: ops and their dims, dtypes, GPU families and their shared
-memory, group metadata (which rows each tile covers) and a vmap helper.
+memory, TPU chips and their memories, group metadata (which rows each tile covers) and a
+vmap helper.
 
 This module imports only jax and numpy: the backend folders and the registry build on it.
 
@@ -26,6 +27,7 @@ no memset, no races.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -61,6 +63,53 @@ def gpu_family(device_kind: str | None) -> str:
 
 def gpu_smem_limit(device_kind: str | None) -> int:
   return GPU_SMEM_BYTES.get(gpu_family(device_kind), GPU_SMEM_BYTES_SAFE)
+
+
+# --- TPU chips ----------------------------------------------------------------------------
+# Device facts, as GPU_SMEM_BYTES above: which TPU a jax device_kind is, and its memories.
+
+MIB, GIB = 1 << 20, 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuChip:
+  """A TPU generation as a Pallas kernel meets it.
+
+  scoped_vmem: the VMEM XLA lets one kernel's tiles take when the kernel asks for no limit of
+    its own (megablox asks for none): 16 MiB on v4, v5e and v5p, 32 MiB on v6e and v7x, as
+    libtpu's compiler reports it ("Scoped allocation with size ... and limit 16.00M"). A tiling
+    over it does not compile.
+  hbm: bytes of HBM per device (Cloud TPU's system architecture pages:
+    https://cloud.google.com/tpu/docs/system-architecture-tpu-vm). A v7x chip's two
+    TensorCores are two jax devices (no megacore), each with half its 192 GiB
+    (https://cloud.google.com/tpu/docs/tpu7x).
+  """
+
+  name: str  # the --target name
+  device_kinds: tuple[str, ...]  # jax's device_kind strings; the first is libtpu's compile-only client's
+  scoped_vmem: int
+  hbm: int
+
+
+CHIPS = (
+  TpuChip("v4", ("TPU v4",), 16 * MIB, 32 * GIB),
+  TpuChip("v5e", ("TPU v5 lite", "TPU v5e"), 16 * MIB, 16 * GIB),
+  TpuChip("v5p", ("TPU v5", "TPU v5p"), 16 * MIB, 95 * GIB),
+  TpuChip("v6e", ("TPU v6 lite", "TPU v6e"), 32 * MIB, 32 * GIB),
+  TpuChip("v7x", ("TPU7x",), 32 * MIB, 96 * GIB),  # jax and libtpu spell its kind one way only
+)
+
+
+def chip(device_kind: str | None) -> TpuChip | None:
+  """The TpuChip of a jax device_kind (any of its spellings), or None."""
+  return next((c for c in CHIPS if device_kind in c.device_kinds), None)
+
+
+def canonical_kind(device_kind: str) -> str:
+  """One spelling per TPU chip (jax names v5p "TPU v5" or "TPU v5p"): the compile-only
+  client's; any other device kind as it is."""
+  c = chip(device_kind)
+  return c.device_kinds[0] if c else device_kind
 
 
 def is_pow2(x: int) -> bool:

@@ -75,6 +75,7 @@ BACKEND = Backend(
   smem_at_launch=True,
   grid_work=config.grid_work,
   interpreter="mosaic_gpu",
+  interpret_cost=config.INTERPRET_COST,
   interpret_unsupported=interpret_unsupported,
   interpreter_threads=CONSUMERS + 1,  # the warpgroups of a CTA; the interpreter runs CTAs one by one
   # Below pallas_gpu until a GPU measurement says otherwise; "auto"'s fallback on Hopper

@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from kernels.backend import GridWork
+from kernels.backend import GridWork, InterpretCost
 from kernels.common import check_int_range, gpu_smem_limit, itemsize, op_dims, row_tiles
 
 BLOCK_M = (64, 128, 256)
@@ -218,3 +218,18 @@ def grid_work(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: t
     inner_steps=sum(group_tiles) * col_blocks * (k_pad // cfg.block_k),
     inner_macs=cfg.block_m * cfg.block_k * cfg.block_n,
   )
+
+
+# jax's Mosaic GPU interpreter (ragtune's estimate of a sweep on a CPU; Backend.interpret_cost).
+# Least squares on the relative error of 20 interpreted runs of these kernels (bf16; fwd, and
+# dlhs and drhs under tests/kernels/mgpu_interpret.py's transposed-tile reads, which jax 0.11's
+# interpreter has itself; 1 to 64 cells, 1 to 1536 pipeline steps, 3 to 25 s a run) on a 2-core
+# x86 host at load 1-2.5, jax 0.10.2: within 0.75-1.2x of each. A run costs about 3.4 s before
+# its first cell (2 simulated SMs of 3 warpgroups, each a host thread), 20 ms a cell and 11 ms a
+# pipeline step plus its dot; a term per operand element improved no fit (201M elements of
+# weights ran as fast as 8K). Under a load of 6-9 from other processes the same runs took
+# 1.3-3.8x as long. compile: what a sweep's candidate rows took beyond 5 of their median runs
+# (compile, build, check and the runs' spread), in calibration compiles: median 3.5 over 10 rows.
+INTERPRET_COST = InterpretCost(
+  call=1.8e7, step=0, tile_step=1.1e5, read=0, write=0, mac=0.027, compile=3.5, inner_step=5.9e4
+)

@@ -14,7 +14,7 @@ import warnings
 
 import jax
 
-from kernels.backend import Backend
+from kernels.backend import PALLAS_CALL_COST, Backend
 from kernels.pallas_gpu import config
 from kernels.pallas_gpu.config import TritonConfig
 
@@ -81,6 +81,7 @@ BACKEND = Backend(
   auto_priority=2,
   grid_work=config.grid_work,
   interpreter="pallas",
+  interpret_cost=PALLAS_CALL_COST,
   unavailable=unavailable,
   deprecated=deprecated,
 )

@@ -3,7 +3,7 @@ by TpuConfig."""
 
 import dataclasses
 
-from kernels.backend import Backend
+from kernels.backend import PALLAS_CALL_COST, Backend
 from kernels.pallas_tpu import config, gmm
 from kernels.pallas_tpu.config import TpuConfig
 
@@ -36,5 +36,6 @@ BACKEND = Backend(
   megablox_lut_fn=True,
   grid_work=config.grid_work,
   interpreter="pallas",
+  interpret_cost=PALLAS_CALL_COST,
   default_source=config.default_source,
 )

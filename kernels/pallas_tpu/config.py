@@ -1,5 +1,6 @@
-"""Pallas TPU (megablox) config: the (tm, tk, tn) tiling, the TPU generations and their VMEM,
-the static VMEM rule, the compile-verified defaults, and the search space a sweep draws from."""
+"""Pallas TPU (megablox) config: the (tm, tk, tn) tiling, the VMEM it plans for on each TPU
+generation (kernels.common.CHIPS), the static VMEM rule, the compile-verified defaults, and
+the search space a sweep draws from."""
 
 from __future__ import annotations
 
@@ -8,52 +9,10 @@ import itertools
 from typing import Any
 
 from kernels.backend import GridWork
-from kernels.common import itemsize, next_pow2, op_dims, row_tiles
+from kernels.common import CHIPS, chip, itemsize, next_pow2, op_dims, row_tiles
 
-MIB, GIB = 1 << 20, 1 << 30
-
-
-@dataclasses.dataclass(frozen=True)
-class TpuChip:
-  """A TPU generation as a Pallas kernel meets it.
-
-  scoped_vmem: the VMEM XLA lets one kernel's tiles take when the kernel asks for no limit of
-    its own (megablox asks for none): 16 MiB on v4, v5e and v5p, 32 MiB on v6e and v7x, as
-    libtpu's compiler reports it ("Scoped allocation with size ... and limit 16.00M"). A tiling
-    over it does not compile.
-  hbm: bytes of HBM per device (Cloud TPU's system architecture pages:
-    https://cloud.google.com/tpu/docs/system-architecture-tpu-vm). A v7x chip's two
-    TensorCores are two jax devices (no megacore), each with half its 192 GiB
-    (https://cloud.google.com/tpu/docs/tpu7x).
-  """
-
-  name: str  # the --target name
-  device_kinds: tuple[str, ...]  # jax's device_kind strings; the first is libtpu's compile-only client's
-  scoped_vmem: int
-  hbm: int
-
-
-CHIPS = (
-  TpuChip("v4", ("TPU v4",), 16 * MIB, 32 * GIB),
-  TpuChip("v5e", ("TPU v5 lite", "TPU v5e"), 16 * MIB, 16 * GIB),
-  TpuChip("v5p", ("TPU v5", "TPU v5p"), 16 * MIB, 95 * GIB),
-  TpuChip("v6e", ("TPU v6 lite", "TPU v6e"), 32 * MIB, 32 * GIB),
-  TpuChip("v7x", ("TPU7x",), 32 * MIB, 96 * GIB),  # jax and libtpu spell its kind one way only
-)
 # No known chip (the CPU interpreter, a newer TPU): the smallest scoped VMEM of those above.
 SAFE_VMEM = min(c.scoped_vmem for c in CHIPS)
-
-
-def chip(device_kind: str | None) -> TpuChip | None:
-  """The TpuChip of a jax device_kind (any of its spellings), or None."""
-  return next((c for c in CHIPS if device_kind in c.device_kinds), None)
-
-
-def canonical_kind(device_kind: str) -> str:
-  """One spelling per TPU chip (jax names v5p "TPU v5" or "TPU v5p"): the compile-only
-  client's; any other device kind as it is."""
-  c = chip(device_kind)
-  return c.device_kinds[0] if c else device_kind
 
 
 def vmem_limit(device_kind: str | None) -> int:

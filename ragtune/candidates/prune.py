@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import kernels
-from kernels.pallas_tpu import config as tpu_config
+from kernels import common
 from ragtune import provenance
 from ragtune.candidates import search_space
 from ragtune.deviceless import aot
@@ -61,7 +61,7 @@ def target_facts(target: str) -> dict[str, Any]:
 
 def shape_key(device_kind: str, p: Problem) -> str:
   """What a compile depends on: the device and the problem's shape, not its group sizes."""
-  return f"{tpu_config.canonical_kind(device_kind)}|{p.op}|{p.backend}|{p.dtype}|{p.m}x{p.k}x{p.n}x{p.g}"
+  return f"{common.canonical_kind(device_kind)}|{p.op}|{p.backend}|{p.dtype}|{p.m}x{p.k}x{p.n}x{p.g}"
 
 
 def _store(out_dir: Path) -> JsonLines:

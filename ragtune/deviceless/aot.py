@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from kernels.pallas_tpu import config as tpu_config
+from kernels import common
 from kernels.ragged_dot import resolve
 from ragtune import provenance
 from ragtune.deviceless import machine_code
@@ -182,7 +182,7 @@ class Target:
   name: str
   platform: str  # "gpu" | "tpu"
   spec: str  # the proto text (gpu) or the topology name (tpu)
-  chip: tpu_config.TpuChip | None = None
+  chip: common.TpuChip | None = None
 
 
 def target_names() -> list[str]:
@@ -197,7 +197,7 @@ def resolve_target(target: str) -> Target:
   if low in TARGETS:
     return Target(low, "gpu", (TARGETS_DIR / TARGETS[low]).read_text())
   chip_name, _, topology = low.partition(":")
-  for chip in tpu_config.CHIPS:
+  for chip in common.CHIPS:
     prefix = TPU_TOPOLOGIES[chip.name].partition(":")[0]
     if chip_name in (chip.name, prefix):
       return Target(chip.name, "tpu", f"{prefix}:{topology}" if topology else TPU_TOPOLOGIES[chip.name], chip)
@@ -219,7 +219,7 @@ def target_text(target: str) -> tuple[str, str]:
 
 def target_for_kind(device_kind: str) -> str | None:
   """The target name of a jax device_kind this module can compile for, or None."""
-  c = tpu_config.chip(device_kind)
+  c = common.chip(device_kind)
   if c is not None:
     return c.name
   return next(

@@ -51,7 +51,7 @@ def device_memory_bytes() -> int | None:
 
 
 def _label(p: Any, where: str = "") -> str:
-  """'shapes/x.yaml: shapes[2]: fwd pallas_tpu [m,k]x[g,k,n] bfloat16': the file, the entry
+  """'shapes/x.yaml: shapes[2]: fwd <backend> [m,k]x[g,k,n] bfloat16': the file, the entry
   (a Problem's source) and the problem."""
   src, backend = getattr(p, "source", ""), getattr(p, "backend", "")
   prefix = "".join(f"{part}: " for part in (where, src) if part)

@@ -5,7 +5,7 @@ A file (loaded with yaml.safe_load semantics only; tags are never executed)::
   name: smoke
   dtype: bfloat16                       # default dtype: bfloat16 | float16 | float32
   ops: [fwd, dlhs, drhs]                # default [fwd]
-  backends: [pallas_gpu]                # default: the first tunable backend of kernels.registry
+  backends: [<backend>]                 # kernels.registry's names; default: its first tunable backend
   group_sizes: {dist: multinomial, seed: 0}   # default; see GroupDist
   shapes:
     - {m: 256, k: 128, n: 128, g: 8}

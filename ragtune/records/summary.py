@@ -35,7 +35,7 @@ class ProblemSummary:
   dense: Record | None = None
   default: Record | None = None  # of the device kind's default config
   failed: frozenset[str] = frozenset()  # candidate ids (baselines too) with a row that is not ok
-  winner: str = "-"  # the fastest backend at this shape and op, XLA included: 'mosaic_gpu 1.31x'
+  winner: str = "-"  # the fastest backend at this shape and op, XLA included: '<backend> 1.31x'
   runner_up: str = ""
 
   @property
@@ -135,7 +135,7 @@ def speedup_text(ratio: float | None) -> str:
 
 
 def winner_text(times: dict[str, float] | None) -> str:
-  """'mosaic_gpu 1.31x': the winner and its speedup over the runner-up; the winner alone
+  """'<backend> 1.31x': the winner and its speedup over the runner-up; the winner alone
   when it was the only backend timed; '-' when none was."""
   ranked = ranking(times or {})
   if not ranked:

@@ -4,9 +4,10 @@ On a CPU the kernels run in one of jax's interpreters, whose cost follows what a
 launches on a problem (kernels.backend.GridWork): a cost per run and per grid step, more
 for a step that reads and stores tiles, a pass over every element of the whole refs such
 a step reads or writes (pallas_call's interpreter copies a ref the kernel indexes under
-pl.when at every step), and the inner loops' multiply-adds. The weights of these terms
-were fitted once (INTERPRETERS), in units of one interpreted grid step; that unit, and a
-compile's seconds, are measured on each host by timing a tiny interpreted kernel (a few
+pl.when at every step), and the inner loops' steps and multiply-adds. The weights of these
+terms are the backend's (Backend.interpret_cost, fitted once where the backend is
+registered), in units of one interpreted grid step; that unit, and a compile's seconds, are
+measured on each host by timing a tiny interpreted kernel (calibration_backend's; a few
 seconds, once: cached per host and jax version). A candidate compiles once and runs RUNS
 times. It is a model: the README says how far off it was.
 
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 from kernels import registry
-from kernels.backend import GridWork
+from kernels.backend import Backend
 from ragtune.device import ceilings, measure
 from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
@@ -45,39 +46,6 @@ BASELINE_COMPILE = 0.3
 # any device here; rows recorded there replace it.
 DEVICE_CANDIDATE_S = 5.0
 DEVICE_BASELINE_S = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class InterpretCost:
-  """One interpreter's cost per unit of GridWork, in units of a calibration step."""
-
-  call: float  # each run of the kernel
-  step: float  # each grid step
-  tile_step: float  # more, for a step that reads operands and stores a tile
-  read: float  # per element of the operand refs a tile step reads
-  write: float  # per element of the output ref it writes
-  mac: float  # per multiply-add of the inner loops
-  compile: float  # a candidate's compile, build and check, in calibration compiles
-
-  def units(self, w: GridWork) -> float:
-    return (
-      self.call
-      + self.step * w.steps
-      + (self.tile_step + self.read * w.read_elems + self.write * w.write_elems) * w.tile_steps
-      + self.mac * w.inner_steps * w.inner_macs
-    )
-
-
-# Least squares on the relative error of 30 interpreted kernels (bf16; fwd, dlhs and drhs of
-# pallas_gpu, fwd of mosaic_gpu; 1 ms to 23 s a run) on a loaded 2-core x86 host, jax
-# 0.10.2. The terms that matter: pallas_call's interpreter copies each whole ref a step
-# reads or writes under pl.when (about 5 ns an element there); the Mosaic GPU interpreter
-# runs Python callbacks, about 0.1 s an output cell. A candidate's compile, build and check
-# took 1-3 calibration compiles on the smoke shapes.
-INTERPRETERS = {
-  "pallas": InterpretCost(call=160, step=1, tile_step=4, read=5e-3, write=3e-4, mac=2e-4, compile=1.5),
-  "mosaic_gpu": InterpretCost(call=1.5e5, step=5.3e4, tile_step=9e4, read=0.2, write=0, mac=0, compile=1.5),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,11 +78,22 @@ class Estimate:
   note: str = ""
 
 
-def _calibration_problem() -> tuple[Problem, str]:
-  """A tiny fwd problem of the first backend pallas_call's interpreter runs: a few dozen grid
-  steps, a few that read its 0.5M-element weights (the term that dominates real shapes)."""
-  backend = next(b.name for b in registry.REGISTRY.values() if b.interpreter == "pallas" and "bfloat16" in b.dtypes)
-  return Problem("fwd", backend, "bfloat16", 64, 128, 256, 16, "calibration", (32, 32) + (0,) * 14), backend
+def calibration_backend() -> Backend:
+  """The backend whose kernel calibrates this host: the first (in registry order) available
+  here, with bf16 kernels, whose interpret_cost weighs its grid step 1. Every backend's
+  weights are in units of that step, so timing it calibrates them all."""
+  return next(
+    b
+    for b in registry.REGISTRY.values()
+    if b.interpret_cost and b.interpret_cost.step == 1 and "bfloat16" in b.dtypes and not b.unavailable()
+  )
+
+
+def _calibration_problem() -> tuple[Problem, Backend]:
+  """A tiny fwd problem of calibration_backend(): a few dozen grid steps, a few that read its
+  0.5M-element weights (the term that dominates real shapes)."""
+  b = calibration_backend()
+  return Problem("fwd", b.name, "bfloat16", 64, 128, 256, 16, "calibration", (32, 32) + (0,) * 14), b
 
 
 def cache_path() -> Path:
@@ -134,8 +113,8 @@ def measure_calibration() -> Calibration:
   import jax.numpy as jnp
   import numpy as np
 
-  p, backend = _calibration_problem()
-  cfg = registry.default_config(backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind="cpu")
+  p, b = _calibration_problem()
+  cfg = b.default_config(p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind="cpu")
   # Host arrays, not jax.random: no compiles but the kernel's.
   args = (
     jnp.asarray(np.ones((p.m, p.k)), jnp.bfloat16),
@@ -143,13 +122,13 @@ def measure_calibration() -> Calibration:
     jnp.asarray(p.group_sizes, jnp.int32),
   )
   t0 = time.perf_counter()
-  compiled = measure.compile_fn(measure.build_op(p, backend, cfg, True), args)
+  compiled = measure.compile_fn(measure.build_op(p, b.name, cfg, True), args)
   compile_s = time.perf_counter() - t0
   run_s = ceilings.best_time(compiled, *args, reps=5)
   n = 256
   a = jnp.asarray(np.ones((n, n)), jnp.bfloat16)
   mm = measure.compile_fn(measure.dense_matmul, (a, a))
-  units = INTERPRETERS["pallas"].units(registry.get(backend).grid_work(cfg, p.op, p.m, p.k, p.n, p.group_sizes))
+  units = b.interpret_cost.units(b.grid_work(cfg, p.op, p.m, p.k, p.n, p.group_sizes))
   return Calibration(
     step_s=run_s / units,
     compile_s=compile_s,
@@ -219,9 +198,9 @@ class CostModel:
     b = registry.get(p.backend)
     if not self.interpret:
       return DEVICE_CANDIDATE_S + RUNS * (self._roofline_s(p) or 0.0)
-    if self.cal is None or b.grid_work is None:
+    if self.cal is None or b.grid_work is None or b.interpret_cost is None:
       return None
-    cost = INTERPRETERS[b.interpreter]
+    cost = b.interpret_cost
     work = b.grid_work(cfg, p.op, p.m, p.k, p.n, p.group_sizes)
     return cost.compile * self.cal.compile_s + RUNS * self.cal.step_s * cost.units(work)
 
@@ -259,7 +238,7 @@ class CostModel:
     per = [self.candidate_s(p, c) for c in left]
     base = self.baselines_s(p, baselines)
     if None in per or base is None:
-      return Estimate(None, None, "unknown", self.note or f"no grid_work for backend {p.backend!r}")
+      return Estimate(None, None, "unknown", self.note or f"no interpreter cost model for backend {p.backend!r}")
     cands = count * sum(per) / len(per) if per else 0.0
     return Estimate(cands + base, max(per, default=None), self.source(p))
 

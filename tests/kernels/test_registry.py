@@ -183,3 +183,11 @@ def test_the_test_processes_have_the_interpreters_pool():
 
   assert registry.interpreter_env() == {}, "tests/conftest.py sets it before jax starts"
   assert os.environ.get("PJRT_NPROC") or registry.host_cores() >= 8
+
+
+def test_every_backend_with_kernels_has_an_interpreter_and_its_cost():
+  """ragtune's estimate of a sweep on a CPU costs a backend's grid_work with its
+  interpret_cost: a backend with kernels of its own names the interpreter that runs them and
+  what they cost there; one without (XLA's) has neither."""
+  for b in registry.REGISTRY.values():
+    assert (b.interpret_cost is not None) == b.own_kernels == bool(b.interpreter), b.name

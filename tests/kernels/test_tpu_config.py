@@ -1,10 +1,11 @@
-"""The TPU chips, the static VMEM rule and the default's rule (kernels/pallas_tpu/config.py).
-What the compiler says of them is in tests/ragtune/test_aot_tpu.py."""
+"""The TPU chips (kernels/common.py), the static VMEM rule and the default's rule
+(kernels/pallas_tpu/config.py). What the compiler says of them is in tests/ragtune/test_aot_tpu.py."""
 
 import itertools
 
 import pytest
 
+from kernels import common
 from kernels.pallas_tpu import config as tpu
 from kernels.pallas_tpu.config import TpuConfig
 
@@ -20,16 +21,16 @@ PROBLEMS = [
 
 
 def test_chips_by_each_spelling():
-  assert [c.name for c in tpu.CHIPS] == ["v4", "v5e", "v5p", "v6e", "v7x"]
-  assert tpu.chip("TPU v5 lite") is tpu.chip("TPU v5e") and tpu.chip("TPU v5") is tpu.chip("TPU v5p")
-  assert tpu.chip("TPU v6 lite").scoped_vmem == 32 * MIB and tpu.vmem_limit("TPU v4") == 16 * MIB
-  assert tpu.chip("cpu") is None and tpu.vmem_limit("cpu") == tpu.vmem_limit(None) == 16 * MIB
+  assert [c.name for c in common.CHIPS] == ["v4", "v5e", "v5p", "v6e", "v7x"]
+  assert common.chip("TPU v5 lite") is common.chip("TPU v5e") and common.chip("TPU v5") is common.chip("TPU v5p")
+  assert common.chip("TPU v6 lite").scoped_vmem == 32 * MIB and tpu.vmem_limit("TPU v4") == 16 * MIB
+  assert common.chip("cpu") is None and tpu.vmem_limit("cpu") == tpu.vmem_limit(None) == 16 * MIB
   assert tpu.default_source("TPU v5e") == "compile-verified" and tpu.default_source("cpu") == "heuristic"
   # v7x: jax's one spelling ("TPU7x"); 32 MiB scoped VMEM as on v6e, 96 GiB a device (a TensorCore).
-  v7x = tpu.chip("TPU7x")
-  assert v7x.name == "v7x" and tpu.canonical_kind("TPU7x") == "TPU7x" and v7x.hbm == 96 << 30
+  v7x = common.chip("TPU7x")
+  assert v7x.name == "v7x" and common.canonical_kind("TPU7x") == "TPU7x" and v7x.hbm == 96 << 30
   assert v7x.scoped_vmem == 32 * MIB and tpu.default_source("TPU7x") == "compile-verified"
-  assert tpu.chip("TPU v7x") is None and tpu.chip("TPU7") is None, "not spellings jax gives v7x"
+  assert common.chip("TPU v7x") is None and common.chip("TPU7") is None, "not spellings jax gives v7x"
 
 
 def test_vmem_rule_counts_double_buffered_tiles_and_the_accumulator():
@@ -46,7 +47,7 @@ def test_vmem_rule_counts_double_buffered_tiles_and_the_accumulator():
   assert TpuConfig(128, 128, 128).vmem_bytes("fwd", "float32", 8192, 4096, 14336) == 7 * 128 * 128 * 4
 
 
-@pytest.mark.parametrize("kind", [c.device_kinds[0] for c in tpu.CHIPS] + ["cpu"])
+@pytest.mark.parametrize("kind", [c.device_kinds[0] for c in common.CHIPS] + ["cpu"])
 def test_default_is_the_largest_tile_within_half_the_scoped_vmem(kind):
   budget = tpu.vmem_limit(kind) // 2
   for (m, k, n, g), op, dtype in itertools.product(PROBLEMS, ("fwd", "dlhs", "drhs"), ("bfloat16", "float32")):

@@ -21,6 +21,7 @@ from conftest import compiler_missing, needs_compiler
 from typer.testing import CliRunner
 
 import kernels
+from kernels import common
 from kernels.pallas_tpu import config as tpu
 from kernels.pallas_tpu.config import TpuConfig
 from ragtune.candidates import prune, search_space
@@ -60,9 +61,9 @@ MEGABLOX_TESTS = [
 
 
 def test_each_target_names_its_chip():
-  for chip in tpu.CHIPS:
+  for chip in common.CHIPS:
     assert aot.device_kind(chip.name) == chip.device_kinds[0]
-    assert tpu.chip(aot.device_kind(chip.name)) is chip
+    assert common.chip(aot.device_kind(chip.name)) is chip
     facts = prune.target_facts(chip.name)
     assert facts == {"platform": "tpu", "device_kind": chip.device_kinds[0], "memory_bytes": chip.hbm}
     assert aot.target_for_kind(chip.device_kinds[-1]) == chip.name
@@ -71,7 +72,7 @@ def test_each_target_names_its_chip():
 
 def test_v7x_by_each_spelling():
   """libtpu names v7x "tpu7x" in a topology and refuses "v7x:2x2x1"; every spelling is the one chip."""
-  v7x = tpu.chip("TPU7x")
+  v7x = common.chip("TPU7x")
   for name, topology in [
     ("v7x", "tpu7x:2x2x1"),
     ("tpu7x", "tpu7x:2x2x1"),
@@ -97,7 +98,7 @@ def test_defaults_compile_fwd_and_vjp(target, anchor):
     choices = kernels.explain((m, k), (g, k, n), jnp.bfloat16, backend="pallas_tpu")
   assert {c.source for c in choices.values()} == {"compile-verified"}, choices
   for op, c in choices.items():
-    assert 2 * c.config.vmem_bytes(op, BF16, m, k, n) <= tpu.chip(dev.device_kind).scoped_vmem, (op, c)
+    assert 2 * c.config.vmem_bytes(op, BF16, m, k, n) <= common.chip(dev.device_kind).scoped_vmem, (op, c)
   r = aot.compile_ragged_dot(target, m, k, n, g, BF16, backend="pallas_tpu")
   assert r.outcome in (aot.OK, aot.HBM_OOM), f"{r.outcome}: {r.error}"
   if r.outcome == aot.HBM_OOM:
@@ -298,4 +299,4 @@ def test_v7x_hbm_is_half_the_chips():
   on libtpu 0.0.42, 94.74 on 0.0.50) is a little under half the chip's 192 GiB."""
   r = aot.compile_fn("v7x", lambda x: x * 2 + 1, (((100 << 30) // 8,), jnp.float32))  # f32 in and out: 100 GiB
   assert r.outcome == aot.HBM_OOM and r.memory.used == 100 << 30, r
-  assert 94 << 30 < r.memory.limit < tpu.chip("TPU7x").hbm, r.memory
+  assert 94 << 30 < r.memory.limit < common.chip("TPU7x").hbm, r.memory
