@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 import typer.core
@@ -33,10 +33,9 @@ import kernels
 from ragtune import paths
 from ragtune.errors import RagtuneError
 from ragtune.problems import limits
+from ragtune.run import prepare
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S
-
-if TYPE_CHECKING:
-  from ragtune.run.resume import SweepFlags
+from ragtune.run.resume import SweepFlags
 
 # The click that Typer runs on: newer Typer carries its own copy (typer._click), older Typer uses click.
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -201,31 +200,13 @@ def _split_shapes(values: list[str] | None) -> list[str] | None:
   return [v.strip() for item in values for v in item.replace(";", " ").split() if v.strip()]
 
 
-_INTERPRETER_TIMINGS = "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only."
-
-
-def _interpreting(interpret: bool | None, platform: str) -> bool:
-  """--interpret/--no-interpret, by default on where there is no accelerator."""
-  return platform == "cpu" if interpret is None else interpret
-
-
-def _resolve_interpret(interpret: bool | None, platform: str) -> bool:
-  on_cpu = platform == "cpu"
-  interpret = _interpreting(interpret, platform)
-  if interpret and on_cpu:
-    err_console.print(
-      f"[yellow]notice:[/] no accelerator: Pallas kernels run in interpret mode on the CPU. {_INTERPRETER_TIMINGS}"
-    )
-  return interpret
-
-
 def _interpreted_notice(records: list) -> None:
   """The sweep's notice, for tables of rows measured in interpret mode."""
   where = sorted({r.origin for r in records if r.interpret})
   if where:
     err_console.print(
       f"[yellow]notice:[/] rows of {escape(', '.join(where))} were measured in Pallas interpret mode. "
-      f"{_INTERPRETER_TIMINGS}",
+      f"{prepare.INTERPRETER_TIMINGS}",
       highlight=False,
     )
 
@@ -246,16 +227,6 @@ def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
   records = store.load_results(dirs, skipped)
   _warn_skipped(skipped or {})
   return records
-
-
-def _warn_bad_lines(out_dir: Path) -> None:
-  """--skip-bad-lines on a sweep: say, before it starts, which lines its resume skips."""
-  from ragtune.records import store
-
-  path, skipped = out_dir / store.RECORDS, []
-  if path.is_file():
-    store.read_records(path, skipped=skipped)
-    _warn_skipped({path: skipped} if skipped else {})
 
 
 # --- options several commands share -------------------------------------------------------
@@ -328,31 +299,27 @@ class LutFormat(enum.StrEnum):
   python = "python"
 
 
-def _parse_shard(text: str | None) -> tuple[int, int] | None:
-  if text is None:
-    return None
-  i, sep, n = text.partition("/")
-  if not sep or not i.strip().isdigit() or not n.strip().isdigit():
-    raise RagtuneError(f"--shard must look like i/N (e.g. 0/4), got {text!r}")
-  return int(i), int(n)
-
-
-def _load_problems(shapes_file: Path, ops, backend, shard: str | None, shape=None, model=None):
-  from ragtune.problems import shapes as shapes_mod
-  from ragtune.run import plan as plan_mod
-
-  spec = shapes_mod.load_shape_set(shapes_file)
-  problems = shapes_mod.expand(spec, ops=_split(ops), backends=_split(backend))
-  problems = shapes_mod.select(problems, shapes=_split_shapes(shape), models=_split(model))
-  sh = _parse_shard(shard)
-  if sh:
-    problems = plan_mod.shard(problems, *sh)
-  return spec, problems
-
-
 def _print(text: str, *, err: bool = False) -> None:
   """A plain line (no markup, no highlighting), wrapped only by the terminal."""
   (err_console if err else console).print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _say_err(text: str) -> None:
+  """A stage's notices and warnings (ragtune.run.prepare's say): notices in yellow, on stderr."""
+  head, sep, rest = text.partition(": ")
+  if head == "notice" and sep:
+    return err_console.print(f"[yellow]notice:[/] {escape(rest)}", highlight=False, soft_wrap=True)
+  _print(text, err=True)
+
+
+def _selection(ops, backend, shard, shape, model) -> prepare.Selection:
+  return prepare.Selection(
+    tuple(_split(ops) or ()),
+    tuple(_split(backend) or ()),
+    tuple(_split_shapes(shape) or ()),
+    tuple(_split(model) or ()),
+    shard,
+  )
 
 
 def _print_plan(rows, cost) -> None:
@@ -363,99 +330,20 @@ def _print_plan(rows, cost) -> None:
     _print(line)
 
 
-def _interpretable(problems: list, interpret: bool) -> list:
-  """The problems the kernels' interpreter can run, when interpreting: a notice for each
-  (backend, op) it cannot, whose problems are left out (an error if none is left)."""
-  from ragtune.run import plan as plan_mod
-
-  if not interpret:
-    return problems
-  keep, notices = plan_mod.interpret_skips(problems)
-  if not keep:
-    raise RagtuneError("nothing to run in interpret mode: " + "; ".join(notices))
-  for notice in notices:
-    _print(f"notice: {notice}", err=True)
-  return keep
-
-
-def _device() -> dict:
-  """This host's device (asked of a child process); the parent keeps off the accelerator, so
-  the workers get all of its memory."""
-  from ragtune.run import devices
-
-  info = devices.probe_devices()
-  devices.keep_parent_off_device(info["platform"])
-  return info
-
-
-def _fitting(problems: list, memory: int | None, where: Path) -> list:
-  """The problems that fit the device's memory; a warning for each that does not (an error if none does)."""
-  fit, reasons = limits.split_by_memory(problems, memory, str(where))
-  if not fit and reasons:
-    raise RagtuneError(reasons[0] + (f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""))
-  shown = 5
-  for reason in reasons[:shown]:
-    _print(f"warning: skipped: {reason}", err=True)
-  if len(reasons) > shown:
-    _print(
-      f"warning: skipped {len(reasons) - shown} more problems too big for this device "
-      f"({len(reasons)} in all; {len(fit)} remain)",
-      err=True,
-    )
-  return fit
-
-
-def _results_dir(out: Path | None = None) -> Path:
-  from ragtune.run import devices
-
-  return out or devices.default_results_dir()
-
-
-def _sweep_dir(out_dir: Path, builder: str) -> Path:
-  """The results folder, writable; the builder is imported here once rather than in every worker."""
-  from ragtune.run import worker
-
-  try:
-    worker.load_builder(builder)
-  except ValueError as e:
-    raise RagtuneError(str(e)) from None
-  out_dir = paths.writable_dir(out_dir, "the results folder")
-  if (out_dir / "records.jsonl").is_dir():
-    raise RagtuneError(f"{out_dir / 'records.jsonl'}: is a folder, but the results file must be a file")
-  return out_dir
-
-
-def _place_workers(opts, info: dict, devices: str | None, interpret: bool | None) -> None:
-  """Where the workers run (devices, interpret mode) and the LUT a budgeted search starts
-  from; says what that means on a CPU host."""
-  from ragtune.run import devices as devices_mod
-  from ragtune.run import plan as plan_mod
-
-  opts.platform = info["platform"]
-  # One process owns a TPU host's chips, and the CPU is one device: one worker there.
-  opts.devices = devices_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
-  opts.interpret = _resolve_interpret(interpret, opts.platform)
-  opts.lut = plan_mod.find_lut(info["device_kind"]) if opts.budget else None
-
-
 @contextlib.contextmanager
-def _stoppable(resume_command: str, out_dir: Path):
-  """SIGTERM (a batch scheduler's time limit) ends the sweep as Ctrl-C does, at a safe
-  point; either leaves the command that resumes it exactly and exit status 130."""
-  from ragtune.run import pool
-
+def _stoppable(message: str, handler=signal.default_int_handler):
+  """SIGTERM (a batch scheduler's time limit) stops the work as Ctrl-C does (a sweep's at a
+  safe point, with pool.stop_handler); either prints message and exits with status 130."""
   in_main = threading.current_thread() is threading.main_thread()
-  previous = {sig: signal.signal(sig, pool.stop_handler) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+  previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
   try:
     yield
   except KeyboardInterrupt:
-    _print(
-      f"interrupted: every finished row is kept in {out_dir / 'records.jsonl'}; resume with: {resume_command}", err=True
-    )
+    _print(message, err=True)
     raise typer.Exit(130) from None
   finally:
-    for sig, handler in previous.items():
-      signal.signal(sig, handler)
+    for sig, old in previous.items():
+      signal.signal(sig, old)
 
 
 def _run_sweep(problems: list, opts, on_state):
@@ -478,14 +366,13 @@ def _run_sweep(problems: list, opts, on_state):
     return sweep.run_sweep(problems, opts, progress.RichProgress(bar, console), waiting, on_state)
 
 
-def _print_sweep_end(summaries, out_dir: Path, seconds: float, strict: bool) -> None:
-  """The summary table; with --strict, exit 1 if a problem of a tunable backend has no correct candidate."""
+def _print_sweep_end(summaries, done: str, strict: bool) -> None:
+  """The summary table and the done line; with --strict, exit 1 if a problem of a tunable
+  backend has no correct candidate."""
   from ragtune.cli import views
 
   console.print(views.summary_table(summaries))
-  _print(
-    f"sweep done in {seconds:.1f}s; records: {out_dir / 'records.jsonl'}; configs and details: ragtune show {out_dir}"
-  )
+  _print(done)
   missing = [s for s in summaries if s.best is None and s.problem.backend in kernels.registry.tunable()]
   if missing:
     msg = f"{len(missing)} problem(s) have no correct candidate; they will be missing from the LUT"
@@ -498,21 +385,6 @@ def _print_sweep_end(summaries, out_dir: Path, seconds: float, strict: bool) -> 
     _print(f"warning: {msg}", err=True)
   for s in missing[:5]:
     _print(f"warning: {s.problem.op} {s.problem.backend} {s.problem.dtype} {s.problem.shape_label}: {s.why}", err=True)
-
-
-def _load_flagged(shapes_file: Path, flags: SweepFlags):
-  return _load_problems(shapes_file, flags.ops, flags.backends, flags.shard, flags.shapes, flags.models)
-
-
-def _check_timeout(rows, timeout_s: float, strict: bool) -> None:
-  """Warn of candidates likely to overrun --timeout; with --strict, refuse to start."""
-  from ragtune.run import plan as plan_mod
-
-  warnings = plan_mod.timeout_warnings(rows, timeout_s)
-  if strict and warnings:
-    raise RagtuneError(f"--strict: {warnings[-1]} The slowest: {warnings[0]}")
-  for warning in warnings:
-    _print(f"warning: {warning}", err=True)
 
 
 @app.command(cls=_Command, epilog=_example(""))
@@ -559,6 +431,14 @@ def sweep(
     bool, typer.Option("--wait", help="If another sweep holds the results folder, wait for it instead of stopping.")
   ] = False,
   dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (as `ragtune plan`) and exit.")] = False,
+  defaults: Annotated[
+    bool,
+    typer.Option(
+      "--defaults",
+      help="Use the shapes file's and the built-in defaults for the options not given, not the options "
+      "stored for this file in the results folder.",
+    ),
+  ] = False,
   skip_bad_lines: SkipBadLines = False,
   strict: Annotated[
     bool,
@@ -571,16 +451,14 @@ def sweep(
 ):
   """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
   compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish. The
-  bare command (SHAPES_FILE and -o only) resumes an unfinished sweep with its options. It
-  starts with an estimate of its time."""
+  bare command (SHAPES_FILE and -o only) runs the folder's last sweep of the file again with
+  its options: an unfinished one resumes, a finished one has nothing to do. It starts with
+  an estimate of its time."""
   from ragtune.cli import views
-  from ragtune.run import plan as plan_mod
-  from ragtune.run import resume
-  from ragtune.run.estimate import CostModel
-  from ragtune.run.options import SweepOptions
+  from ragtune.run import pool
 
   from_cli = lambda name: ctx.get_parameter_source(name) == _click.core.ParameterSource.COMMANDLINE
-  given = resume.SweepFlags(  # as given: None or () where an option is left to its default
+  given = SweepFlags(  # as given: None or () where an option is left to its default
     ops=tuple(_split(ops) or ()),
     backends=tuple(_split(backend) or ()),
     shapes=tuple(_split_shapes(shape) or ()),
@@ -592,65 +470,35 @@ def sweep(
     devices=devices,
     shard=shard,
     builder=builder if from_cli("builder") else None,
+    defaults=defaults,
   )
-  spec, problems = _load_flagged(shapes_file, given)  # bad input is refused before anything else
-  out_dir = _results_dir(out)
-  flags, origin = resume.resolve(shapes_file, out_dir, given)
-  if flags != given:
-    spec, problems = _load_flagged(shapes_file, flags)
-  if origin:
-    _print(origin, err=True)
-  limits.check_fits(problems, where=str(shapes_file))  # indexing now; memory once the device is known
-  out_dir = _sweep_dir(out_dir, flags.builder or DEFAULT_BUILDER)
-  if skip_bad_lines:
-    _warn_bad_lines(out_dir)
-  info = _device()
-  problems = _fitting(problems, info.get("memory_bytes"), shapes_file)
-  opts = SweepOptions(
-    out_dir=out_dir,
-    max_candidates=flags.max_candidates or spec.max_candidates,
-    timeout_s=flags.timeout_s or DEFAULT_TIMEOUT_S,
-    builder=flags.builder or DEFAULT_BUILDER,
-    budget=flags.budget,
-    wait_for_lock=wait,
-    device_kind=info["device_kind"],
-    skip_bad_lines=skip_bad_lines,
+  run = prepare.sweep(
+    shapes_file, out, given, wait=wait, skip_bad_lines=skip_bad_lines, start=not dry_run, say=_say_err
   )
-  opts.platform, opts.interpret = info["platform"], _interpreting(flags.interpret, info["platform"])
-  problems = _interpretable(problems, opts.interpret)
-  if not dry_run:
-    _place_workers(opts, info, flags.devices, flags.interpret)
-  cost = CostModel.for_sweep(opts.interpret, info["device_kind"], out_dir)
-  rows = plan_mod.plan(problems, opts, cost)
   if dry_run:
-    _print_plan(rows, cost)
-    return _check_timeout(rows, opts.timeout_s, strict=False)
-  _check_timeout(rows, opts.timeout_s, strict)
+    _print_plan(run.rows, run.cost)
+    return prepare.check_timeout(run.rows, run.opts.timeout_s, False, _say_err)
+  if not run.todo:  # the stored rows' summary, as if it had just run
+    run.save(finished=True)
+    return _print_sweep_end(run.summaries(), run.complete_text(), strict)
+  prepare.check_timeout(run.rows, run.opts.timeout_s, strict, _say_err)
+  devs = list(run.opts.devices)
   _print(
-    f"{len(problems)} problems from {shapes_file} -> {out_dir}/records.jsonl ({len(opts.devices)} "
-    f"worker{'s' if len(opts.devices) > 1 else ''}, devices {list(opts.devices)})"
+    f"{len(run.problems)} problems from {shapes_file} -> {run.opts.out_dir}/records.jsonl "
+    f"({len(devs)} worker{'s' if len(devs) > 1 else ''}, devices {devs})"
   )
-  for line in views.plan_summary(rows, cost):
+  for line in views.plan_summary(run.rows, run.cost):
     _print(line)
   t0 = time.perf_counter()
-  with _stoppable(resume.command(shapes_file, out_dir, flags), out_dir):
-    summaries = _run_sweep(problems, opts, lambda done: resume.save(out_dir, shapes_file, flags, finished=done))
-  _print_sweep_end(summaries, out_dir, time.perf_counter() - t0, strict)
-
-
-def _target_problems(facts: dict, shapes_file: Path, ops, backend, shard, shape, model):
-  """(spec, problems, switched) of a shapes file for a --target: its problems, or, when it
-  lists no backend that compiles for the target and --backend names none, the target's own
-  backends' (a notice says so; switched is then True)."""
-  from ragtune.candidates import prune
-
-  spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  own = prune.backends_for(facts["platform"])
-  if backend or any(p.backend in own for p in problems):
-    return spec, problems, False
-  _print(f"notice: {shapes_file} lists no backend for {facts['device_kind']}; using {', '.join(own)}", err=True)
-  spec, problems = _load_problems(shapes_file, ops, list(own), shard, shape, model)
-  return spec, problems, True
+  kept = f"interrupted: every finished row is kept in {run.opts.out_dir / 'records.jsonl'}; resume with: "
+  with _stoppable(kept + run.command(), pool.stop_handler):
+    summaries = _run_sweep(run.problems, run.opts, run.save)
+  out_dir = run.opts.out_dir
+  seconds = time.perf_counter() - t0
+  done = (
+    f"sweep done in {seconds:.1f}s; records: {out_dir / 'records.jsonl'}; configs and details: ragtune show {out_dir}"
+  )
+  _print_sweep_end(summaries, done, strict)
 
 
 def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, kind: str) -> None:
@@ -713,41 +561,20 @@ def plan(
   kernel for a few seconds). Runs no sweep (a child process only asks which device this
   is). With --target, first compiles every candidate for that GPU or TPU with XLA's real
   compiler on this host and records the outcome in DIR/compile.jsonl; a shapes file that
-  lists no backend of the target's then plans the target's own (pallas_tpu on a TPU)."""
-  from ragtune.candidates import prune
-  from ragtune.run import plan as plan_mod
-  from ragtune.run.estimate import CostModel
-  from ragtune.run.options import SweepOptions
-
-  info = prune.target_facts(target) if target else _device()
-  if target:
-    spec, problems, switched = _target_problems(info, shapes_file, ops, backend, shard, shape, model)
-    if switched:
-      problems = _fitting(problems, None, shapes_file)  # a warning for each the backend cannot index
-  else:
-    spec, problems = _load_problems(shapes_file, ops, backend, shard, shape, model)
-  limits.check_fits(problems, where=str(shapes_file))
-  problems = _fitting(problems, info.get("memory_bytes"), shapes_file)
-  out_dir = out or Path("results") / kernels.device_slug(info["device_kind"])
-  if target:
-    out_dir = paths.writable_dir(out_dir, "the results folder")
-    _compile_for(target, problems, out_dir, jobs, info["device_kind"])
-  platform = info["platform"]
-  interpret = _interpreting(None, platform)
-  problems = _interpretable(problems, interpret)
-  opts = SweepOptions(
-    out_dir=out_dir,
-    max_candidates=max_candidates or spec.max_candidates,
+  lists no backend of the target's then plans the target's own backends."""
+  compile_all = lambda problems, out_dir, kind: _compile_for(target, problems, out_dir, jobs, kind)
+  rows, cost = prepare.plan(
+    shapes_file,
+    out,
+    _selection(ops, backend, shard, shape, model),
+    target=target,
+    max_candidates=max_candidates,
     budget=budget,
-    device_kind=info["device_kind"],
     skip_bad_lines=skip_bad_lines,
-    platform=platform,
-    interpret=interpret,
+    compile_all=compile_all,
+    say=_say_err,
   )
-  if skip_bad_lines:
-    _warn_bad_lines(out_dir)
-  cost = CostModel.for_sweep(interpret, info["device_kind"], out_dir)
-  _print_plan(plan_mod.plan(problems, opts, cost), cost)
+  _print_plan(rows, cost)
 
 
 def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float, full: bool) -> int:
@@ -778,24 +605,6 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
         console.print(line, markup=False, highlight=False)
       progress.advance(task)
   return failures
-
-
-def _target_of_lut(path: Path | None) -> str:
-  """verify --target auto: the deviceless target of a LUT file's device kind."""
-  from ragtune.deviceless import aot
-
-  if path is None or not path.is_file():
-    raise RagtuneError("verify --target auto: name a LUT file (its device kind names the target)")
-  try:
-    kind = kernels.Lut.from_file(path).device_kind
-  except kernels.LutError as e:
-    raise RagtuneError(str(e)) from None
-  name = aot.target_for_kind(kind)
-  if name is None:
-    raise RagtuneError(
-      f"{path}: no deviceless target for {kind!r}; name one with --target ({', '.join(aot.target_names())})"
-    )
-  return name
 
 
 def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
@@ -877,37 +686,35 @@ def verify(
   sum < m, one group holding all rows). One line per entry; the numerics report of
   failures (of every draw with --full). Exit 1 if any fails. With --target, compile each
   entry for that device instead, on this host."""
-  from kernels.pallas_tpu import config as tpu_config
-  from ragtune.candidates import prune
   from ragtune.lut import verify as verify_mod
-  from ragtune.problems import shapes as shapes_mod
 
-  if compile_for == "auto":
-    compile_for = _target_of_lut(target)
-  info = prune.target_facts(compile_for) if compile_for else _device()
-  target = target or (Path("results") / kernels.device_slug(info["device_kind"]) if compile_for else _results_dir())
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
-  lut = verify_mod.load_lut_for_verify(target, info["device_kind"], force=force or bool(compile_for), skipped=skipped)
+  sel = verify_mod.select(
+    target,
+    compile_for,
+    force=force,
+    ops=_split(op),
+    shapes=_split_shapes(shape),
+    skipped=skipped,
+    device=prepare.device,
+  )
   _warn_skipped(skipped or {})
-  same_chip = tpu_config.canonical_kind(lut.device_kind) == tpu_config.canonical_kind(info["device_kind"])
-  if compile_for and not force and not same_chip:
-    raise RagtuneError(
-      f"{target}: LUT was tuned on {lut.device_kind!r} but --target {compile_for} compiles for "
-      f"{info['device_kind']!r} (use --force to compile it for that device anyway)"
-    )
-  entries = shapes_mod.select(lut.entries(), ops=_split(op), shapes=_split_shapes(shape), what="LUT entry")
-  if compile_for:
-    failures = _compile_entries(compile_for, entries, jobs)
-    if failures:
+  if sel.compile_for:
+    if _compile_entries(sel.compile_for, sel.entries, jobs):
       raise typer.Exit(1)
     return
-  limits.check_fits(entries, memory=info.get("memory_bytes"), where=str(target))
-  warning = verify_mod.version_warning(lut, entries, lut.source or str(target))
+  entries = sel.entries
+  limits.check_fits(entries, memory=sel.info.get("memory_bytes"), where=str(sel.where))
+  warning = verify_mod.version_warning(sel.lut, entries, sel.lut.source or str(sel.where))
   if warning:
     _print(f"warning: {warning}", err=True)
   t0 = time.perf_counter()
   failures = _verify_entries(
-    entries, seed=seed, interpret=_resolve_interpret(interpret, info["platform"]), timeout=timeout, full=full
+    entries,
+    seed=seed,
+    interpret=prepare.resolve_interpret(interpret, sel.info["platform"], _say_err),
+    timeout=timeout,
+    full=full,
   )
   console.print(
     f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
@@ -951,7 +758,7 @@ def compile_cmd(
 
   facts = prune.target_facts(target)
   kind, own = facts["device_kind"], prune.backends_for(facts["platform"])
-  _, problems, _ = _target_problems(facts, shapes_file, ops, backend, None, shape, model)
+  _, problems, _ = prepare.target_problems(facts, shapes_file, _selection(ops, backend, None, shape, model), _say_err)
   items = [
     (p, kernels.registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=kind))
     for p in problems
@@ -962,7 +769,7 @@ def compile_cmd(
   reports = dict(prune.compile_many(target, items, jobs))
   if facts["platform"] == "tpu":
     console.print(views.tpu_compile_table(kind, items, reports))
-    _print("VMEM rule: kernels/pallas_tpu/config.py's static figure; need/limit: the compiler's, where it ran out.")
+    _print("VMEM rule: the backend config's static figure; need/limit: the compiler's, where it ran out.")
   else:
     console.print(views.compile_table(kind, items, reports, aot.OK))
     _print("smem: XLA's launch figure; * the config's allocation (Mosaic GPU sets its own at launch).")
@@ -999,7 +806,7 @@ def export_lut(
   entry where XLA's own op was fastest, and write the LUT atomically."""
   from ragtune.lut import export
 
-  dirs = paths.existing_dirs(dirs or [_results_dir()])
+  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
   output = output or dirs[0]
   if output.suffix == ".json":
     paths.writable_file(output, "the LUT file")
@@ -1030,7 +837,7 @@ def show(
 
   if csv:
     paths.writable_file(csv, "the --csv file")
-  dirs = paths.existing_dirs(dirs or [_results_dir()])
+  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
   records = _records(dirs, skip_bad_lines)
   _interpreted_notice(records)
   df = report.compact_rows(records) if all_rows else report.show_best(records, ceilings.load(dirs))
@@ -1072,7 +879,7 @@ def report(
   from ragtune.records import report as report_mod
 
   paths.writable_dir(output, "the report folder")
-  dirs = paths.existing_dirs(dirs or [_results_dir()])
+  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
   records = _records(dirs, skip_bad_lines)
   _interpreted_notice(records)
   ceil = ceilings.load(dirs)
@@ -1114,17 +921,10 @@ def bench(
   speed (shapes too big for the Pallas interpreter shrink)."""
   from ragtune.lut import bench as bench_mod
 
-  spec, problems = _load_problems(shapes_file, ops, None, None, shape, model)
-  kind = kernels.lut.current_device_kind()
-  results_dir = Path("results") / kernels.device_slug(kind)
-  table, lut_file = bench_mod.find_lut(lut, kind, results_dir)
-  csv = paths.writable_file(csv or bench_mod.default_csv(lut_file, results_dir, spec.name), "the --csv file")
-  device = bench_mod.on_device()
-  problems = bench_mod.bench_problems(problems, device)
-  limits.check_fits(problems, where=str(shapes_file))
-  problems = _fitting(problems, limits.device_memory_bytes(), shapes_file)
-  run = bench_mod.start(table, sorted({p.dtype for p in problems}), samples)
-  for line in bench_mod.header(run, lut_file):
+  spec, problems = prepare.load_problems(shapes_file, _selection(ops, None, None, shape, model))
+  bench = bench_mod.plan(problems, spec.name, str(shapes_file), lut=lut, csv=csv, samples=samples, say=_say_err)
+  csv, device = bench.csv, bench.device
+  for line in bench_mod.header(bench.bench, bench.lut_file):
     _print(line)
   done: list = []
 
@@ -1135,16 +935,8 @@ def bench(
     done.extend(rows)
     bench_mod.write_csv(csv, done)
 
-  in_main = threading.current_thread() is threading.main_thread()
-  previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main else None
-  try:
-    rows = bench_mod.run(problems, run, show)
-  except KeyboardInterrupt:
-    _print(f"interrupted: the rows so far are in {csv}", err=True)
-    raise typer.Exit(130) from None
-  finally:
-    if in_main:
-      signal.signal(signal.SIGTERM, previous)
+  with _stoppable(f"interrupted: the rows so far are in {csv}"):
+    rows = bench_mod.run(bench.problems, bench.bench, show)
   _print(f"\nwrote {csv}")
   failed = [r for r in rows if r.failed]
   if failed:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ragtune.records.store import Record, write_atomic
+from ragtune.records.store import Record, with_shards, write_atomic
 
 FILE = "ceilings.json"
 
@@ -25,7 +25,7 @@ def _key(device_kind: str, jax_version: str) -> str:
 
 def load(dirs: Iterable[str | Path]) -> dict[str, dict[str, Any]]:
   out: dict[str, dict[str, Any]] = {}
-  for d in dirs:
+  for d in with_shards(dirs):
     path = Path(d) / FILE if Path(d).is_dir() else Path(d).with_name(FILE)
     try:
       data = json.loads(path.read_text())

@@ -55,7 +55,8 @@ TOKAMAX_DIMS = {
 }
 # The module under tokamax/_src/ops/ragged_dot/ that registers each GPU implementation, when it
 # imports: "triton" is Pallas Triton up to 0.0.14 (pallas_triton.py) and native Triton through
-# jax_triton from 0.0.15 (triton.py).
+# jax_triton from 0.0.15 (triton.py). The keys are tokamax's implementation names (its api.py's
+# IMPLEMENTATIONS), a peer library's, not kernels.registry's backends.
 TOKAMAX_MODULES = {"triton": ("triton", "pallas_triton"), "mosaic_gpu": ("pallas_mosaic_gpu",)}
 
 # How XLA compiled jax.lax.ragged_dot on a GPU, told from the compiled HLO text. XLA's
@@ -325,7 +326,7 @@ def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]
   out = []
   for b in bench.backends:
     if p.dtype not in registry.get(b).dtypes:
-      continue  # e.g. mosaic_gpu has no float32
+      continue  # a backend without this dtype
     cfg = registry.default_config(b, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=bench.device_kind)
     interpret = default_interpret(b)
     label = f"{b} default" + (" [interpret]" if interpret else "")
@@ -430,6 +431,39 @@ def start(lut: kernels.Lut | None, dtypes: list[str], samples: int) -> Bench:
     peaks, copy = c["matmul_tflops"], c["copy_gbps"]
   tokamax, note = import_tokamax()
   return Bench(kind, device, backends, lut, tokamax, note, peaks, copy, samples)
+
+
+@dataclasses.dataclass
+class Plan:
+  """What `ragtune bench` runs: its problems (shrunk on a CPU host), the bench, the LUT file and the CSV."""
+
+  problems: list[Problem]
+  bench: Bench
+  lut_file: Path | None
+  csv: Path
+
+  @property
+  def device(self) -> bool:
+    return self.bench.on_device
+
+
+def plan(
+  problems: list[Problem], set_name: str, where: str, *, lut: Path | None, csv: Path | None, samples: int, say
+) -> Plan:
+  """The LUT (lut, or the one a model here loads), the problems that fit this device (a
+  warning each through `say` for those that do not) and the CSV path, checked writable."""
+  from ragtune import paths
+  from ragtune.problems import limits
+  from ragtune.run import prepare
+
+  kind = kernels.lut.current_device_kind()
+  results_dir = Path("results") / kernels.device_slug(kind)
+  table, lut_file = find_lut(lut, kind, results_dir)
+  csv = paths.writable_file(csv or default_csv(lut_file, results_dir, set_name), "the --csv file")
+  problems = bench_problems(problems, on_device())
+  limits.check_fits(problems, where=where)
+  problems = prepare.fitting(problems, limits.device_memory_bytes(), Path(where), say)
+  return Plan(problems, start(table, sorted({p.dtype for p in problems}), samples), lut_file, csv)
 
 
 def header(bench: Bench, lut_file: Path | None) -> list[str]:

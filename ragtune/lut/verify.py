@@ -299,6 +299,69 @@ def load_lut_for_verify(
   return lut
 
 
+def target_of_lut(path: Path | None) -> str:
+  """verify --target auto: the deviceless target of a LUT file's device kind."""
+  from ragtune.deviceless import aot
+
+  if path is None or not path.is_file():
+    raise RagtuneError("verify --target auto: name a LUT file (its device kind names the target)")
+  try:
+    kind = kernels.Lut.from_file(path).device_kind
+  except kernels.LutError as e:
+    raise RagtuneError(str(e)) from None
+  name = aot.target_for_kind(kind)
+  if name is None:
+    raise RagtuneError(
+      f"{path}: no deviceless target for {kind!r}; name one with --target ({', '.join(aot.target_names())})"
+    )
+  return name
+
+
+@dataclasses.dataclass
+class Selected:
+  """What `ragtune verify` checks: the entries of a LUT, where it came from, and the device
+  they are run on (this host's) or compiled for (compile_for, a deviceless target)."""
+
+  lut: kernels.Lut
+  entries: list[kernels.Entry]
+  where: Path
+  info: dict
+  compile_for: str | None
+
+
+def select(
+  target: Path | None,
+  compile_for: str | None,
+  *,
+  force: bool,
+  ops: list[str] | None,
+  shapes: list[str] | None,
+  skipped: dict[Path, list[int]] | None,
+  device: Callable[[], dict],
+) -> Selected:
+  """The LUT (file or results folder; by default this device's results folder, or the
+  target's) and its entries of these ops and shapes. A LUT for another chip than a
+  --target's is refused unless force."""
+  from kernels.common import canonical_kind
+  from ragtune.candidates import prune
+  from ragtune.problems import shapes as shapes_mod
+  from ragtune.run import devices
+
+  if compile_for == "auto":
+    compile_for = target_of_lut(target)
+  info = prune.target_facts(compile_for) if compile_for else device()
+  slug_dir = Path("results") / kernels.device_slug(info["device_kind"])
+  target = target or (slug_dir if compile_for else devices.default_results_dir())
+  lut = load_lut_for_verify(target, info["device_kind"], force=force or bool(compile_for), skipped=skipped)
+  if compile_for and not force and canonical_kind(lut.device_kind) != canonical_kind(info["device_kind"]):
+    raise RagtuneError(
+      f"{target}: LUT was tuned on {lut.device_kind!r} but --target {compile_for} compiles for "
+      f"{info['device_kind']!r} (use --force to compile it for that device anyway)"
+    )
+  entries = shapes_mod.select(lut.entries(), ops=ops, shapes=shapes, what="LUT entry")
+  return Selected(lut, entries, target, info, compile_for)
+
+
 def version_warning(lut: kernels.Lut, entries: list[kernels.Entry], where: str) -> str | None:
   """A line naming the jax and jaxlib versions the entries were tuned under when they are not
   this process's; None when they match or the LUT does not say."""
@@ -320,7 +383,7 @@ def _lut_from_records(folder: Path, kind: str, skipped: dict[Path, list[int]] | 
   from ragtune.lut import export
   from ragtune.records import store
 
-  if not (folder / store.RECORDS).exists():
+  if not any((d / store.RECORDS).exists() for d in store.with_shards([folder])):
     raise RagtuneError(f"{folder}: neither a LUT ({kernels.device_slug(kind)}.json) nor {store.RECORDS} here")
   luts = export.build_luts(store.load_results([folder], skipped))
   if kind not in luts:

@@ -28,6 +28,7 @@ from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
 
+SHARD_FOLDERS = "shard-*-of-*"  # written by sweeps with --shard (ragtune.run.shard)
 RECORDS = "records.jsonl"
 
 
@@ -274,14 +275,24 @@ def read_records(path: Path, origin: str = "", skipped: list[int] | None = None)
   return out
 
 
+def with_shards(dirs: Iterable[str | Path]) -> list[Path]:
+  """The results folders, each followed by the shard folders a sharded sweep made in it
+  (shard-<i>-of-<N>, ragtune.run.shard); a folder that holds only shards stands for them."""
+  out = []
+  for d in map(Path, dirs):
+    shards = sorted(s for s in d.glob(SHARD_FOLDERS) if (s / RECORDS).is_file()) if d.is_dir() else []
+    out += ([d] if not shards or (d / RECORDS).exists() else []) + shards
+  return out
+
+
 def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | None = None) -> list[Record]:
   """All records of the given results folders (or records files), each with its `origin`.
   With `skipped` given, lines that are no records are left out and listed there per file."""
   out = []
   for d in dirs:
-    p = Path(d)
-    if not p.exists():
-      raise RagtuneError(f"{p}: no such results folder")
+    if not Path(d).exists():
+      raise RagtuneError(f"{d}: no such results folder")
+  for p in with_shards(dirs):
     path = p / RECORDS if p.is_dir() else p
     if not path.exists():
       raise RagtuneError(f"{p}: no {RECORDS} here (is it a results folder written by `ragtune sweep`?)")

@@ -1,9 +1,10 @@
 """A sweep's options, kept in its results folder (DIR/sweep.json), so that the bare command
 `ragtune sweep SHAPES -o DIR` resumes an interrupted sweep exactly.
 
-The rule: a bare command (no sweep option) resumes the unfinished sweep of the same shapes
-file with the options it had, if the file is unchanged. A command with any sweep option
-runs exactly as given. A finished sweep leaves nothing to resume.
+The rule: a bare command (no sweep option) runs the last sweep of the same shapes file with
+the options it had: an unfinished one resumes (if the file is unchanged), a finished one has
+nothing left to do (unless the file has grown since). A command with any sweep option runs
+exactly as given; --defaults alone asks for the file's own plan.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class SweepFlags:
   devices: str | None = None
   shard: str | None = None
   builder: str | None = None
+  defaults: bool = False  # --defaults: nothing stored applies
 
   def options(self) -> dict[str, list[str]]:
     """Each given option's command-line words, by option name, in the order of `ragtune sweep --help`."""
@@ -55,6 +57,7 @@ class SweepFlags:
       "--devices": one("--devices", self.devices),
       "--shard": one("--shard", self.shard),
       "--builder": one("--builder", self.builder),
+      "--defaults": ["--defaults"] if self.defaults else [],
     }
     return {flag: w for flag, w in words.items() if w}
 
@@ -138,9 +141,15 @@ def resolve(shapes_file: Path, out_dir: Path, given: SweepFlags) -> tuple[SweepF
   they are simply the command's). Raises when a bare command would resume a sweep whose
   shapes file has changed since."""
   stored = next((s for s in load(out_dir) if s.shapes_file == _key(shapes_file)), None)
-  if stored is None or stored.finished:
+  if stored is None or (stored.finished and given != SweepFlags()):
     return given, None
   where = Path(out_dir) / SWEEPS
+  if stored.finished:
+    changed = stored.shapes_sha256 != file_sha256(shapes_file)
+    return stored.flags, (
+      f"the sweep of {shapes_file} with {stored.flags.text()} finished ({where})"
+      + ("; the file changed since: measuring what those options select in it now" if changed else "")
+    )
   if given == SweepFlags():
     if stored.shapes_sha256 != file_sha256(shapes_file):
       raise RagtuneError(

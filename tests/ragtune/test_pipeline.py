@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import pytest
 from conftest import entry_config, entry_pick, selected_config
 from typer.testing import CliRunner
 
@@ -189,9 +190,45 @@ def test_a_flagged_sweep_stopped_by_ctrl_c_resumes_exactly_from_the_bare_command
   rows = store.ResultsStore(out).rows()
   assert rows[0] == first and len({row.id for row in rows}) == len(rows) == 2 + 1, "the flagged plan, not 2*3*(2+5)"
   assert {row.problem.key for row in rows} == {p.key}
-  # Finished: nothing is left to resume, and the bare command is the file's own plan.
+  # Finished, it stays finished: the bare command has nothing to do; --defaults is the file's own plan.
+  _assert_complete(spec, out, flags, rows)
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--defaults", "--dry-run"])
+  assert r.exit_code == 0 and "6 problems, 39 measurements to do" in r.output, r.output
+
+
+def _assert_complete(spec, out, flags, rows):
+  """The bare command on a finished sweep: one line says it is complete and how to widen it,
+  exit 0, and no worker starts (the pool would fail the test) nor is anything written."""
+  stored = (out / resume.SWEEPS).read_text()
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(pool.Pool, "run", lambda self, tasks: pytest.fail("a worker started for a finished sweep"))
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  assert f"finished ({out / resume.SWEEPS})" in r.output and "complete: every row of the sweep of " in r.output
+  assert f"with {shlex.join(flags)} is in {out / store.RECORDS}" in r.output
+  assert r.output.rstrip().endswith(f"run the file's own plan: ragtune sweep {spec} -o {out} --defaults"), r.output
+  assert store.ResultsStore(out).rows() == rows and (out / resume.SWEEPS).read_text() == stored
+
+
+def test_a_finished_sweep_stays_finished(tmp_path, monkeypatch):
+  """The user's report: a flagged sweep finished, and the bare command then planned the file's
+  every op and candidate. Now it says the sweep is complete; a changed file is measured
+  with the stored options, and options given run as given."""
+  spec, out = tmp_path / "r.yaml", tmp_path / "res"
+  spec.write_text(RESUME)
+  monkeypatch.setattr(ceilings, "missing", lambda *args: set())  # not this test's business; saves seconds
+  flags = ["--op", "fwd", "--max-candidates", "1"]
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), *flags])
+  assert r.exit_code == 0, r.output
+  rows = store.ResultsStore(out).rows()
+  assert len(rows) == 1 + 2, "one candidate and two baselines"
+  _assert_complete(spec, out, flags, rows)
+  spec.write_text(RESUME + "  - {m: 24, k: 32, n: 32, g: 2}\n")
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--dry-run"])
-  assert r.exit_code == 0 and "resuming" not in r.output and "6 problems, 39 measurements to do" in r.output, r.output
+  assert r.exit_code == 0 and "the file changed since: measuring what those options select in it now" in r.output
+  assert "2 problems, 3 measurements to do" in r.output, r.output
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--op", "drhs", "--dry-run"])
+  assert r.exit_code == 0 and "finished (" not in r.output and "2 problems, 14 measurements to do" in r.output, r.output
 
 
 def test_options_given_run_as_given_and_a_changed_file_is_refused(tmp_path):

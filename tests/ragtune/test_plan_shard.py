@@ -6,6 +6,7 @@ import dataclasses
 import json
 import platform
 import random
+import re
 from pathlib import Path
 
 import jax
@@ -15,10 +16,13 @@ from typer.testing import CliRunner
 import kernels
 from ragtune.candidates import search_space
 from ragtune.cli.app import app
+from ragtune.device import ceilings
+from ragtune.errors import RagtuneError
 from ragtune.problems import shapes
 from ragtune.records import store
 from ragtune.run import estimate, sweep
 from ragtune.run import plan as planning
+from ragtune.run import shard as shard_mod
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +95,8 @@ def test_plan_and_dry_run_count_done_and_estimate(tmp_path, calibrated):
   assert plan["fwd"].estimate == estimate.Estimate(4.0 * (len(cands) - 3), 4.0, "rows"), "median s a row x rows left"
   drhs = plan["drhs"]
   assert drhs.done == 0 and drhs.estimate.source == "model", "no rows of its own: the model"
-  assert drhs.estimate.seconds > drhs.estimate.candidate_s > calibrated.compile_s
+  compile_s = kernels.registry.get(drhs.problem.backend).interpret_cost.compile * calibrated.compile_s
+  assert drhs.estimate.seconds > drhs.estimate.candidate_s > compile_s
 
   budgeted = {r.problem.op: r for r in planning.plan(problems, dataclasses.replace(opts, budget=10))}
   assert budgeted["fwd"].candidates == 10 and budgeted["fwd"].todo == 10 - 3
@@ -117,7 +122,7 @@ def test_the_estimate_follows_the_calibrated_figure_with_no_rows(tmp_path, calib
   slow = planning.plan(problems, opts, estimate.CostModel(True, "cpu", slow_cal))
   for a, b in zip(fast, slow):
     assert a.estimate.source == b.estimate.source == "model" and a.done == 0
-    compile_s = estimate.INTERPRETERS["pallas"].compile * calibrated.compile_s
+    compile_s = kernels.registry.get(a.problem.backend).interpret_cost.compile * calibrated.compile_s
     assert b.estimate.candidate_s - compile_s == pytest.approx(2 * (a.estimate.candidate_s - compile_s))
   r = runner.invoke(app, ["plan", str(spec), "-o", str(tmp_path / "res")])
   todo = sum(row.todo for row in fast)
@@ -136,8 +141,9 @@ def test_calibration_is_measured_once_per_host_and_cached(tmp_path, monkeypatch)
 
 
 def test_timeout_warnings_and_strict_refuse_what_the_model_says_will_overrun(tmp_path, calibrated):
-  """The model puts a smoke candidate at a compile of 2s plus its runs: more than --timeout
-  1. A dry run warns; --strict refuses to start, writing nothing."""
+  """The model puts a smoke candidate at a compile (its backend's share of the calibrated 2s)
+  plus its runs: more than --timeout 1. A dry run warns; --strict refuses to start, writing
+  nothing."""
   out = tmp_path / "res"
   args = ["sweep", "shapes/smoke.yaml", "--shape", "96,64,80", "--op", "fwd", "-o", str(out), "--timeout", "1"]
   smoke = shapes.load_shape_set("shapes/smoke.yaml")
@@ -145,7 +151,8 @@ def test_timeout_warnings_and_strict_refuse_what_the_model_says_will_overrun(tmp
   opts = sweep.SweepOptions(out_dir=out, max_candidates=smoke.max_candidates, interpret=True, device_kind="cpu")
   (row,) = planning.plan([p], opts)
   about = estimate.duration(row.estimate.candidate_s)
-  assert row.estimate.candidate_s > calibrated.compile_s > 1
+  compile_s = kernels.registry.get(p.backend).interpret_cost.compile * calibrated.compile_s
+  assert row.estimate.candidate_s > compile_s > 1
   d = runner.invoke(app, [*args, "--dry-run"])
   assert d.exit_code == 0, d.output
   warning = (
@@ -245,3 +252,75 @@ def test_a_budgeted_search_starts_from_the_devices_lut(tmp_path, monkeypatch):
     assert batch, timed
     timed += batch
   assert tuned in timed, "a seed of the first stage, within the budget"
+
+
+SLURM = {"SLURM_ARRAY_TASK_ID": "12", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "10"}
+
+
+def test_shard_auto_reads_slurm_arrays_and_indexed_jobs():
+  got = shard_mod.parse("auto", SLURM)
+  assert (got.index, got.count) == (2, 3) and "SLURM_ARRAY_TASK_MIN=10" in got.text()
+  stepped = dict(
+    SLURM, SLURM_ARRAY_TASK_ID="30", SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_STEP="10", SLURM_ARRAY_TASK_COUNT="4"
+  )
+  assert shard_mod.parse("auto", stepped).index == 3, "--array=0-30:10: task 30 is the fourth"
+  job = {"JOB_COMPLETION_INDEX": "1"}
+  assert (shard_mod.parse("auto/4", job).index, shard_mod.parse("auto/4", job).count) == (1, 4)
+  assert shard_mod.parse("auto", dict(job, RAGTUNE_SHARD_COUNT="2")).count == 2
+  assert shard_mod.parse("1/4", {}) == shard_mod.Shard(1, 4), "i/N as before, whatever the environment"
+  for text, env, says in [
+    ("auto", {}, "neither a SLURM array task"),
+    ("auto", job, "give --shard auto/N"),
+    ("auto/2", {"JOB_COMPLETION_INDEX": "2"}, "shard 2 of 2 does not exist"),
+    ("auto", dict(SLURM, SLURM_ARRAY_TASK_ID="x"), "SLURM_ARRAY_TASK_ID='x' is not an integer"),
+    ("auto", dict(SLURM, SLURM_ARRAY_TASK_STEP="2", SLURM_ARRAY_TASK_ID="11"), "is not SLURM_ARRAY_TASK_MIN=10 plus"),
+    ("3/3", {}, "does not exist"),
+  ]:
+    with pytest.raises(RagtuneError, match=re.escape(says)):
+      shard_mod.parse(text, env)
+
+
+def test_three_array_tasks_merge_into_the_lut_of_one_unsharded_sweep(tmp_path, monkeypatch):
+  """Three SLURM array tasks (ids 10-12) each sweep their shard into its own folder; export-lut
+  of the results folder reads the shards and writes the LUT one unsharded sweep gives. One
+  candidate per problem (the default), so the kernel entries are the same whatever the
+  timings; an xla entry is timing's choice, so both LUTs are compared on their kernel entries
+  and keys."""
+  monkeypatch.setattr(ceilings, "missing", lambda *args: set())  # not this test's business; saves seconds
+  spec = tmp_path / "s.yaml"
+  spec.write_text(
+    "ops: [fwd]\nbackends: [pallas_gpu]\nmax_candidates: 1\nshapes:\n"
+    + "".join(f"  - {{m: {m}, k: 32, n: 32, g: 2}}\n" for m in (24, 40, 56))
+  )
+  sharded, whole = tmp_path / "sharded", tmp_path / "whole"
+  for task in (10, 11, 12):
+    env = dict(SLURM, SLURM_ARRAY_TASK_ID=str(task))
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(sharded), "--shard", "auto"], env=env)
+    assert r.exit_code == 0, r.output
+    assert f"shard {task - 10}/3 (from SLURM array task: SLURM_ARRAY_TASK_ID={task}" in r.output
+    assert (sharded / f"shard-{task - 10}-of-3" / store.RECORDS).is_file()
+  assert not (sharded / store.RECORDS).exists(), "each task writes its own folder"
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(whole)])
+  assert r.exit_code == 0, r.output
+  for folder in (sharded, whole):
+    r = runner.invoke(app, ["export-lut", str(folder), "-o", str(folder / "lut.json")])
+    assert r.exit_code == 0, r.output
+  luts = [json.loads((folder / "lut.json").read_text()) for folder in (sharded, whole)]
+  key = lambda e: (e["op"], e["dtype"], e["m"], e["k"], e["n"], e["g"])
+  picks = [
+    sorted((key(e), e["backend"], json.dumps(e["config"])) for e in lut["entries"] if e["backend"] != "xla")
+    for lut in luts
+  ]
+  assert len(picks[0]) == 3
+  assert picks[0] == picks[1]
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(sharded), "--shard", "auto"], env=dict(SLURM))
+  assert r.exit_code == 0 and "complete: every row" in r.output, "a rerun task has nothing to do"
+
+
+def test_the_calibration_kernel_is_the_unit_of_every_backends_weights():
+  """The host is calibrated on a kernel whose grid step weighs 1, the unit every backend's
+  interpret_cost is in; it is chosen by that, not by name."""
+  b = estimate.calibration_backend()
+  assert b.interpret_cost.step == 1 and b.own_kernels and not b.unavailable()
+  p, chosen = estimate._calibration_problem()
+  assert chosen is b and p.backend == b.name

@@ -1,0 +1,300 @@
+"""From a command's options to what a sweep or a plan runs: the problems of a shapes file
+(selected, sharded, and those too big for the device or that the interpreter cannot run
+left out), this host's device, the results folder and the SweepOptions, and the plan.
+
+What a command says on the way goes through `say`, one plain line each ("notice: ...",
+"warning: ..."), so all of it runs and is tested without the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import kernels
+from ragtune import paths
+from ragtune.errors import RagtuneError
+from ragtune.problems import limits
+from ragtune.problems import shapes as shapes_mod
+from ragtune.records import store
+from ragtune.run import devices as devices_mod
+from ragtune.run import plan as plan_mod
+from ragtune.run import resume
+from ragtune.run import shard as shard_mod
+from ragtune.run.estimate import CostModel
+from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S, SweepOptions
+
+Say = Callable[[str], None]
+INTERPRETER_TIMINGS = "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only."
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+  """Which problems of a shapes file: None or () where the file's own (all) are meant."""
+
+  ops: tuple[str, ...] = ()
+  backends: tuple[str, ...] = ()
+  shapes: tuple[str, ...] = ()  # forward M,K,N
+  models: tuple[str, ...] = ()
+  shard: str | None = None  # i/N, auto or auto/N
+
+  @classmethod
+  def of(cls, flags: resume.SweepFlags) -> Selection:
+    return cls(flags.ops, flags.backends, flags.shapes, flags.models, flags.shard)
+
+
+def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
+  """(spec, problems) of a shapes file as selected; with a shard, only that shard's (said when auto found it)."""
+  spec = shapes_mod.load_shape_set(shapes_file)
+  problems = shapes_mod.expand(spec, ops=list(sel.ops) or None, backends=list(sel.backends) or None)
+  problems = shapes_mod.select(problems, shapes=list(sel.shapes) or None, models=list(sel.models) or None)
+  sh = shard_mod.parse(sel.shard)
+  if sh is not None:
+    problems = plan_mod.shard(problems, sh.index, sh.count)
+    if sh.source and say is not None:
+      say(f"notice: {sh.text()}: {len(problems)} problems")
+  return spec, problems
+
+
+def device() -> dict:
+  """This host's device (asked of a child process); the parent keeps off the accelerator, so
+  the workers get all of its memory."""
+  info = devices_mod.probe_devices()
+  devices_mod.keep_parent_off_device(info["platform"])
+  return info
+
+
+def results_dir(out: Path | None = None, shard: str | None = None) -> Path:
+  """-o, or results/<device-slug>/; with a shard, its own folder in it."""
+  out = out or devices_mod.default_results_dir()
+  sh = shard_mod.parse(shard)
+  return sh.folder(out) if sh is not None else out
+
+
+def fitting(problems: list, memory: int | None, where: Path, say: Say) -> list:
+  """The problems that fit the device's memory; a warning for each that does not (an error if none does)."""
+  fit, reasons = limits.split_by_memory(problems, memory, str(where))
+  if not fit and reasons:
+    raise RagtuneError(reasons[0] + (f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""))
+  shown = 5
+  for reason in reasons[:shown]:
+    say(f"warning: skipped: {reason}")
+  if len(reasons) > shown:
+    say(
+      f"warning: skipped {len(reasons) - shown} more problems too big for this device "
+      f"({len(reasons)} in all; {len(fit)} remain)"
+    )
+  return fit
+
+
+def interpreting(interpret: bool | None, platform: str) -> bool:
+  """--interpret/--no-interpret, by default on where there is no accelerator."""
+  return platform == "cpu" if interpret is None else interpret
+
+
+def resolve_interpret(interpret: bool | None, platform: str, say: Say) -> bool:
+  """interpreting(), with a notice when the kernels will run in the CPU's interpreter."""
+  interpret = interpreting(interpret, platform)
+  if interpret and platform == "cpu":
+    say(f"notice: no accelerator: Pallas kernels run in interpret mode on the CPU. {INTERPRETER_TIMINGS}")
+  return interpret
+
+
+def interpretable(problems: list, interpret: bool, say: Say) -> list:
+  """The problems the kernels' interpreter can run, when interpreting: a notice for each
+  (backend, op) it cannot, whose problems are left out (an error if none is left)."""
+  if not interpret:
+    return problems
+  keep, notices = plan_mod.interpret_skips(problems)
+  if not keep:
+    raise RagtuneError("nothing to run in interpret mode: " + "; ".join(notices))
+  for notice in notices:
+    say(f"notice: {notice}")
+  return keep
+
+
+def warn_bad_lines(out_dir: Path, say: Say) -> None:
+  """--skip-bad-lines: say, before any work, which lines of the results file are skipped."""
+  path, skipped = Path(out_dir) / store.RECORDS, []
+  if path.is_file():
+    store.read_records(path, skipped=skipped)
+    if skipped:
+      say(f"warning: {store.skipped_text(path, skipped)}")
+
+
+def sweep_dir(out_dir: Path, builder: str) -> Path:
+  """The results folder, writable; the builder is imported here once rather than in every worker."""
+  from ragtune.run import worker
+
+  try:
+    worker.load_builder(builder)
+  except ValueError as e:
+    raise RagtuneError(str(e)) from None
+  out_dir = paths.writable_dir(out_dir, "the results folder")
+  if (out_dir / store.RECORDS).is_dir():
+    raise RagtuneError(f"{out_dir / store.RECORDS}: is a folder, but the results file must be a file")
+  return out_dir
+
+
+def place_workers(opts: SweepOptions, info: dict, devices: str | None, interpret: bool | None, say: Say) -> None:
+  """Where the workers run: the devices, and in interpret mode or not (said on a CPU)."""
+  # One process owns a TPU host's chips, and the CPU is one device: one worker there.
+  opts.devices = devices_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
+  opts.interpret = resolve_interpret(interpret, opts.platform, say)
+
+
+def check_timeout(rows: list, timeout_s: float, strict: bool, say: Say) -> None:
+  """Warn of candidates likely to overrun --timeout; with strict, refuse to start."""
+  warnings = plan_mod.timeout_warnings(rows, timeout_s)
+  if strict and warnings:
+    raise RagtuneError(f"--strict: {warnings[-1]} The slowest: {warnings[0]}")
+  for warning in warnings:
+    say(f"warning: {warning}")
+
+
+@dataclasses.dataclass
+class SweepPlan:
+  """A sweep ready to run: its options (as given, or resumed), problems, SweepOptions and plan."""
+
+  shapes_file: Path
+  out: Path  # -o as given, or the default results folder; a shard's folder is in it
+  flags: resume.SweepFlags
+  problems: list
+  opts: SweepOptions
+  cost: CostModel
+  rows: list[plan_mod.PlanRow]
+
+  @property
+  def todo(self) -> int:
+    return sum(r.todo for r in self.rows)
+
+  def command(self, flags: resume.SweepFlags | None = None) -> str:
+    """The command that runs this sweep again, exactly (or with other flags)."""
+    return resume.command(self.shapes_file, self.out, self.flags if flags is None else flags)
+
+  def summaries(self) -> list:
+    """Per problem, its summary among the rows stored so far."""
+    from ragtune.run import sweep
+
+    rows = store.ResultsStore(self.opts.out_dir, self.opts.skip_bad_lines).rows()
+    return sweep.summarize(self.problems, rows, self.opts.device_kind)
+
+  def save(self, finished: bool) -> None:
+    resume.save(self.opts.out_dir, self.shapes_file, self.flags, finished=finished)
+
+  def complete_text(self) -> str:
+    """What a sweep with nothing left to measure says, and how to measure more."""
+    n = len(self.problems)
+    return (
+      f"complete: every row of the sweep of {self.shapes_file} with {self.flags.text()} is in "
+      f"{self.opts.out_dir / store.RECORDS} ({n} problem{'s' if n != 1 else ''}); nothing to do. To measure "
+      "more, give the options that widen it (--op, --backend, --shape, --model, --max-candidates, --budget), "
+      f"or run the file's own plan: {self.command(resume.SweepFlags(shard=self.flags.shard, defaults=True))}"
+    )
+
+
+def sweep(
+  shapes_file: Path,
+  out: Path | None,
+  given: resume.SweepFlags,
+  *,
+  wait: bool,
+  skip_bad_lines: bool,
+  start: bool,
+  say: Say,
+) -> SweepPlan:
+  """The sweep a `ragtune sweep` command runs: bad input is refused before anything else;
+  a bare command resumes the options stored for the file in the results folder
+  (ragtune.run.resume); start=False (--dry-run) places no workers."""
+  spec, problems = load_problems(shapes_file, Selection.of(given))
+  base = out or devices_mod.default_results_dir()
+  flags, origin = resume.resolve(shapes_file, results_dir(base, given.shard), given)
+  spec, problems = load_problems(shapes_file, Selection.of(flags), say)
+  if origin:
+    say(origin)
+  limits.check_fits(problems, where=str(shapes_file))  # indexing now; memory once the device is known
+  out_dir = sweep_dir(results_dir(base, flags.shard), flags.builder or DEFAULT_BUILDER)
+  if skip_bad_lines:
+    warn_bad_lines(out_dir, say)
+  info = device()
+  problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
+  opts = SweepOptions(
+    out_dir=out_dir,
+    max_candidates=flags.max_candidates or spec.max_candidates,
+    timeout_s=flags.timeout_s or DEFAULT_TIMEOUT_S,
+    builder=flags.builder or DEFAULT_BUILDER,
+    budget=flags.budget,
+    wait_for_lock=wait,
+    device_kind=info["device_kind"],
+    skip_bad_lines=skip_bad_lines,
+    platform=info["platform"],
+    interpret=interpreting(flags.interpret, info["platform"]),
+  )
+  problems = interpretable(problems, opts.interpret, say)
+  opts.lut = plan_mod.find_lut(info["device_kind"]) if opts.budget else None  # a budgeted search's start
+  cost = CostModel.for_sweep(opts.interpret, info["device_kind"], out_dir)
+  run = SweepPlan(Path(shapes_file), base, flags, problems, opts, cost, plan_mod.plan(problems, opts, cost))
+  if start and run.todo:
+    place_workers(opts, info, flags.devices, flags.interpret, say)
+  return run
+
+
+def target_problems(facts: dict, shapes_file: Path, sel: Selection, say: Say):
+  """(spec, problems, switched) of a shapes file for a deviceless target: its problems, or,
+  when it lists no backend that compiles for the target and sel names none, the target's
+  own backends' (a notice says so; switched is then True)."""
+  from ragtune.candidates import prune
+
+  spec, problems = load_problems(shapes_file, sel, say)
+  own = prune.backends_for(facts["platform"])
+  if sel.backends or any(p.backend in own for p in problems):
+    return spec, problems, False
+  say(f"notice: {shapes_file} lists no backend for {facts['device_kind']}; using {', '.join(own)}")
+  spec, problems = load_problems(shapes_file, dataclasses.replace(sel, backends=tuple(own)))
+  return spec, problems, True
+
+
+def plan(
+  shapes_file: Path,
+  out: Path | None,
+  sel: Selection,
+  *,
+  target: str | None,
+  max_candidates: int | None,
+  budget: int | None,
+  skip_bad_lines: bool,
+  compile_all: Callable[[list, Path, str], None],
+  say: Say,
+):
+  """`ragtune plan`: (rows, cost) of a shapes file on this device, or on a deviceless target
+  after compile_all(problems, out_dir, device_kind) has compiled every candidate for it."""
+  from ragtune.candidates import prune
+
+  info = prune.target_facts(target) if target else device()
+  if target:
+    spec, problems, switched = target_problems(info, shapes_file, sel, say)
+    if switched:
+      problems = fitting(problems, None, shapes_file, say)  # a warning for each the backend cannot index
+  else:
+    spec, problems = load_problems(shapes_file, sel, say)
+  limits.check_fits(problems, where=str(shapes_file))
+  problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
+  out_dir = results_dir(out or Path("results") / kernels.device_slug(info["device_kind"]), sel.shard)
+  if target:
+    compile_all(problems, paths.writable_dir(out_dir, "the results folder"), info["device_kind"])
+  interpret = interpreting(None, info["platform"])
+  problems = interpretable(problems, interpret, say)
+  opts = SweepOptions(
+    out_dir=out_dir,
+    max_candidates=max_candidates or spec.max_candidates,
+    budget=budget,
+    device_kind=info["device_kind"],
+    skip_bad_lines=skip_bad_lines,
+    platform=info["platform"],
+    interpret=interpret,
+  )
+  if skip_bad_lines:
+    warn_bad_lines(out_dir, say)
+  cost = CostModel.for_sweep(interpret, info["device_kind"], out_dir)
+  return plan_mod.plan(problems, opts, cost), cost
