@@ -86,7 +86,7 @@ PY
 import jax
 from pathlib import Path
 import kernels
-from ragtune import ceilings
+from ragtune.device import ceilings
 dev = jax.devices()[0]
 c = ceilings.measure_ceilings(["bfloat16", "float16"], dev.platform)
 ceilings.save(Path("results") / kernels.device_slug(dev.device_kind), {"device_kind": dev.device_kind, "jax_version": jax.__version__}, c)

@@ -479,7 +479,7 @@ def sweep(
     _print_plan(run.rows, run.cost)
     return prepare.check_timeout(run.rows, run.opts.timeout_s, False, _say_err)
   if not run.todo:  # the stored rows' summary, as if it had just run
-    run.save(finished=True)
+    run.mark_complete()
     return _print_sweep_end(run.summaries(), run.complete_text(), strict)
   prepare.check_timeout(run.rows, run.opts.timeout_s, strict, _say_err)
   devs = list(run.opts.devices)

@@ -157,7 +157,7 @@ def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
   out = pd.DataFrame(
     {
       "op": [r.problem.op for r in records],
-      "backend": [r.problem.backend.replace("pallas_", "") for r in records],
+      "backend": [r.problem.backend for r in records],
       "dtype": [DTYPE_ABBREV.get(r.problem.dtype, r.problem.dtype) for r in records],
       "m,k,n,g": [f"{r.problem.m},{r.problem.k},{r.problem.n},{r.problem.g}" for r in records],
       "config": [r.baseline or short_config(r.config) for r in records],

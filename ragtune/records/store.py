@@ -288,7 +288,7 @@ def with_shards(dirs: Iterable[str | Path]) -> list[Path]:
 def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | None = None) -> list[Record]:
   """All records of the given results folders (or records files), each with its `origin`.
   With `skipped` given, lines that are no records are left out and listed there per file."""
-  out = []
+  out, dirs = [], list(dirs)
   for d in dirs:
     if not Path(d).exists():
       raise RagtuneError(f"{d}: no such results folder")

@@ -26,3 +26,4 @@ class SweepOptions:
   device_kind: str | None = None  # the tuned device (probe_devices): search space and defaults
   spare_workers: bool = True  # after a first replacement, keep a started spare per device
   skip_bad_lines: bool = False  # read past lines of records.jsonl that are not records
+  sharded: bool = False  # out_dir is a shard's folder (ragtune.run.shard) in the results folder

@@ -93,7 +93,12 @@ def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record], prior: li
   # once, as compile_error with the compiler's reason, and the next candidate takes its
   # place; a budgeted search just never sees them (compile.jsonl has their reasons), rather
   # than filling the folder with rows for configs it would not have reached.
-  rejected = prune.rejected(opts.out_dir, kind, p)
+  # A shard's folder is in the results folder that plan --target compiled into.
+  rejected = (
+    {**prune.rejected(opts.out_dir.parent, kind, p), **prune.rejected(opts.out_dir, kind, p)}
+    if opts.sharded
+    else prune.rejected(opts.out_dir, kind, p)
+  )
   space = search_space.candidates(p, device_kind=kind)  # the whole pruned space, default first
   hint = _lut_hint(p, opts.lut, kind) if opts.budget and p.backend in registry.tunable() else None
   if hint is not None and hint not in space:

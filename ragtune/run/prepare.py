@@ -65,11 +65,30 @@ def device() -> dict:
   return info
 
 
-def results_dir(out: Path | None = None, shard: str | None = None) -> Path:
-  """-o, or results/<device-slug>/; with a shard, its own folder in it."""
-  out = out or devices_mod.default_results_dir()
+def results_dir(out: Path | None = None) -> Path:
+  """-o, or results/<device-slug>/."""
+  return out or devices_mod.default_results_dir()
+
+
+def sweep_folder(base: Path, shapes_file: Path, shard: str | None) -> tuple[Path, shard_mod.Shard | None]:
+  """Where a sweep of this shard of the file writes, and the shard: the results folder itself
+  without one; with one, its shard folder there, unless the results folder holds this file's
+  sweep of that very shard, as sweeps wrote them before shard folders, which goes on there."""
   sh = shard_mod.parse(shard)
-  return sh.folder(out) if sh is not None else out
+  if sh is None:
+    return base, None
+  before = resume.stored_sweep(base, shapes_file) if (base / resume.SWEEPS).is_file() else None
+  return (base if before is not None and before.flags.shard == shard else sh.folder(base)), sh
+
+
+def shard_folders_notice(base: Path, say: Say) -> None:
+  """An unsharded sweep or plan of a folder that holds shard folders: they are not its rows."""
+  shards = sorted(p.name for p in base.glob(store.SHARD_FOLDERS)) if base.is_dir() else []
+  if shards:
+    say(
+      f"notice: {base} holds {len(shards)} shard folders ({shards[0]}, ...); without --shard this neither "
+      f"reads nor resumes them (export-lut {base} merges them)"
+    )
 
 
 def fitting(problems: list, memory: int | None, where: Path, say: Say) -> list:
@@ -164,14 +183,30 @@ class SweepPlan:
   opts: SweepOptions
   cost: CostModel
   rows: list[plan_mod.PlanRow]
+  shard: shard_mod.Shard | None = None
 
   @property
   def todo(self) -> int:
     return sum(r.todo for r in self.rows)
 
   def command(self, flags: resume.SweepFlags | None = None) -> str:
-    """The command that runs this sweep again, exactly (or with other flags)."""
-    return resume.command(self.shapes_file, self.out, self.flags if flags is None else flags)
+    """The command that runs this sweep again, exactly (or with other flags); a shard found
+    by auto is named as i/N, which runs anywhere."""
+    flags = self.flags if flags is None else flags
+    if self.shard is not None and self.shard.source:
+      flags = dataclasses.replace(flags, shard=f"{self.shard.index}/{self.shard.count}")
+    return resume.command(self.shapes_file, self.out, flags)
+
+  def mark_complete(self) -> None:
+    """Store these options as finished, unless they already are."""
+    st = resume.stored_sweep(self.opts.out_dir, self.shapes_file)
+    if (
+      st is None
+      or not st.finished
+      or st.flags != self.flags
+      or st.shapes_sha256 != resume.file_sha256(self.shapes_file)
+    ):
+      self.save(finished=True)
 
   def summaries(self) -> list:
     """Per problem, its summary among the rows stored so far."""
@@ -208,13 +243,16 @@ def sweep(
   a bare command resumes the options stored for the file in the results folder
   (ragtune.run.resume); start=False (--dry-run) places no workers."""
   spec, problems = load_problems(shapes_file, Selection.of(given))
-  base = out or devices_mod.default_results_dir()
-  flags, origin = resume.resolve(shapes_file, results_dir(base, given.shard), given)
+  base = results_dir(out)
+  flags, origin = resume.resolve(shapes_file, sweep_folder(base, shapes_file, given.shard)[0], given)
   spec, problems = load_problems(shapes_file, Selection.of(flags), say)
   if origin:
     say(origin)
   limits.check_fits(problems, where=str(shapes_file))  # indexing now; memory once the device is known
-  out_dir = sweep_dir(results_dir(base, flags.shard), flags.builder or DEFAULT_BUILDER)
+  folder, shard = sweep_folder(base, shapes_file, flags.shard)
+  if shard is None:
+    shard_folders_notice(base, say)
+  out_dir = sweep_dir(folder, flags.builder or DEFAULT_BUILDER)
   if skip_bad_lines:
     warn_bad_lines(out_dir, say)
   info = device()
@@ -230,13 +268,16 @@ def sweep(
     skip_bad_lines=skip_bad_lines,
     platform=info["platform"],
     interpret=interpreting(flags.interpret, info["platform"]),
+    sharded=folder != base,
   )
   problems = interpretable(problems, opts.interpret, say)
   opts.lut = plan_mod.find_lut(info["device_kind"]) if opts.budget else None  # a budgeted search's start
   cost = CostModel.for_sweep(opts.interpret, info["device_kind"], out_dir)
-  run = SweepPlan(Path(shapes_file), base, flags, problems, opts, cost, plan_mod.plan(problems, opts, cost))
+  run = SweepPlan(Path(shapes_file), base, flags, problems, opts, cost, plan_mod.plan(problems, opts, cost), shard)
   if start and run.todo:
     place_workers(opts, info, flags.devices, flags.interpret, say)
+  elif start:  # nothing to run; its stored rows' summary still says what timed them
+    resolve_interpret(flags.interpret, opts.platform, say)
   return run
 
 
@@ -280,7 +321,10 @@ def plan(
     spec, problems = load_problems(shapes_file, sel, say)
   limits.check_fits(problems, where=str(shapes_file))
   problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
-  out_dir = results_dir(out or Path("results") / kernels.device_slug(info["device_kind"]), sel.shard)
+  base = out or Path("results") / kernels.device_slug(info["device_kind"])
+  out_dir, shard = sweep_folder(base, shapes_file, sel.shard)
+  if shard is None:
+    shard_folders_notice(base, say)
   if target:
     compile_all(problems, paths.writable_dir(out_dir, "the results folder"), info["device_kind"])
   interpret = interpreting(None, info["platform"])
@@ -293,7 +337,9 @@ def plan(
     skip_bad_lines=skip_bad_lines,
     platform=info["platform"],
     interpret=interpret,
+    sharded=out_dir != base,
   )
+  opts.lut = plan_mod.find_lut(info["device_kind"]) if budget else None  # as the sweep's
   if skip_bad_lines:
     warn_bad_lines(out_dir, say)
   cost = CostModel.for_sweep(interpret, info["device_kind"], out_dir)

@@ -131,6 +131,11 @@ def save(out_dir: Path, shapes_file: Path, flags: SweepFlags, *, finished: bool)
   write_atomic(Path(out_dir) / SWEEPS, text)
 
 
+def stored_sweep(out_dir: Path, shapes_file: Path) -> StoredSweep | None:
+  """The last sweep of this shapes file into the folder, if one is stored."""
+  return next((s for s in load(out_dir) if s.shapes_file == _key(shapes_file)), None)
+
+
 def command(shapes_file: Path, out_dir: Path, flags: SweepFlags) -> str:
   """The command line that runs this sweep again, exactly (shell-quoted)."""
   return shlex.join(["ragtune", "sweep", str(shapes_file), "-o", str(out_dir), *flags.argv()])
@@ -140,7 +145,7 @@ def resolve(shapes_file: Path, out_dir: Path, given: SweepFlags) -> tuple[SweepF
   """The options this sweep runs with, and a line saying where they came from (None when
   they are simply the command's). Raises when a bare command would resume a sweep whose
   shapes file has changed since."""
-  stored = next((s for s in load(out_dir) if s.shapes_file == _key(shapes_file)), None)
+  stored = stored_sweep(out_dir, shapes_file)
   if stored is None or (stored.finished and given != SweepFlags()):
     return given, None
   where = Path(out_dir) / SWEEPS

@@ -4,7 +4,8 @@ engine that started the task.
 auto reads the task's index and count from the environment:
 - a SLURM job array (https://slurm.schedmd.com/job_array.html): SLURM_ARRAY_TASK_ID and
   SLURM_ARRAY_TASK_COUNT; an array need not start at 0 (SLURM_ARRAY_TASK_MIN) and may step
-  (SLURM_ARRAY_TASK_STEP, as in --array=0-30:10);
+  (SLURM_ARRAY_TASK_STEP, as in --array=0-30:10). With `auto/N` the task id is the index
+  and N the count, so resubmitting some tasks of an array (--array=2,5) sweeps their shards;
 - a Kubernetes Indexed Job (https://kubernetes.io/docs/concepts/workloads/controllers/job/
   #completion-mode): JOB_COMPLETION_INDEX. The pod is not told the Job's completions, so
   the count comes from `--shard auto/N` or RAGTUNE_SHARD_COUNT.
@@ -92,6 +93,10 @@ def parse(text: str | None, env: Mapping[str, str] | None = None) -> Shard | Non
   env = os.environ if env is None else env
   head, sep, tail = text.strip().partition("/")
   if head == "auto":
+    if "SLURM_ARRAY_TASK_ID" in env and sep:
+      count = _count(tail, "--shard auto/N")
+      task = _int(env, "SLURM_ARRAY_TASK_ID", "auto")
+      return _checked(task, count, f"SLURM array task: SLURM_ARRAY_TASK_ID={task}, --shard auto/{count}")
     if "SLURM_ARRAY_TASK_ID" in env:
       return _slurm(env)
     if "JOB_COMPLETION_INDEX" in env:

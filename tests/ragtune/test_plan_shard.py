@@ -264,6 +264,9 @@ def test_shard_auto_reads_slurm_arrays_and_indexed_jobs():
     SLURM, SLURM_ARRAY_TASK_ID="30", SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_STEP="10", SLURM_ARRAY_TASK_COUNT="4"
   )
   assert shard_mod.parse("auto", stepped).index == 3, "--array=0-30:10: task 30 is the fourth"
+  resubmitted = dict(SLURM, SLURM_ARRAY_TASK_ID="5", SLURM_ARRAY_TASK_MIN="2", SLURM_ARRAY_TASK_COUNT="2")
+  got = shard_mod.parse("auto/8", resubmitted)
+  assert (got.index, got.count) == (5, 8), "sbatch --array=2,5 of an 8-task array: the task id is the index"
   job = {"JOB_COMPLETION_INDEX": "1"}
   assert (shard_mod.parse("auto/4", job).index, shard_mod.parse("auto/4", job).count) == (1, 4)
   assert shard_mod.parse("auto", dict(job, RAGTUNE_SHARD_COUNT="2")).count == 2
