@@ -1,4 +1,4 @@
-from ragtune.cli.app import main
+from ragtune.cli.main import main
 
 if __name__ == "__main__":
   main()

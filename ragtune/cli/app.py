@@ -13,7 +13,6 @@ import contextlib
 import enum
 import functools
 import importlib
-import os
 import re
 import shlex
 import signal
@@ -1005,14 +1004,3 @@ def from_config(
   else:
     store.write_atomic(output, text)
     console.print(f"wrote {output}")
-
-
-def main():
-  # Before jax starts, here and in every worker: an interpreted Mosaic GPU kernel can deadlock
-  # XLA:CPU's intra-op pool on a small host (kernels.registry.interpreter_env).
-  os.environ.update(kernels.registry.interpreter_env())
-  app(prog_name="ragtune")
-
-
-if __name__ == "__main__":
-  sys.exit(main())

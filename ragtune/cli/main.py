@@ -1,0 +1,17 @@
+"""The `ragtune` command's entry point: a quiet start (ragtune/cli/quiet.py) before anything
+imports jax, then the Typer app. Importing ragtune.cli.app (as tests do) changes nothing."""
+
+import os
+
+
+def main():
+  from ragtune.cli.quiet import quiet_start
+
+  quiet_start()
+  import kernels
+  from ragtune.cli.app import app
+
+  # Before jax starts, here and in every worker: an interpreted Mosaic GPU kernel can deadlock
+  # XLA:CPU's intra-op pool on a small host (kernels.registry.interpreter_env).
+  os.environ.update(kernels.registry.interpreter_env())
+  app(prog_name="ragtune")
