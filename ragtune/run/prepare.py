@@ -242,10 +242,11 @@ def sweep(
   """The sweep a `ragtune sweep` command runs: bad input is refused before anything else;
   a bare command resumes the options stored for the file in the results folder
   (ragtune.run.resume); start=False (--dry-run) places no workers."""
-  spec, problems = load_problems(shapes_file, Selection.of(given))
+  spec, problems = load_problems(shapes_file, Selection.of(given), say)
   base = results_dir(out)
   flags, origin = resume.resolve(shapes_file, sweep_folder(base, shapes_file, given.shard)[0], given)
-  spec, problems = load_problems(shapes_file, Selection.of(flags), say)
+  if flags != given:
+    spec, problems = load_problems(shapes_file, Selection.of(flags), say)
   if origin:
     say(origin)
   limits.check_fits(problems, where=str(shapes_file))  # indexing now; memory once the device is known
