@@ -120,6 +120,16 @@ def next_pow2(x: int) -> int:
   return 1 << max(0, int(x) - 1).bit_length()
 
 
+def round_up(x: int, multiple: int) -> int:
+  return -(-x // multiple) * multiple
+
+
+def tiles_evenly(dim: int, block: int, unit: int = 64) -> bool:
+  """Whether `block` splits `dim`, rounded up to `unit` (the 64-element swizzle row a TMA
+  kernel pads to), into whole tiles; `unit` itself always does."""
+  return block == unit or round_up(dim, unit) % block == 0
+
+
 def itemsize(dtype: str) -> int:
   return {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype, 4)
 

@@ -19,6 +19,7 @@ from kernels.backend import Backend, KernelConfig
 _MODULES = (
   "kernels.pallas_gpu",
   "kernels.mosaic_gpu",
+  "kernels.mosaic_blackwell",
   "kernels.pallas_tpu",
   "kernels.xla",
 )

@@ -12,7 +12,7 @@ import itertools
 from typing import Any
 
 from kernels.backend import GridWork, InterpretCost
-from kernels.common import check_int_range, gpu_smem_limit, itemsize, op_dims, row_tiles
+from kernels.common import check_int_range, gpu_smem_limit, itemsize, op_dims, round_up, row_tiles, tiles_evenly
 
 BLOCK_M = (64, 128, 256)
 BLOCK_N = (64, 128, 256)
@@ -149,16 +149,6 @@ SPACE_GROUP_M = (1, 2, 4, 8, 16)
 MAX_ACC = 64 * 256
 
 
-def _round_up(x: int, multiple: int) -> int:
-  return -(-x // multiple) * multiple
-
-
-def _tiles_evenly(dim: int, block: int) -> bool:
-  """Whether `block` splits `dim` (rounded up to the 64-element TMA swizzle row the kernel
-  pads to) into whole tiles; 64 always does."""
-  return block == 64 or _round_up(dim, 64) % block == 0
-
-
 def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) -> list[MosaicConfig]:
   """Configs that drive the op, fit shared memory on `device_kind`, keep each consumer's
   accumulator in registers, and tile the dims evenly: a ragged column tile wastes a wgmma,
@@ -173,11 +163,11 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
     cfg = MosaicConfig(bm, bn, bk, steps, band)
     acc_rows, acc_cols, _ = cfg.consumer_tile(op)
     if op == "drhs":  # block_m steps over rows; [block_k, block_n] tiles the [k, n] output
-      evenly = _tiles_evenly(contraction, bk) and _tiles_evenly(cols, bn)
+      evenly = tiles_evenly(contraction, bk) and tiles_evenly(cols, bn)
       too_big = band > max(1, -(-contraction // bk))
     else:
-      evenly = _tiles_evenly(cols, bn) and (contraction % bk == 0 or bk == 64)
-      too_big = bm > max(64, _round_up(rows, 64))
+      evenly = tiles_evenly(cols, bn) and (contraction % bk == 0 or bk == 64)
+      too_big = bm > max(64, round_up(rows, 64))
     if acc_rows * acc_cols <= MAX_ACC and evenly and not too_big and cfg.fits(op, dtype, m, k, n, device_kind):
       out.append(cfg)
   return out
@@ -187,7 +177,7 @@ def launch_key(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: 
   """A band no wider than the widest group's row tiles (drhs: than the k tiles)."""
   rows, _, _ = op_dims(op, m, k, n)
   if op == "drhs":
-    widest = -(-_round_up(k, 64) // cfg.block_k)
+    widest = -(-round_up(k, 64) // cfg.block_k)
   else:
     widest = max([t for t in row_tiles(group_sizes, rows, cfg.block_m, group_start=True, align=8)[0] if t] or [1])
   return dataclasses.replace(cfg, group_m=min(cfg.group_m, widest))
@@ -198,15 +188,15 @@ def grid_work(cfg: MosaicConfig, op: str, m: int, k: int, n: int, group_sizes: t
   wrappers' padding: rows to 8, columns to a 64-element swizzle row, gmm's k to block_k."""
   rows, contraction, cols = op_dims(op, m, k, n)
   g = len(group_sizes)
-  m_pad = _round_up(rows, 8)
+  m_pad = round_up(rows, 8)
   if op == "drhs":  # cells (group, k tile, n tile); a pipeline step per block_m rows of the group
-    k_pad, n_pad = _round_up(k, 64), _round_up(n, 64)
+    k_pad, n_pad = round_up(k, 64), round_up(n, 64)
     tiles = -(-k_pad // cfg.block_k) * -(-n_pad // cfg.block_n)
     steps = g * tiles
-    out = g * _round_up(k_pad, cfg.block_k) * _round_up(n_pad, cfg.block_n)
+    out = g * round_up(k_pad, cfg.block_k) * round_up(n_pad, cfg.block_n)
     blocks = sum(row_tiles(group_sizes, rows, cfg.block_m, group_start=True, align=8)[0])
     return GridWork(steps, steps, m_pad * (k_pad + n_pad), out, blocks * tiles, cfg.block_m * cfg.block_k * cfg.block_n)
-  k_pad, n_pad = _round_up(contraction, cfg.block_k), _round_up(cols, 64)
+  k_pad, n_pad = round_up(contraction, cfg.block_k), round_up(cols, 64)
   col_blocks = -(-n_pad // cfg.block_n)
   group_tiles, rest = row_tiles(group_sizes, m_pad, cfg.block_m, group_start=True, align=8)
   cells = (sum(group_tiles) + rest) * col_blocks

@@ -239,6 +239,27 @@ def _gmm_kernel(
   plgpu.wait_smem_to_gmem(0)  # every store done before the kernel exits
 
 
+def tma_operands(lhs, rhs, group_sizes, group_offset, *, block_k: int, tile_rows: int, transpose_rhs: bool):
+  """(lhs, rhs, seg_starts, seg_ends, schedule) of a gmm kernel fed by TMA over group-start
+  row tiles of tile_rows rows.
+
+  TMA tiles global memory in [8, 128-byte] boxes, so both dims of every operand must be
+  multiples of those; a ragged last k step would also add another tile's columns. The
+  operands are zero-padded, only the dims that need it (model shapes rarely do, but for m):
+  rows to 8, k to block_k, n to the 128-byte row of the rhs tiles and the output's. Rows
+  m..m_pad are past sum(group_sizes): the zero segment after the groups."""
+  g_local = rhs.shape[0]
+  offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
+  lhs = pad_to_multiple(pad_to_multiple(lhs, 0, ROW_TILE), 1, block_k)
+  rhs = pad_to_multiple(rhs, 2 if transpose_rhs else 1, block_k)
+  rhs = pad_to_multiple(rhs, 1 if transpose_rhs else 2, swizzle_elems(rhs.dtype))
+  m_pad = lhs.shape[0]
+  num_tiles = common.num_tiles_bound(m_pad, tile_rows, g_local)
+  seg_starts, seg_ends = common.segment_bounds(group_sizes, m_pad, offset, g_local)
+  sched = common.tile_schedule(seg_starts, seg_ends, tile_rows, num_tiles, group_start=True, align=ROW_TILE)
+  return lhs, rhs, seg_starts, seg_ends, sched
+
+
 def gmm(
   lhs: jax.Array,
   rhs: jax.Array,
@@ -266,21 +287,10 @@ def gmm(
   g_local = rhs.shape[0]
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
   cfg = config
-  offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
-
-  # TMA tiles global memory in [8, 128-byte] boxes, so both dims of every operand must be
-  # multiples of those; a ragged last k step would also add another tile's columns. Pad
-  # with zeros, only the dims that need it (model shapes rarely do, but for m).
-  lhs = pad_to_multiple(pad_to_multiple(lhs, 0, ROW_TILE), 1, cfg.block_k)
-  rhs = pad_to_multiple(rhs, 2 if transpose_rhs else 1, cfg.block_k)
-  # n: a multiple of the 128-byte row in the rhs tiles and in the output's.
-  rhs = pad_to_multiple(rhs, 1 if transpose_rhs else 2, swizzle_elems(rhs.dtype))
+  lhs, rhs, seg_starts, seg_ends, sched = tma_operands(
+    lhs, rhs, group_sizes, group_offset, block_k=cfg.block_k, tile_rows=cfg.block_m, transpose_rhs=transpose_rhs
+  )
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
-
-  # Rows m..m_pad are past sum(group_sizes): the zero segment after the groups.
-  num_tiles = common.num_tiles_bound(m_pad, cfg.block_m, g_local)
-  seg_starts, seg_ends = common.segment_bounds(group_sizes, m_pad, offset, g_local)
-  sched = common.tile_schedule(seg_starts, seg_ends, cfg.block_m, num_tiles, group_start=True, align=ROW_TILE)
 
   kernel = functools.partial(
     _gmm_kernel,

@@ -1,0 +1,391 @@
+"""Mosaic GPU Blackwell (tcgen05) grouped matmul: out[rows of group i] = lhs[rows] @ rhs[i].
+
+Layout, in order: the roles, the kernel body, the kernel call. The tile schedule (group-start
+row tiles, segments of no local group) and the launch order are common.py's, as for the Hopper
+kernel (kernels/mosaic_gpu/gmm.py); what changes on Blackwell is who computes and where the
+accumulator lives:
+
+- the accumulator is in tensor memory (TMEM), two [128, block_n] f32 buffers a CTA: a cell's
+  epilogue reads one while the MMAs of the next cell write the other, and no register holds it;
+- warp-specialized, two warpgroups a CTA: in the first, one warp issues the TMA loads and one
+  warp issues tcgen05 MMAs (a single thread issues each, shared memory to TMEM); the second
+  warpgroup is the epilogue: TMEM -> registers -> shared memory -> TMA store, in [128, 64]
+  strips, the rows of a partial tile by a ladder of power-of-two copies;
+- persistent: one CTA (or CTA pair) per SM (pair of SMs) walks the output cells in
+  common.launch_cell's group-major order. The operand ring and the accumulator buffers carry
+  over from cell to cell, so the loads of a cell start while the last one is still computing;
+- cta_pair: two CTAs of a cluster run each MMA together (cta_group::2). The cell is 256 rows;
+  each CTA loads its 128 rows of lhs and half of the rhs tile's columns, the first CTA issues
+  the MMAs for both, and each CTA's epilogue stores its own rows;
+- rows of no local group (group_offset, rows past sum(group_sizes)) are written as zeros, every
+  output row exactly once; k is zero-padded to a multiple of block_k in the wrapper when it is
+  not one; transpose_rhs reads [g, n, k] weights and feeds the tiles to the MMA transposed.
+
+Barriers (each waited on by one role, once per completion, so the phases stay in step):
+  lhs_loaded/rhs_loaded[slot]  TMA -> MMA warp      a stage's operands are in shared memory
+  consumed[slot]               MMA -> TMA warp      the MMAs reading a stage are done
+  mma_done[buf]                MMA -> epilogue      a cell's accumulator is complete
+  store_done[buf]              epilogue -> MMA warp the epilogue has read the accumulator
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from kernels import common, target
+from kernels.mosaic_blackwell.config import EPI_TILE, ROW_TILE, BlackwellConfig
+from kernels.mosaic_gpu.gmm import (
+  check_inputs,
+  interpret_params,
+  store_rows,
+  swizzle_elems,
+  tma_operands,
+)
+
+# B200's SM count: the grid when the default device is not a GPU (export for CUDA from a CPU
+# host). A persistent grid of any size is correct, only its speed moves.
+FALLBACK_NUM_SMS = 148
+# CTAs the GPU interpreter simulates (each warpgroup a host thread, so keep it small).
+INTERPRET_NUM_SMS = 2
+WARPGROUPS = 2  # the control warpgroup (TMA and MMA warps) and the epilogue's
+TMA_WARP, MMA_WARP = 0, 1
+CONTROL, EPILOGUE, MASK = 0, 1, 2  # warpgroups; tgmm adds MASK
+PAIR = "pair"  # the cluster axis of a CTA pair
+
+
+def num_ctas(interpret=False) -> int:
+  """Persistent CTAs to launch: the SM count of the GPU being compiled for."""
+  if interpret:
+    return INTERPRET_NUM_SMS
+  t = target.current()
+  return int(t.num_cores) if t.is_gpu and t.num_cores else FALLBACK_NUM_SMS
+
+
+def operand_transforms(dtype):
+  """The shared-memory layout of an operand tile: 8-row, 128-byte swizzled boxes."""
+  swizzle = swizzle_elems(dtype)
+  return (plgpu.TilingTransform((ROW_TILE, swizzle)), plgpu.SwizzleTransform(128))
+
+
+def launch(kernel, name, out_type, cfg: BlackwellConfig, interpret, warpgroups: int = WARPGROUPS):
+  """plgpu.kernel over the persistent grid: one CTA per SM, or one cluster of two per pair."""
+  kernel.__name__ = name  # the kernel's name in the machine code and profiles
+  ctas = num_ctas(interpret)
+  pair = dict(cluster=(2,), cluster_names=(PAIR,)) if cfg.cta_pair else {}
+  return plgpu.kernel(
+    kernel,
+    out_type=out_type,
+    grid=(max(1, ctas // cfg.ctas),),
+    grid_names=("sm",),
+    num_threads=warpgroups,
+    thread_name="wg",
+    compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
+    interpret=interpret_params(interpret),
+    **pair,
+  )
+
+
+def barriers(cfg: BlackwellConfig):
+  """The barriers of the module docstring. With cta_pair, the epilogue's store_done is a
+  cluster barrier: the first CTA's MMAs write both CTAs' accumulators, so it waits for both
+  epilogues."""
+  steps = cfg.max_concurrent_steps
+  store_done = (
+    plgpu.ClusterBarrier(collective_axes=(PAIR,), num_barriers=2, num_arrivals=2, orders_tensor_core=True)
+    if cfg.cta_pair
+    else plgpu.Barrier(num_arrivals=1, num_barriers=2, orders_tensor_core=True)
+  )
+  return dict(
+    lhs_loaded=plgpu.Barrier(num_arrivals=1, num_barriers=steps),
+    rhs_loaded=plgpu.Barrier(num_arrivals=1, num_barriers=steps),
+    consumed=plgpu.Barrier(num_arrivals=1, num_barriers=steps, orders_tensor_core=True),
+    mma_done=plgpu.Barrier(num_arrivals=1, num_barriers=2, orders_tensor_core=True),
+    store_done=store_done,
+  )
+
+
+def pipeline_roles(
+  *,
+  cfg,
+  done,
+  steps,
+  buf,
+  local_index,
+  load,
+  mma,
+  epilogue,
+  lhs_loaded,
+  rhs_loaded,
+  consumed,
+  mma_done,
+  store_done,
+  mask=None,
+  masked=None,
+):
+  """One cell's work, by role. `done`: the pipeline steps this CTA ran before the cell (the
+  ring's position); `steps`: this cell's (0: no MMA, the epilogue stores zeros); `buf`: the
+  accumulator buffer; load(i, slot, barrier_a, barrier_b) issues step i's copies;
+  mma(i, slot, consumed, accumulate) issues its MMAs; epilogue(has_acc) stores the cell.
+  mask(i, slot), with a third warpgroup: it edits step i's lhs tile in shared memory after
+  the load and before the MMA, which then waits on `masked` instead of lhs_loaded."""
+  ring = cfg.max_concurrent_steps
+  wg = lax.axis_index("wg")
+  lead = (lax.axis_index(PAIR) == 0) if cfg.cta_pair else True
+  pair_axis = PAIR if cfg.cta_pair else None
+
+  @pl.when(wg == CONTROL)
+  def _control():
+    @plgpu.warp_map
+    def _warp(warp):
+      @pl.when(warp == TMA_WARP)
+      def _tma():
+        @pl.loop(0, steps)
+        def _step(i):
+          s = done + i
+          slot = lax.rem(s, ring)
+
+          @pl.when(s >= ring)  # the stage's last MMAs have read it
+          def _():
+            plgpu.barrier_wait(consumed.at[slot])
+
+          load(i, slot, lhs_loaded.at[slot], rhs_loaded.at[slot])
+
+      @pl.when((warp == MMA_WARP) & lead)
+      def _mma():
+        @pl.when(local_index >= 2)  # the epilogue has read this buffer's last cell
+        def _():
+          plgpu.barrier_wait(store_done.at[buf])
+
+        @pl.loop(0, steps)
+        def _step(i):
+          slot = lax.rem(done + i, ring)
+          plgpu.barrier_wait((lhs_loaded if mask is None else masked).at[slot])
+          plgpu.barrier_wait(rhs_loaded.at[slot])
+          mma(i, slot, consumed.at[slot], i > 0)
+
+        # Also with no MMA (a cell of zeros): the epilogue waits on every cell's buffer.
+        plgpu.tcgen05_commit_arrive(mma_done.at[buf], collective_axis=pair_axis)
+
+  @pl.when(wg == EPILOGUE)
+  def _epilogue():
+    plgpu.barrier_wait(mma_done.at[buf])
+    epilogue(steps > 0)
+    plgpu.wait_load_tmem()  # the accumulator is read before the MMAs may write it again
+    plgpu.barrier_arrive(store_done.at[buf])
+
+  if mask is not None:
+
+    @pl.when(wg == MASK)
+    def _mask():
+      @pl.loop(0, steps)
+      def _step(i):
+        slot = lax.rem(done + i, ring)
+        plgpu.barrier_wait(lhs_loaded.at[slot])
+        mask(i, slot)
+        plgpu.commit_smem()  # the generic-proxy writes, before the MMA reads the tile
+        plgpu.barrier_arrive(masked.at[slot])
+
+
+def cta_rows(seg_start, seg_end, row0, cta, block_m: int):
+  """(first row, lo, rows): a CTA's block_m rows of the cell at row0 start at row0 + cta *
+  block_m, and it stores rows [lo, lo + rows) of them, those of the cell's segment [seg_start,
+  seg_end). The other rows are a neighbour's (before the segment, or past its end)."""
+  first = row0 + cta * block_m
+  lo = jnp.clip(seg_start - first, 0, block_m)
+  return first, lo, jnp.clip(seg_end - first, 0, block_m) - lo
+
+
+def store_strips(acc_tmem, has_acc, out_smem, o_gmem, *, row0, lo, rows, col0, n, cols: int):
+  """Store the cell's [128, cols] accumulator (zeros when not has_acc) to
+  o_gmem[row0 + [lo, lo + rows), col0 + ...], in [128, 64] strips through out_smem; strips
+  that start at or past n are not stored.
+
+  A strip's rows go out as several TMA copies (store_rows), and the next strip waits until
+  all of them have read out_smem (wait 0, not 1: jax's interpreter counts each copy as its
+  own group). Its tensor-memory load is issued before that wait, so the wait overlaps it."""
+  out_dtype = o_gmem.dtype
+  for e in range(cols // EPI_TILE):
+    strip = pl.ds(e * EPI_TILE, EPI_TILE)
+
+    @pl.when(has_acc)
+    def _load():
+      value = plgpu.async_load_tmem(acc_tmem.at[:, strip], layout=plgpu.Layout.TCGEN05).astype(out_dtype)
+      plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last strip's copies have read out_smem
+      out_smem[...] = value
+
+    @pl.when(jnp.logical_not(has_acc))
+    def _zeros():
+      plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+      out_smem[...] = jnp.zeros(out_smem.shape, out_dtype)
+
+    plgpu.commit_smem()
+    strip_rows = jnp.where(col0 + e * EPI_TILE < n, rows, 0)
+    store_rows(out_smem, o_gmem, lo, strip_rows, out_smem.shape[0], row0, col0 + e * EPI_TILE, EPI_TILE)
+    plgpu.commit_smem_to_gmem_group()
+
+
+def _gmm_kernel(
+  tile_seg_ref,
+  tile_row8_ref,
+  active_ref,
+  seg_first_ref,
+  seg_tiles_ref,
+  seg_start_ref,
+  seg_end_ref,
+  lhs_gmem,
+  rhs_gmem,
+  o_gmem,
+  *,
+  n,
+  k,
+  g_local,
+  num_col_blocks,
+  cfg: BlackwellConfig,
+  transpose_rhs,
+):
+  block_m, block_n, block_k = cfg.block_m, cfg.block_n, cfg.block_k
+  cell_rows = block_m * cfg.ctas
+  cta_cols = block_n // cfg.ctas  # the rhs columns this CTA loads
+  k_steps = k // block_k
+  dtype = lhs_gmem.dtype
+  transforms = operand_transforms(dtype)
+  cta = lax.axis_index(PAIR) if cfg.cta_pair else 0
+  rhs_tile_shape = (cta_cols, block_k) if transpose_rhs else (block_k, cta_cols)
+
+  @functools.partial(
+    pl.run_scoped,
+    lhs_smem=plgpu.SMEM((cfg.max_concurrent_steps, block_m, block_k), dtype, transforms=transforms),
+    rhs_smem=plgpu.SMEM((cfg.max_concurrent_steps, *rhs_tile_shape), dtype, transforms=transforms),
+    out_smem=plgpu.SMEM((block_m, EPI_TILE), o_gmem.dtype),
+    acc_tmem=plgpu.TMEM((block_m, 2 * block_n), jnp.float32, collective=cfg.cta_pair),
+    **barriers(cfg),
+    collective_axes="wg",
+  )
+  def _scope(lhs_smem, rhs_smem, out_smem, acc_tmem, **bars):
+    @plgpu.nd_loop((active_ref[0] * num_col_blocks,), collective_axes="sm", init_carry=jnp.int32(0))
+    def _cell(loop_info, carry):
+      t, j = common.launch_cell(
+        loop_info.index[0], tile_seg_ref, seg_first_ref, seg_tiles_ref, num_col_blocks, cfg.group_m
+      )
+      # A tile starts at its segment's first row rounded down to a TMA box (8 rows): the rows
+      # before `lead` are a neighbour's. Only a segment's last tile ends before cell_rows.
+      seg, row0 = tile_seg_ref[t], tile_row8_ref[t] * ROW_TILE
+      is_group = (seg >= 1) & (seg <= g_local)
+      group = jnp.clip(seg - 1, 0, g_local - 1)
+      steps = jnp.where(is_group, k_steps, 0)
+      buf = lax.rem(loop_info.local_index, 2)
+      acc = acc_tmem.at[:, pl.ds(buf * block_n, block_n)]
+
+      def load(i, slot, lhs_barrier, rhs_barrier):
+        ks = pl.ds(i * block_k, block_k)
+        rows = pl.ds(row0, cell_rows)
+        cols = pl.ds(j * block_n, block_n)
+        rhs = rhs_gmem.at[group, cols, ks] if transpose_rhs else rhs_gmem.at[group, ks, cols]
+        partition = dict(collective_axes=PAIR) if cfg.cta_pair else {}
+        plgpu.copy_gmem_to_smem(
+          lhs_gmem.at[rows, ks],
+          lhs_smem.at[slot],
+          lhs_barrier,
+          leader_tracked=plgpu.CopyPartition.PARTITIONED(0) if cfg.cta_pair else None,
+          **partition,
+        )
+        plgpu.copy_gmem_to_smem(
+          rhs,
+          rhs_smem.at[slot],
+          rhs_barrier,
+          leader_tracked=plgpu.CopyPartition.PARTITIONED(0 if transpose_rhs else 1) if cfg.cta_pair else None,
+          **partition,
+        )
+
+      def mma(i, slot, consumed, accumulate):
+        b = rhs_smem.at[slot].T if transpose_rhs else rhs_smem.at[slot]
+        plgpu.tcgen05_mma(
+          acc,
+          lhs_smem.at[slot],
+          b,
+          consumed,
+          accumulate=accumulate,
+          collective_axis=PAIR if cfg.cta_pair else None,
+        )
+
+      def epilogue(has_acc):
+        my_row0, lo, rows = cta_rows(seg_start_ref[seg], seg_end_ref[seg], row0, cta, block_m)
+        store_strips(
+          acc, has_acc, out_smem, o_gmem, row0=my_row0, lo=lo, rows=rows, col0=j * block_n, n=n, cols=block_n
+        )
+
+      pipeline_roles(
+        cfg=cfg,
+        done=carry,
+        steps=steps,
+        buf=buf,
+        local_index=loop_info.local_index,
+        load=load,
+        mma=mma,
+        epilogue=epilogue,
+        **bars,
+      )
+      return carry + steps
+
+  plgpu.wait_smem_to_gmem(0)  # every store done before the kernel exits
+
+
+def gmm(
+  lhs: jax.Array,
+  rhs: jax.Array,
+  group_sizes: jax.Array,
+  *,
+  config: BlackwellConfig,
+  out_dtype,
+  transpose_rhs: bool = False,
+  group_offset: jax.Array | None = None,
+  precision=None,
+  interpret=False,
+) -> jax.Array:
+  """Grouped matmul [m,k] x [g,k,n] (or [g,n,k] with transpose_rhs) -> [m,n].
+
+  lhs and rhs must share a 16-bit dtype (the ragged_dot wrapper casts them). rhs holds
+  groups [group_offset, group_offset + g) of group_sizes; every other row comes out 0.
+  precision is accepted for a uniform signature: tcgen05 on 16-bit inputs has one.
+  interpret: False, True (the GPU interpreter with default params) or InterpretGPUParams.
+  """
+  del precision
+  check_inputs(lhs, rhs)
+  if why := config.valid_for("fwd"):
+    raise ValueError(f"BlackwellConfig {config} cannot drive gmm: {why}")
+  cfg = config
+  m = lhs.shape[0]
+  g_local = rhs.shape[0]
+  n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  lhs, rhs, seg_starts, seg_ends, sched = tma_operands(
+    lhs, rhs, group_sizes, group_offset, block_k=cfg.block_k, tile_rows=cfg.cell("fwd")[0], transpose_rhs=transpose_rhs
+  )
+  m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  kernel = functools.partial(
+    _gmm_kernel,
+    n=n_pad,
+    k=lhs.shape[1],
+    g_local=g_local,
+    num_col_blocks=pl.cdiv(n_pad, cfg.block_n),
+    cfg=cfg,
+    transpose_rhs=transpose_rhs,
+  )
+  out_type = jax.ShapeDtypeStruct((m_pad, n_pad), out_dtype)
+  out = launch(kernel, "ragtune_tcgen05_gmm", out_type, cfg, interpret)(
+    sched.tile_segment,
+    sched.tile_row_start // ROW_TILE,  # in TMA boxes, so the kernel's row offsets are whole ones
+    sched.active,
+    sched.segment_first_tile,
+    sched.segment_num_tiles,
+    seg_starts,
+    seg_ends,
+    lhs,
+    rhs,
+  )
+  return out[:m, :n]
