@@ -92,14 +92,16 @@ class KernelReport:
   stack_bytes: int
   smem_bytes: int | None
   smem_source: str  # "xla" | "config" | ""
-  mma: str  # "wgmma" | "mma.sync" | "none"
+  mma: str  # "wgmma" | "tcgen05" | "tcgen05.2cta" | "mma.sync" | "none"
   copy: str  # "tma" | "cp.async" | "ld/st"
   counts: dict[str, int]
   serialized_wgmma: bool
   loops_wait_one: bool
-  loop_spills: int  # STL/LDL inside the loops that issue wgmma
+  loop_spills: int  # STL/LDL inside the loops that issue wgmma or tcgen05 MMAs or read TMEM
   setmaxnreg: bool  # USETMAXREG: registers moved between warpgroups (warp specialization)
   hgmma_n: int  # the widest wgmma's N; 0 without wgmma
+  tmem_alloc: bool = False  # allocates tensor memory (tcgen05.alloc)
+  cta_pair: bool = False  # its tcgen05 MMAs are a CTA pair's (cta_group::2)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -108,7 +110,7 @@ class KernelReport:
     """(outcome, why) of what makes this kernel unfit though ptxas built it; (OK, "") if
     nothing does."""
     if self.loop_spills:
-      return LOOP_SPILL, f"{self.name}: {self.loop_spills} STL/LDL in its wgmma loops ({self.spill_bytes} B/thread)"
+      return LOOP_SPILL, f"{self.name}: {self.loop_spills} STL/LDL in its MMA loops ({self.spill_bytes} B/thread)"
     if self.spill_bytes:
       return SPILL, f"{self.name}: {self.spill_bytes} B/thread spilled"
     if self.serialized_wgmma:
@@ -332,6 +334,23 @@ def _classify(e: Exception) -> str:
   return ERROR
 
 
+# The GPUs this process has compiled for. jaxlib assembles every Mosaic GPU kernel of a
+# process for the GPU of its first one (jax 0.10.2 and 0.12.0.1): a B200 kernel after an H100
+# one fails in ptxas ("SM version specified by .target is higher than default SM version
+# assumed", on stderr; the exception says only "Pass pipeline failed").
+_GPU_KINDS_COMPILED: set[str] = set()
+
+
+def _other_gpu_hint(device_kind: str) -> str:
+  others = sorted(_GPU_KINDS_COMPILED - {device_kind})
+  if not others:
+    return ""
+  return (
+    f" (this process compiled for {', '.join(others)} before: jaxlib assembles Mosaic GPU kernels for the "
+    "first GPU a process compiled for; compile each GPU in a process of its own, as `ragtune compile` does)"
+  )
+
+
 def _first_lines(e: Exception, limit: int = 600) -> str:
   text = f"{type(e).__name__}: {e}".strip()
   lines = [l for l in text.splitlines() if l.strip()][:4]
@@ -409,7 +428,9 @@ def compile_fn(
     except Exception as e:  # the compiler's own failure, whatever its type
       if _MISSING_TOOL.search(str(e)):
         raise AotUnavailable(f"the GPU toolchain is incomplete: {_first_lines(e, 300)}") from None
-      return CompileReport(name, dev.device_kind, _classify(e), _first_lines(e), time.perf_counter() - start)
+      error = _first_lines(e) + _other_gpu_hint(dev.device_kind)
+      return CompileReport(name, dev.device_kind, _classify(e), error, time.perf_counter() - start)
+    _GPU_KINDS_COMPILED.add(dev.device_kind)
     seconds = time.perf_counter() - start
     launch_smem = {}
     for f in Path(dump).glob("*thunk_sequence.txt"):
@@ -446,6 +467,8 @@ def compile_fn(
         kc.loop_spills,
         kc.setmaxnreg,
         kc.hgmma_n,
+        kc.tmem_alloc,
+        kc.cta_pair,
       )
     )
   if expect_kernel and not reports:

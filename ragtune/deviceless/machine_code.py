@@ -35,11 +35,30 @@ _RIEGELI_CHUNK_HEADER = 40
 _RIEGELI_MAGIC = bytes.fromhex("83af70d10d884a3f")
 _ELF_MAGIC = b"\x7fELF"
 
-# Instructions that say how a kernel computes and moves data (Hopper SASS names).
-# HGMMA: Hopper's wgmma; UTCHMMA: Blackwell's tcgen05 MMA; HMMA: mma.sync. UTMALDG/UTMASTG:
-# TMA loads/stores; LDGSTS: cp.async; STL/LDL: local memory (spills) traffic; USETMAXREG:
-# setmaxnreg, warp specialization's move of registers between warpgroups.
-INSTRUCTIONS = ("HGMMA", "UTCHMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDSM", "STL", "LDL", "USETMAXREG")
+# Instructions that say how a kernel computes and moves data (SASS names, as cuobjdump 13
+# prints them). HGMMA: Hopper's wgmma; HMMA: mma.sync. Blackwell (sm_100): UTCHMMA is tcgen05.mma
+# on 16-bit inputs (UTCHMMA.2CTA: cta_group::2, a CTA pair's MMA), UTCBAR tcgen05.commit,
+# LDTM/STTM tcgen05.ld/st (tensor memory to and from registers), UTCATOMSWS tensor memory's
+# allocator (.FIND_AND_SET: tcgen05.alloc). UTMALDG/UTMASTG: TMA loads/stores; LDGSTS: cp.async;
+# STL/LDL: local memory (spills) traffic; USETMAXREG: setmaxnreg, warp specialization's move of
+# registers between warpgroups.
+INSTRUCTIONS = (
+  "HGMMA",
+  "UTCHMMA",
+  "HMMA",
+  "UTCBAR",
+  "LDTM",
+  "STTM",
+  "UTCATOMSWS",
+  "UTMALDG",
+  "UTMASTG",
+  "LDGSTS",
+  "LDSM",
+  "STL",
+  "LDL",
+  "USETMAXREG",
+)
+_MMA_OPS = ("HGMMA", "UTCHMMA")  # the asynchronous MMAs whose loops are the main loops
 
 
 class MachineCodeError(RuntimeError):
@@ -57,11 +76,14 @@ class SassFacts:
   loops_wait_one: every loop that issues wgmma waits with ``DEPBAR.LE gsb0, 0x1`` in it
   (one wgmma left in flight), as a pipeline that releases a step's buffers after the next
   step's wgmma is issued must.
-  loop_spills: STL/LDL instructions inside the loops that issue wgmma: the accumulator (or
-  what lives beside it) stored and reloaded at every step, not once per kernel.
+  loop_spills: STL/LDL instructions inside the loops that issue wgmma or tcgen05 MMAs or
+  read tensor memory: the accumulator (or what lives beside it) stored and reloaded at
+  every step, not once per kernel.
   setmaxnreg: the SASS moves registers between warpgroups (USETMAXREG), as a
   warp-specialized kernel does to give its consumers more than its producer.
   hgmma_n: the widest wgmma's N (``HGMMA.64x256x16.F32.BF16``: 256); 0 without wgmma.
+  tmem_alloc: the kernel allocates tensor memory (UTCATOMSWS.FIND_AND_SET, tcgen05.alloc).
+  cta_pair: its tcgen05 MMAs are a CTA pair's (UTCHMMA.2CTA, cta_group::2).
   """
 
   counts: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -70,6 +92,8 @@ class SassFacts:
   loop_spills: int = 0
   setmaxnreg: bool = False
   hgmma_n: int = 0
+  tmem_alloc: bool = False
+  cta_pair: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,7 +120,11 @@ class KernelCode(SassFacts):
 
   @property
   def mma(self) -> str:
-    for op, kind in (("HGMMA", "wgmma"), ("UTCHMMA", "tcgen05"), ("HMMA", "mma.sync")):
+    for op, kind in (
+      ("HGMMA", "wgmma"),
+      ("UTCHMMA", "tcgen05.2cta" if self.cta_pair else "tcgen05"),
+      ("HMMA", "mma.sync"),
+    ):
       if self.counts.get(op):
         return kind
     return "none"
@@ -398,16 +426,20 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
     # C7511: ptxas waits for (nearly) every wgmma right after issuing it. A pipelined
     # kernel issues a step's wgmmas back to back and waits once a step, for all but one.
     waited = sum(any(is_wait(j, 0) for j in range(i + 1, min(i + 4, len(instrs)))) for i in hgmma)
-    wgmma_loops = [body for body in _natural_loops(instrs) if any(instrs[j].op == "HGMMA" for j in body)]
-    in_wgmma_loops = set().union(*wgmma_loops)
+    loops = _natural_loops(instrs)
+    wgmma_loops = [body for body in loops if any(instrs[j].op == "HGMMA" for j in body)]
+    main_loops = [body for body in loops if any(instrs[j].op in (*_MMA_OPS, "LDTM") for j in body)]
+    in_main_loops = set().union(*main_loops)
     shapes = [_HGMMA_SHAPE.match(instrs[i].mods) for i in hgmma]
     facts[name] = SassFacts(
       counts=dict(counts),
       serialized_wgmma=bool(hgmma) and waited * 2 > len(hgmma),
       loops_wait_one=bool(wgmma_loops) and all(any(is_wait(j, 1) for j in body) for body in wgmma_loops),
-      loop_spills=sum(instrs[j].op in ("STL", "LDL") for j in in_wgmma_loops),
+      loop_spills=sum(instrs[j].op in ("STL", "LDL") for j in in_main_loops),
       setmaxnreg=bool(counts.get("USETMAXREG")),
       hgmma_n=max((int(s.group(2)) for s in shapes if s), default=0),
+      tmem_alloc=any(ins.op == "UTCATOMSWS" and ".FIND_AND_SET" in ins.mods for ins in instrs),
+      cta_pair=any(ins.op == "UTCHMMA" and ".2CTA" in ins.mods for ins in instrs),
     )
   return facts
 
