@@ -208,18 +208,21 @@ def timeout_warnings(rows: list[PlanRow], timeout_s: float, limit: int = 5) -> l
 
 
 def interpret_skips(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
-  """The problems an interpreter can run here, and one notice per (backend, op) it cannot
-  (its backend's interpret_unsupported), whose problems are left out."""
+  """The problems an interpreter can run here, and one notice per backend and reason it
+  cannot (its backend's interpret_unsupported), naming the ops whose problems are left out."""
   keep, skipped = [], {}
   for p in problems:
     why = registry.get(p.backend).interpret_unsupported().get(p.op)
     if why is None:
       keep.append(p)
     else:
-      skipped.setdefault((p.backend, p.op), [why, 0])[1] += 1
-  notices = [
-    f"skipped {n} {backend} {op} problem{'s' if n > 1 else ''}, every row of which would fail: {why}. "
-    "Nothing is recorded for them."
-    for (backend, op), (why, n) in skipped.items()
-  ]
+      ops = skipped.setdefault((p.backend, why), {})
+      ops[p.op] = ops.get(p.op, 0) + 1
+  notices = []
+  for (backend, why), ops in skipped.items():
+    n = sum(ops.values())
+    notices.append(
+      f"skipped {n} {backend} problem{'s' if n > 1 else ''} ({', '.join(f'{op} {c}' for op, c in ops.items())}), "
+      f"every row of which would fail: {why}. Nothing is recorded for them."
+    )
   return keep, notices

@@ -107,6 +107,26 @@ def fitting(problems: list, memory: int | None, where: Path, say: Say) -> list:
   return fit
 
 
+def on_device(problems: list, platform: str, device_kind: str, say: Say) -> list:
+  """The problems whose backend compiles for this device (a shapes file may list the kernels
+  of several GPU generations): a notice for each backend left out, and an error if none is
+  left. Off its hardware (interpreted on a CPU) every backend stays."""
+  keep, left_out = [], {}
+  for p in problems:
+    try:
+      kernels.registry.get(p.backend).check_device(platform, device_kind)
+    except ValueError as e:
+      left_out.setdefault(p.backend, [str(e).split("; use")[0], 0])[1] += 1
+    else:
+      keep.append(p)
+  notices = [f"{why}: its {n} problem{'s' if n > 1 else ''} left out" for why, n in left_out.values()]
+  if not keep and notices:
+    raise RagtuneError(f"nothing to run on {device_kind}: " + "; ".join(notices))
+  for notice in notices:
+    say(f"notice: {notice}")
+  return keep
+
+
 def interpreting(interpret: bool | None, platform: str) -> bool:
   """--interpret/--no-interpret, by default on where there is no accelerator."""
   return platform == "cpu" if interpret is None else interpret
@@ -127,7 +147,7 @@ def interpretable(problems: list, interpret: bool, say: Say) -> list:
     return problems
   keep, notices = plan_mod.interpret_skips(problems)
   if not keep:
-    raise RagtuneError("nothing to run in interpret mode: " + "; ".join(notices))
+    raise RagtuneError("nothing to run in interpret mode: " + " ".join(notices))
   for notice in notices:
     say(f"notice: {notice}")
   return keep
@@ -257,6 +277,7 @@ def sweep(
   if skip_bad_lines:
     warn_bad_lines(out_dir, say)
   info = device()
+  problems = on_device(problems, info["platform"], info["device_kind"], say)
   problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
   opts = SweepOptions(
     out_dir=out_dir,
@@ -291,7 +312,7 @@ def target_problems(facts: dict, shapes_file: Path, sel: Selection, say: Say):
   spec, problems = load_problems(shapes_file, sel, say)
   own = prune.backends_for(facts["platform"])
   if sel.backends or any(p.backend in own for p in problems):
-    return spec, problems, False
+    return spec, on_device(problems, facts["platform"], facts["device_kind"], say), False
   say(f"notice: {shapes_file} lists no backend for {facts['device_kind']}; using {', '.join(own)}")
   spec, problems = load_problems(shapes_file, dataclasses.replace(sel, backends=tuple(own)))
   return spec, problems, True
@@ -320,6 +341,7 @@ def plan(
       problems = fitting(problems, None, shapes_file, say)  # a warning for each the backend cannot index
   else:
     spec, problems = load_problems(shapes_file, sel, say)
+    problems = on_device(problems, info["platform"], info["device_kind"], say)
   limits.check_fits(problems, where=str(shapes_file))
   problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
   base = out or Path("results") / kernels.device_slug(info["device_kind"])
