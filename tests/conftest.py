@@ -46,27 +46,34 @@ os.environ.update(kernels.registry.interpreter_env())
 # stacks (faulthandler). See README, "Tests".
 MGPU_CHILD = "RAGTUNE_MGPU_INTERPRETER_CHILD"
 MGPU_DEADLINE_S = float(os.environ.get("RAGTUNE_MGPU_DEADLINE_S", 300))
-# Under CI, three of them: gmm with the consumers splitting rows over a transposed rhs (group
-# starts off 8-row multiples, an empty group, group_offset, ragged k and n), tgmm, and one
-# conformance case (fwd, dlhs and drhs against NumPy over four group-size patterns).
-# RAGTUNE_MGPU_ALL=1 runs every one, as a run outside CI does.
+# Under CI, three of each backend's: Hopper's gmm with the consumers splitting rows over a
+# transposed rhs (group starts off 8-row multiples, an empty group, group_offset, ragged k and
+# n), its tgmm, and one conformance case (fwd, dlhs and drhs against NumPy over four group-size
+# patterns); Blackwell's gmm over a transposed rhs with its ring and accumulators carried
+# across cells, its tgmm, and the same conformance case (jax 0.12's interpreter only: under
+# jax 0.10.2 they skip). RAGTUNE_MGPU_ALL=1 runs every one, as a run outside CI does.
 MGPU_ALL = "RAGTUNE_MGPU_ALL"
 CI_MGPU_CASES = (
   "test_conformance.py::test_group_sizes[mosaic_gpu-kn]",
   "test_mosaic_gpu.py::test_gmm_warp_specialized_in_interpreter[split-rows-transposed]",
   "test_mosaic_gpu.py::test_tgmm_warp_specialized_in_interpreter",
+  "test_conformance.py::test_group_sizes[mosaic_blackwell-kn]",
+  "test_mosaic_blackwell.py::test_gmm_ring_and_accumulators_carry_across_cells[nk]",
+  "test_mosaic_blackwell.py::test_tgmm_masks_neighbours_rows_and_zeroes_empty_groups",
 )
+# The backends jax's Mosaic GPU interpreter runs: their conformance cases are mgpu_interpret.
+MGPU_BACKENDS = tuple(name for name, b in kernels.registry.REGISTRY.items() if b.interpreter == "mosaic_gpu")
 
 
 def pytest_collection_modifyitems(config, items):
   if os.environ.get(MGPU_CHILD):
     return
   for item in items:
-    if "test_conformance.py" in item.nodeid and "[mosaic_gpu" in item.nodeid:
+    if "test_conformance.py" in item.nodeid and any(f"[{b}" in item.nodeid for b in MGPU_BACKENDS):
       item.add_marker(pytest.mark.mgpu_interpret)
   if not os.environ.get("CI") or os.environ.get(MGPU_ALL):
     return
-  if not (config.option.keyword or config.option.markexpr):  # a renamed case would silently leave CI's three
+  if not (config.option.keyword or config.option.markexpr):  # a renamed case would silently leave CI's cases
     files = {item.nodeid.split("::")[0].rsplit("/", 1)[-1] for item in items}
     ids = {item.nodeid.rsplit("/", 1)[-1] for item in items}
     missing = [c for c in CI_MGPU_CASES if c.split("::")[0] in files and c not in ids]
@@ -74,7 +81,7 @@ def pytest_collection_modifyitems(config, items):
       raise pytest.UsageError(f"CI_MGPU_CASES names cases that are not collected: {missing}")
   for item in items:
     if item.get_closest_marker("mgpu_interpret") and item.nodeid.rsplit("/", 1)[-1] not in CI_MGPU_CASES:
-      item.add_marker(pytest.mark.skip(reason=f"interpreted Mosaic GPU case outside CI's three: set {MGPU_ALL}=1"))
+      item.add_marker(pytest.mark.skip(reason=f"interpreted Mosaic GPU case outside CI's few: set {MGPU_ALL}=1"))
 
 
 @pytest.hookimpl(tryfirst=True)

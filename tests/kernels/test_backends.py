@@ -170,15 +170,17 @@ def test_resolve_explicit_backend_and_configs_under_auto(monkeypatch):
   assert not default_interpret("mosaic_gpu") and not default_interpret("pallas_gpu")
 
 
-def test_auto_falls_back_to_mosaic_gpu_on_hopper_where_pallas_triton_is_gone(monkeypatch):
-  """ "auto" keeps pallas_gpu on Hopper; a jax without Pallas Triton gets mosaic_gpu there
-  (Hopper only: a B200 then gets xla), and asking for pallas_gpu by name says why not."""
+def test_auto_falls_back_to_mosaic_on_hopper_and_blackwell_where_pallas_triton_is_gone(monkeypatch):
+  """ "auto" keeps pallas_gpu on Hopper and Blackwell; a jax without Pallas Triton gets
+  mosaic_gpu on Hopper and mosaic_blackwell on a B200 (an Ampere GPU then gets xla), and
+  asking for pallas_gpu by name says why not."""
   reg = kernels.registry
   assert reg.get("pallas_gpu").unavailable() == ""  # this jax ships it
   assert reg.auto_backend("gpu", H100) == "pallas_gpu"
   gone = dataclasses.replace(reg.get("pallas_gpu"), unavailable=lambda: "jax 9.9 has no Pallas Triton")
   monkeypatch.setitem(reg.REGISTRY, "pallas_gpu", gone)
   assert reg.auto_backend("gpu", H100) == "mosaic_gpu"
-  assert reg.auto_backend("gpu", "NVIDIA B200") == "xla"
+  assert reg.auto_backend("gpu", "NVIDIA B200") == "mosaic_blackwell"
+  assert reg.auto_backend("gpu", "NVIDIA A100-SXM4-80GB") == "xla"
   with pytest.raises(ValueError, match="'pallas_gpu' is not available: jax 9.9 has no Pallas Triton; use backend="):
     reg.check_device("pallas_gpu", "gpu", H100)

@@ -10,6 +10,8 @@ An interpreted kernel costs its compile more than its run, so a case traces its 
 and backward in one jit, and shapes stay small.
 """
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,33 +25,46 @@ HI = jax.lax.Precision.HIGHEST
 TOL = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 2e-2}
 # Mosaic GPU's smallest tiles for every op (two 64-wide consumer shares), cheapest to
 # interpret; the other backends run their defaults.
-CONFIGS = {"mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=2, group_m=2)}
+CONFIGS = {
+  "mosaic_gpu": kernels.MosaicConfig(block_m=64, block_n=128, block_k=128, max_concurrent_steps=2, group_m=2),
+  # One config for the three ops: 128 TMEM lanes, a 128-deep step (drhs: 128 rows), one strip.
+  "mosaic_blackwell": kernels.BlackwellConfig(block_m=128, block_n=64, block_k=128, max_concurrent_steps=2, group_m=2),
+}
+# The modules of the backends that jax's Mosaic GPU interpreter runs: where each one reads its
+# interpreter params (interpret_params) and its count of simulated SMs (INTERPRET_NUM_SMS).
+MGPU_MODULES = {
+  "mosaic_gpu": ("kernels.mosaic_gpu.gmm", "kernels.mosaic_gpu.tgmm"),
+  "mosaic_blackwell": ("kernels.mosaic_blackwell.gmm",),
+}
 
 
 @pytest.fixture(params=list(registry.REGISTRY))
 def backend(request, monkeypatch, capsys):
-  """A backend's name, inside what its interpreter needs. Mosaic GPU runs with the
-  interpreter's race detector on, and a case fails if it reports a race (it prints one
-  "RACE DETECTED" block per race)."""
-  if request.param != "mosaic_gpu":
-    yield request.param
+  """A backend's name, inside what its interpreter needs. Mosaic GPU's runs with its race
+  detector on, and a case fails if it reports a race (it prints one "RACE DETECTED" block
+  per race). A backend whose kernels this jax's interpreter cannot run at all is skipped."""
+  name = request.param
+  if registry.get(name).interpreter != "mosaic_gpu":
+    yield name
     return
   pytest.importorskip("absl", reason="jax's Mosaic GPU interpreter needs absl-py")
+  unsupported = registry.get(name).interpret_unsupported()
+  if set(unsupported) == set(common.OPS):
+    pytest.skip(unsupported["fwd"])
   from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
   from mgpu_interpret import transposed_wgmma
 
-  from kernels.mosaic_gpu import gmm, tgmm
-
+  modules = [importlib.import_module(m) for m in MGPU_MODULES[name]]
   checked = InterpretGPUParams(detect_races=True, out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
-  original = gmm.interpret_params
+  original = modules[0].interpret_params
   race_checked = lambda interpret: checked if interpret is True else original(interpret)
-  for module in (gmm, tgmm):
+  for module in modules:
     monkeypatch.setattr(module, "interpret_params", race_checked)
-  # One simulated SM (three warpgroups): the numbers are the same, and it costs half the host
-  # threads; tests/kernels/test_mosaic_gpu.py runs two SMs against each other for races.
-  monkeypatch.setattr(gmm, "INTERPRET_NUM_SMS", 1)
+  # One simulated SM: the numbers are the same, and it costs half the host threads;
+  # tests/kernels/test_mosaic_gpu.py and test_mosaic_blackwell.py run two SMs for races.
+  monkeypatch.setattr(modules[0], "INTERPRET_NUM_SMS", 1)
   with transposed_wgmma():
-    yield request.param
+    yield name
   assert "RACE DETECTED" not in capsys.readouterr().out
 
 

@@ -167,12 +167,14 @@ def test_auto_asks_the_lut_on_a_tpu_too(monkeypatch):
 
 
 def test_interpreter_env_sizes_xla_cpu_pool_on_small_hosts(monkeypatch):
-  """jax's Mosaic GPU interpreter blocks a host callback per simulated warpgroup plus one for
-  the launch; on a host with fewer cores, XLA:CPU's intra-op pool must be made larger."""
+  """jax's Mosaic GPU interpreter blocks a host callback per simulated warpgroup (and per warp
+  of a warp_map) plus one for the launch; on a host with fewer cores, XLA:CPU's intra-op pool
+  must be made larger."""
   monkeypatch.setattr(registry, "host_cores", lambda: 2)
   blocking = max(b.interpreter_threads for b in registry.REGISTRY.values())
-  assert blocking == 3  # mosaic_gpu: two consumer warpgroups and a producer
-  assert registry.interpreter_env({}) == {"PJRT_NPROC": "8"}
+  assert registry.get("mosaic_gpu").interpreter_threads == 3  # two consumer warpgroups and a producer
+  assert blocking == 7  # mosaic_blackwell's tgmm: three warpgroups, one running four warps
+  assert registry.interpreter_env({}) == {"PJRT_NPROC": "16"}
   assert registry.interpreter_env({"PJRT_NPROC": "4"}) == {} == registry.interpreter_env({"NPROC": "4"})
   monkeypatch.setattr(registry, "host_cores", lambda: 64)
   assert registry.interpreter_env({}) == {}

@@ -66,7 +66,7 @@ def test_anchor_shape_set_sweeps_exactly_the_benchmarked_problems():
   anchors = _anchors()
   problems = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "anchors.yaml"))
   swept = {(p.op, p.m, p.k, p.n, p.g, p.group_sizes) for p in problems}
-  assert {p.backend for p in problems} == {"pallas_gpu", "mosaic_gpu"}
+  assert {p.backend for p in problems} == {"pallas_gpu", "mosaic_gpu", "mosaic_blackwell"}
   benched = set()
   for m, k, n, g, _ in anchors.ANCHORS.values():
     sizes = tuple(int(s) for s in shapes.GroupDist(dist="multinomial", seed=0).draw(m, g))

@@ -9,10 +9,15 @@ Needs the `gpu-compile` extra and JAX_PLATFORMS=cpu (conftest.py sets it on a ho
 NVIDIA device). Skipped where either is missing, except under CI, where that is a failure.
 """
 
+import dataclasses
 import importlib.util
+import json
 import os
 import random
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -240,6 +245,88 @@ def test_b200_pallas_gpu_compiles_and_mosaic_gpu_is_refused_clearly():
       S((2, 128, 128), jnp.bfloat16),
       S((2,), jnp.int32),
     )
+
+
+def _assert_tcgen05(report, *, pair: bool):
+  """Blackwell: tcgen05 MMAs (a CTA pair's with pair) into allocated tensor memory, TMA
+  copies, no spills and no local memory in the MMA or epilogue loops."""
+  _assert_clean(report, smem_limit=gpu_smem_limit(B200), mma="tcgen05.2cta" if pair else "tcgen05")
+  for kr in report.kernels:
+    assert kr.tmem_alloc and kr.cta_pair == pair and kr.copy == "tma" and not kr.loop_spills, kr
+    assert kr.counts.get("LDTM") and kr.counts.get("UTCBAR"), kr.counts  # the epilogue reads TMEM
+
+
+# jaxlib assembles every Mosaic GPU kernel of a process for the GPU of its first one (jax
+# 0.10.2 and 0.12.0.1: after an H100 kernel, a B200 kernel's PTX goes to ptxas as sm_90a, "SM
+# version specified by .target is higher than default SM version assumed"). The B200 Mosaic
+# builds therefore run in a process of their own, as `ragtune compile --target b200` does.
+_FRESH = """
+import dataclasses, json, sys
+import kernels
+from ragtune.deviceless import aot
+B200 = "NVIDIA B200"
+out = []
+for kind, op, m, k, n, g, pair in json.loads(sys.argv[1]):
+  if kind == "ragged_dot":
+    r = aot.compile_ragged_dot("b200", m, k, n, g, "bfloat16", backend="mosaic_blackwell")
+  else:
+    cfg = kernels.registry.default_config("mosaic_blackwell", op, "bfloat16", m, k, n, g, device_kind=B200)
+    cfg = dataclasses.replace(cfg, cta_pair=pair, block_k=256 if pair and op == "drhs" else cfg.block_k)
+    assert cfg.fits(op, "bfloat16", m, k, n, B200), cfg
+    r = aot.compile_op("b200", "mosaic_blackwell", op, "bfloat16", m, k, n, g, cfg)
+  out.append(dataclasses.asdict(r))
+print(json.dumps(out))
+"""
+
+
+def _b200_in_a_fresh_process(cases: list) -> list:
+  """aot reports of each (kind, op, m, k, n, g, pair) case, built in a new Python process."""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  done = subprocess.run(
+    [sys.executable, "-c", _FRESH, json.dumps(cases)], capture_output=True, text=True, env=env, timeout=900
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  reports = []
+  for d in json.loads(done.stdout.strip().splitlines()[-1]):
+    kernels_ = tuple(aot.KernelReport(**k) for k in d.pop("kernels"))
+    reports.append(aot.CompileReport(**{**d, "kernels": kernels_, "memory": None}))
+  return reports
+
+
+def test_b200_mosaic_blackwell_defaults_compile_clean_fwd_and_vjp():
+  """kernels.ragged_dot with mosaic_blackwell's B200 defaults, forward and vjp, on every
+  anchor and a ragged shape: three tcgen05 kernels with tensor memory, clean."""
+  cases = [("ragged_dot", "fwd", *ANCHORS[a], False) for a in ANCHORS]
+  for anchor, report in zip(ANCHORS, _b200_in_a_fresh_process(cases)):
+    _assert_tcgen05(report, pair=False)
+    assert len(report.kernels) == 3, (anchor, [k.name for k in report.kernels])
+
+
+def test_b200_cta_pair_compiles_to_2cta_mma():
+  """The cta_pair knob builds cta_group::2 MMAs (UTCHMMA.2CTA) over a pair's tensor memory,
+  for each op."""
+  cases = [("op", op, *ANCHORS["mixtral"], True) for op in kernels.common.OPS]
+  for report in _b200_in_a_fresh_process(cases):
+    _assert_tcgen05(report, pair=True)
+
+
+def test_verify_target_b200_compiles_mosaic_blackwell_entries(tmp_path):
+  """`ragtune verify --target b200` builds a LUT's mosaic_blackwell entries, a CTA pair's too
+  (the console script: a process of its own)."""
+  m, k, n, g = ANCHORS["dsv3_decode"]
+  fwd = kernels.registry.default_config("mosaic_blackwell", "fwd", BF16, m, k, n, g, device_kind=B200)
+  entries = [
+    kernels.Entry("fwd", "mosaic_blackwell", BF16, m, k, n, g, fwd),
+    kernels.Entry("dlhs", "mosaic_blackwell", BF16, m, k, n, g, dataclasses.replace(fwd, cta_pair=True)),
+  ]
+  path = tmp_path / "lut.json"
+  path.write_text(json.dumps(kernels.Lut(B200, entries).to_dict()))
+  ragtune = shutil.which("ragtune") or pytest.fail("the ragtune console script is not installed")
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "COLUMNS": "220"}
+  r = subprocess.run([ragtune, "verify", str(path), "--target", "b200"], capture_output=True, text=True, env=env)
+  out = r.stdout + r.stderr
+  assert r.returncode == 0, out
+  assert "compiled 2 of 2 entries for b200" in out and "2 ok, 0 failed" in out, out
 
 
 def test_b200_auto_with_a_mosaic_lut_entry_falls_back_to_pallas_gpu():

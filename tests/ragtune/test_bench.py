@@ -216,7 +216,7 @@ def test_xla_path_of_a_deviceless_h100_compile_is_the_dense_fallback(fusion_flag
 
 def test_one_problem_per_op_and_shape_and_big_ones_shrink_on_a_cpu_host():
   problems = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "anchors.yaml"))
-  assert len(problems) == 24  # 4 shapes x 3 ops x 2 backends
+  assert len(problems) == 36  # 4 shapes x 3 ops x 3 backends
   on_gpu = bench.bench_problems(problems, device=True)
   assert len(on_gpu) == 12 and {(p.m, p.k, p.n, p.g) for p in on_gpu} == {(p.m, p.k, p.n, p.g) for p in problems}
   on_cpu = bench.bench_problems(problems, device=False)  # too big for the interpreter: shrunk

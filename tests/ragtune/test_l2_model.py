@@ -1,5 +1,6 @@
-"""benchmarks/l2_traffic.py (the launch-order replay, its Mosaic GPU kernels, the tile waste) and
-benchmarks/gemm_model.py (the analytic model), on problems small enough to replay in a second."""
+"""benchmarks/l2_traffic.py (the launch-order replay, its Mosaic GPU and tcgen05 kernels, the tile
+waste) and benchmarks/gemm_model.py (the analytic model), on problems small enough to replay in a
+second."""
 
 import dataclasses
 import importlib.util
@@ -60,7 +61,8 @@ def test_an_l2_that_holds_everything_fetches_each_byte_once(op):
   """Cache entries are exact to the row: group-start tiles that start mid-block and read on into
   the next group share rows with their neighbours instead of fetching them again."""
   p = dataclasses.replace(TINY, op=op)
-  for kern in (l2.mosaic_v1(p), l2.mosaic_v2(p), l2.triton_kernel(p, l2.default_for(p, "hopper"))):
+  kernels = (l2.mosaic_v1(p), l2.mosaic_v2(p), l2.triton_kernel(p, l2.default_for(p, "hopper")))
+  for kern in kernels + (l2.tcgen05(p), l2.tcgen05(p, pair=True)):
     t = l2.simulate(p, kern, sms=8, l2_bytes=10**12)
     assert t.fetched == t.unique, kern.name
     small = l2.simulate(p, kern, sms=8, l2_bytes=64 * 1024)
@@ -87,6 +89,27 @@ def test_tile_waste_counts_aligned_and_group_start_tiles():
   assert (w.extra_pct(w.aligned), w.extra_pct(w.group_start)) == (50.0, 25.0)
 
 
+def test_a_cta_pair_fetches_the_weights_once_per_256_rows():
+  """One group of 512 rows, one k step and one column block, through an L2 that keeps nothing:
+  one CTA a cell runs 4 cells of 128 rows and fetches the [64, 256] weight tile 4 times, a CTA
+  pair 2 cells of 256 rows and fetches it twice; both fetch each lhs row once."""
+  p = l2.Problem("one group", "fwd", 512, 64, 256, 1)
+  lhs, rhs, out = 512 * 64 * 2, 64 * 256 * 2, 512 * 256 * 2
+  one, pair = l2.tcgen05(p), l2.tcgen05(p, pair=True)
+  assert (one.block_m, one.ctas, pair.block_m, pair.ctas) == (128, 1, 256, 2)
+  for kern, cells in ((one, 4), (pair, 2)):
+    for sms in (148, 1):  # one SM still runs a pair's cells (a grid of max(1, sms // 2) pairs)
+      t = l2.simulate(p, kern, sms=sms, l2_bytes=1)
+      assert (t.cells, t.fetched, t.unique) == (cells, lhs + cells * rhs + out, lhs + rhs + out), kern.name
+
+
+def test_a_256_row_cell_doubles_the_waste_of_groups_under_128_rows():
+  w128, w256 = (l2.tile_waste(np.array([70, 60, 126]), 256, bm) for bm in (128, 256))
+  # On 8-row boxes the groups take rows [0,70), [64,130), [128,256): one tile each at either size.
+  assert (w128.boxed, w256.boxed) == (3, 3)
+  assert (w128.extra_pct(w128.boxed), w256.extra_pct(w256.boxed)) == (50.0, 200.0)
+
+
 def test_the_model_bounds_each_kernel_and_counts_smem_per_warpgroup():
   preds = {d.kernel.name: gemm_model.predict(TINY, d, fill_s=1e-6) for d in gemm_model.designs(TINY)}
   assert set(preds) == {"mosaic v2", "mosaic v1", "triton", "tokamax mosaic", "tokamax triton"}
@@ -106,3 +129,24 @@ def test_the_model_says_it_is_a_model(capsys, monkeypatch):
   out = capsys.readouterr().out
   assert "a model, not a measurement" in out
   assert sum(line.startswith("| tiny ") for line in out.splitlines()) == 5
+
+
+def test_the_b200_model_reads_less_smem_with_a_cta_pair(capsys, monkeypatch):
+  b200 = gemm_model.B200
+  preds = {
+    d.kernel.name: gemm_model.predict(TINY, d, fill_s=1e-6, gpu=b200) for d in gemm_model.blackwell_designs(TINY)
+  }
+  assert set(preds) == {"tcgen05", "tcgen05 pair"}
+  useful = 2.0 * TINY.m * TINY.k * TINY.n
+  for r in preds.values():
+    assert r.overhead_s == 0 and r.time_s >= max(r.hbm_s, r.mma_s) - 1e-12
+    assert r.tflops * 1e12 * r.time_s == pytest.approx(useful)
+    assert r.tflops <= b200.peak_flops / 1e12 / (1 + r.waste_pct / 100) + 1e-9
+  # Per unit of k at 8192 FLOP/clk: one CTA's 128x256 MMA reads (128 + 256) x 2 B in 8 clocks, 96
+  # of the port's 128 B/clk; in a pair each SM reads its 128 rows and 128 of the 256 columns.
+  assert (preds["tcgen05"].smem_pct, preds["tcgen05 pair"].smem_pct) == (pytest.approx(75.0), pytest.approx(50.0))
+  monkeypatch.setattr(gemm_model, "ANCHORS", [TINY])
+  assert gemm_model.main(["--device", "b200"]) == 0
+  out = capsys.readouterr().out
+  assert "a model, not a measurement" in out and "B200" in out
+  assert sum(line.startswith("| tiny ") for line in out.splitlines()) == 2

@@ -100,6 +100,56 @@ def test_out_of_line_waits_belong_to_the_loop_that_jumps_to_them_and_a_jump_back
   assert f.loop_spills == 1 and f.loops_wait_one
 
 
+# sm_100 instructions as cuobjdump 13 prints them for ragtune's tcgen05 kernels (B200, cubins of
+# `ragtune compile --target b200 --backend mosaic_blackwell`): the allocator, a CTA pair's MMA
+# and commit, and the epilogue's tensor-memory load.
+TMEM_ALLOC = "UTCATOMSWS.FIND_AND_SET.ALIGN UP0, UR4, UR4"
+TMEM_ALLOC_PAIR = "UTCATOMSWS.2CTA.FIND_AND_SET.ALIGN UP0, UR4, UR4"
+TMEM_RELINQUISH = "UTCATOMSWS.AND URZ, UR4"
+UTCHMMA = "UTCHMMA gdesc[UR10], gdesc[UR18], tmem[UR46], tmem[UR44], idesc[UR45], UPT"
+UTCHMMA_PAIR = "UTCHMMA.2CTA gdesc[UR10], gdesc[UR18], tmem[UR46], tmem[UR44], idesc[UR45], UP0"
+UTCBAR_PAIR = "UTCBAR.2CTA.MULTICAST [UR17], URZ, UR48"
+LDTM = "LDTM.16dp256bit.x8 R36, tmem[UR13]"
+
+
+def _sm100(name: str, *instrs: str) -> str:
+  return _sass(name, *instrs).replace("EF_CUDA_SM90", "EF_CUDA_SM100")
+
+
+def test_tcgen05_kernels_show_their_mma_tensor_memory_and_cta_pair():
+  """A 1-CTA kernel: tcgen05, tensor memory allocated, no pair; a pair's: tcgen05.2cta."""
+  one = _sm100("one", TMEM_ALLOC, UTCHMMA, "UTCBAR [UR17], URZ", "@P0 BRA 0x10", LDTM, TMEM_RELINQUISH, "EXIT")
+  pair = _sm100("pair", TMEM_ALLOC_PAIR, UTCHMMA_PAIR, UTCBAR_PAIR, "@P0 BRA 0x10", LDTM, "EXIT")
+  no_alloc = _sm100("no_alloc", UTCHMMA, "@P0 BRA 0x0", TMEM_RELINQUISH, "EXIT")
+  facts = machine_code.sass_facts(one + pair + no_alloc)
+  kc = lambda name: machine_code.KernelCode(
+    name=name, registers=90, local_bytes=0, stack_bytes=0, static_smem_bytes=1025, **vars(facts[name])
+  )
+  assert (kc("one").mma, kc("one").tmem_alloc, kc("one").cta_pair) == ("tcgen05", True, False)
+  assert (kc("pair").mma, kc("pair").tmem_alloc, kc("pair").cta_pair) == ("tcgen05.2cta", True, True)
+  assert facts["one"].counts == {"UTCATOMSWS": 2, "UTCHMMA": 1, "UTCBAR": 1, "LDTM": 1}
+  # The relinquish (.AND) is not an allocation.
+  assert (kc("no_alloc").mma, kc("no_alloc").tmem_alloc) == ("tcgen05", False)
+
+
+def test_spills_in_a_tcgen05_loop_or_an_epilogue_loop_over_tmem_are_loop_spills():
+  """The main loop of a tcgen05 kernel issues UTCHMMA; its epilogue's loop reads tensor
+  memory (LDTM): local memory traffic in either is a loop spill. One before them is not."""
+  sass = _sm100(
+    "k_tc",
+    "STL [R1+0x200], R2",  # 0x00: before any loop
+    UTCHMMA,  # 0x10: the MMA loop's head
+    "LDL R4, [R1]",  # 0x20
+    "@P0 BRA 0x10",  # 0x30
+    LDTM,  # 0x40: the epilogue loop's head
+    "STL [R1+0x8], R36",  # 0x50
+    "@P1 BRA 0x40",  # 0x60
+    "EXIT",  # 0x70
+  )
+  (f,) = machine_code.sass_facts(sass).values()
+  assert f.loop_spills == 2 and f.counts["STL"] == 2 and f.counts["LDL"] == 1
+
+
 def test_setmaxnreg_and_the_widest_wgmma():
   ws = _sass(
     "k_ws",
@@ -133,7 +183,7 @@ def test_a_loop_spill_is_the_worst_outcome_and_every_fault_is_named():
   assert aot.verdict((serialized, spill))[0] == aot.SPILL
   outcome, error = aot.verdict((spill, looped))
   assert outcome == aot.LOOP_SPILL
-  assert error == "ragtune_gmm: 16 B/thread spilled; ragtune_gmm: 496 STL/LDL in its wgmma loops (1032 B/thread)"
+  assert error == "ragtune_gmm: 16 B/thread spilled; ragtune_gmm: 496 STL/LDL in its MMA loops (1032 B/thread)"
 
 
 def test_a_loop_spill_row_is_rejected_for_the_sweep(tmp_path):
@@ -147,7 +197,7 @@ def test_a_loop_spill_row_is_rejected_for_the_sweep(tmp_path):
       f.write(json.dumps(row) + "\n")
   rejected = prune.rejected(tmp_path, H100, PROBLEM)
   assert list(rejected) == [store.candidate_id(cfg)]
-  assert "loop_spill: ragtune_gmm: 4 STL/LDL in its wgmma loops" in rejected[store.candidate_id(cfg)].reason
+  assert "loop_spill: ragtune_gmm: 4 STL/LDL in its MMA loops" in rejected[store.candidate_id(cfg)].reason
 
 
 def test_the_compile_table_shows_loop_spills_hgmma_n_and_setmaxnreg():

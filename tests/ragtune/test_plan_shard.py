@@ -195,8 +195,10 @@ def test_ops_the_interpreter_cannot_run_are_noticed_and_left_out(tmp_path, calib
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--dry-run"])
   assert r.exit_code == 0, r.output
   notices = [line for line in r.output.splitlines() if line.startswith("notice: skipped")]
-  assert [n.split()[4] for n in notices] == sorted(unsupported), r.output
-  assert all("Mosaic GPU interpreter" in n for n in notices)
+  # One notice per reason, naming the ops it leaves out: "(dlhs 1, drhs 1)".
+  assert len(notices) == (1 if unsupported else 0), r.output
+  for n in notices:
+    assert "Mosaic GPU interpreter" in n and all(f"{op} 1" in n for op in unsupported), n
   kept, _ = planning.interpret_skips(shapes.expand(shapes.load_shape_set(spec)))
   assert {p.op for p in kept} == {"fwd", "dlhs", "drhs"} - set(unsupported)
   assert f"{len(kept)} problems, " in r.output
@@ -327,3 +329,29 @@ def test_the_calibration_kernel_is_the_unit_of_every_backends_weights():
   assert b.interpret_cost.step == 1 and b.own_kernels and not b.unavailable()
   p, chosen = estimate._calibration_problem()
   assert chosen is b and p.backend == b.name
+
+
+def test_a_device_sweeps_the_backends_that_compile_for_it():
+  """A shapes file of several GPU generations' backends: an H100 keeps mosaic_gpu's and
+  pallas_gpu's problems and a notice names mosaic_blackwell's; a B200 the reverse of the
+  Mosaic pair; one error line when nothing is left; a CPU (interpreted) keeps them all."""
+  from ragtune.run import prepare
+
+  spec = shapes.ShapeSet.model_validate(
+    {"backends": ["pallas_gpu", "mosaic_gpu", "mosaic_blackwell"], "shapes": [{"m": 64, "k": 64, "n": 64, "g": 2}]}
+  )
+  problems = shapes.expand(spec)
+  said = []
+  kept = prepare.on_device(problems, "gpu", "NVIDIA H100 80GB HBM3", said.append)
+  assert [p.backend for p in kept] == ["pallas_gpu", "mosaic_gpu"]
+  assert said == [
+    "notice: backend 'mosaic_blackwell' compiles for blackwell GPUs only, not 'NVIDIA H100 80GB HBM3' (hopper): "
+    "its 1 problem left out"
+  ]
+  assert [p.backend for p in prepare.on_device(problems, "gpu", "NVIDIA B200", said.append)] == [
+    "pallas_gpu",
+    "mosaic_blackwell",
+  ]
+  assert prepare.on_device(problems, "cpu", "cpu", said.append) == problems
+  with pytest.raises(RagtuneError, match="nothing to run on NVIDIA A100-SXM4-80GB: backend 'mosaic_gpu'"):
+    prepare.on_device(problems[1:], "gpu", "NVIDIA A100-SXM4-80GB", said.append)
