@@ -1,4 +1,4 @@
-"""An analytic model of grouped-matmul speed on one H100 SXM: a model, not a measurement.
+"""An analytic model of grouped-matmul speed on one H100 SXM (or B200): a model, not a measurement.
 
 For each anchor problem's forward pass and each kernel design it adds up what bounds the
 kernel, from published hardware figures and the kernel's own tiles and launch order, with no
@@ -41,14 +41,47 @@ Terms, per kernel (bf16 in and out):
    with a 50 MB L2 (reads and output writes), at 3.35 TB/s (H100 SXM, same datasheet),
    overlapped with the compute: time = max(compute, HBM).
 
+With --device b200 it models the Blackwell kernels (kernels/mosaic_blackwell, tcgen05) on a
+B200 instead, the same terms with these figures (l2_traffic.py's docstring has the sources of
+the machine's):
+
+  tcgen05         kernels/mosaic_blackwell default         group-start on  persistent, group-major bands (group_m),
+                  128x256x64 a CTA, accumulator in TMEM,   8-row boxes     148 CTAs
+                  a TMA warp, an MMA warp, an epilogue WG
+  tcgen05 pair    the same with cta_pair: two CTAs (SMs)   group-start on  74 pairs
+                  compute one 256x256 cell                 8-row boxes
+
+1. MMA at 2250 TF/s dense BF16 (HGX B200 at 1000 W: 4.5 PFLOPS with sparsity, half without),
+   over 148 SMs; a pair's cell runs on its two SMs at twice one SM's rate.
+2. Shared memory: tcgen05.mma reads A and B from shared memory (PTX ISA, "tcgen05.mma"; the
+   accumulator is in TMEM, no register file). A CTA's 128 x block_n MMA reads its 128 rows of
+   A and block_n columns of B per unit of k. With cta_pair each CTA holds its 128 rows of A
+   and half of B's columns, and the model takes each CTA's shared memory to be read once for
+   the pair's MMA (each half of B going to both SMs' tensor cores): per SM, 128 rows and
+   block_n / 2 columns. An SM's tensor cores are taken to issue 8192 dense 16-bit FLOP a clock
+   (twice Hopper's 4096; 2250 TF/s / 148 SMs / 8192 is 1.86 GHz, the clock the model uses,
+   NVIDIA publishing none), and shared memory 128 B/clk as on Hopper. SemiAnalysis's B200
+   measurements ("Dissecting Nvidia Blackwell", March 2026,
+   https://newsletter.semianalysis.com/p/dissecting-nvidia-blackwell-tensor, from its public
+   summary) find MMAs with both operands in shared memory and N < 128 bound at about 128
+   B/clk, as these two figures predict (a 128 x 64 MMA needs 192 B/clk, a 128 x 128 one 128).
+   So one CTA's 128x256 cell reads 75% of the port, a pair's 50%; "+writes" adds TMA's writes
+   as for the H100.
+3. Per-tile overhead: none; the TMA warp runs ahead into the next cell and the accumulator is
+   double-buffered in TMEM, so a cell's epilogue overlaps the next cell's MMAs.
+4. Waves: ceil(cells / 148) (a pair: ceil(cells / 74)) cell times.
+5. HBM: l2_traffic.py's LRU replay with a 126 MB L2 (--l2 63 for one die's half) at 8 TB/s.
+
 Predicted TF/s = 2 m k n / time. What it leaves out, so it is an upper bound for every
 kernel: the cost of issuing loads and waiting on barriers from the MMA warps, register
 pressure, clock throttling under power, launch cost of empty programs (tokamax triton
 launches cdiv(m, block_m) x g row slots per column, most of which return at once), and
-L2 bandwidth. It tells which bound binds each design, not how fast a kernel runs.
+L2 bandwidth (on a B200, also the traffic between its two dies' L2 halves). It tells which
+bound binds each design, not how fast a kernel runs.
 
-  python benchmarks/gemm_model.py            # the anchors' fwd, full size (about a minute)
-  python benchmarks/gemm_model.py --quick    # m / 8
+  python benchmarks/gemm_model.py                  # the anchors' fwd, full size (about a minute)
+  python benchmarks/gemm_model.py --quick          # m / 8
+  python benchmarks/gemm_model.py --device b200    # the tcgen05 kernels on a B200
 """
 
 from __future__ import annotations
@@ -77,14 +110,43 @@ ANCHORS = [p for p in l2.PROBLEMS if p.op == "fwd"]
 
 
 @dataclasses.dataclass(frozen=True)
+class Gpu:
+  """The machine's figures the model takes (the module docstring says where each comes from)."""
+
+  name: str
+  peak_flops: float  # dense 16-bit MMA
+  sms: int
+  clock_hz: float
+  smem_bytes_per_clk: int
+  hbm_bytes_s: float
+  l2_bytes: int
+
+
+H100 = Gpu("H100 SXM", PEAK_FLOPS, SMS, CLOCK_HZ, SMEM_BYTES_PER_CLK, HBM_BYTES_S, L2_BYTES)
+_b200 = l2.DEVICES["b200"]
+B200_MMA_FLOP_PER_CLK = 8192  # an SM's dense 16-bit tcgen05 FLOPs a clock: twice Hopper's 4096 (docstring)
+B200 = Gpu(
+  "B200",
+  _b200.tflops * 1e12,
+  _b200.sms,
+  _b200.tflops * 1e12 / (_b200.sms * B200_MMA_FLOP_PER_CLK),  # 1.86 GHz, implied by the peak
+  128,
+  _b200.hbm_tbs * 1e12,
+  int(_b200.l2_mb[0] * 10**6),
+)
+GPUS = {"h100": H100, "b200": B200}
+
+
+@dataclasses.dataclass(frozen=True)
 class Design:
   """A kernel as the model sees it: its walk (l2_traffic.Kernel), its warpgroup tile, and
   whether something hides its per-cell pipeline fill."""
 
   kernel: l2.Kernel
-  wg_rows: int  # each warpgroup's accumulator rows
+  wg_rows: int  # each warpgroup's accumulator rows (tcgen05: each CTA's, in TMEM)
   wg_cols: int
   fill_hidden: bool
+  mma: str = "wgmma"  # wgmma: each warpgroup reads its A rows and all of B; tcgen05: each SM its share of both
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,19 +209,32 @@ def designs(p: l2.Problem) -> list[Design]:
   ]
 
 
-def predict(p: l2.Problem, d: Design, *, fill_s: float, l2_bytes: int = L2_BYTES) -> Prediction:
-  """The model's time for problem p (fwd) run by design d; see the module docstring."""
+def blackwell_designs(p: l2.Problem) -> list[Design]:
+  """The tcgen05 kernels of the module docstring (one CTA a cell, and the CTA pair), for problem p."""
+  out = []
+  for pair in (False, True):
+    kern = l2.tcgen05(p, pair=pair)
+    out.append(Design(kern, kern.block_m // kern.ctas, kern.block_n, True, mma="tcgen05"))
+  return out
+
+
+def predict(p: l2.Problem, d: Design, *, fill_s: float, l2_bytes: int | None = None, gpu: Gpu = H100) -> Prediction:
+  """The model's time for problem p (fwd) run by design d on `gpu`; see the module docstring."""
   kern = d.kernel
-  traffic = l2.simulate(p, kern, sms=SMS, l2_bytes=l2_bytes)
+  l2_bytes = gpu.l2_bytes if l2_bytes is None else l2_bytes
+  traffic = l2.simulate(p, kern, sms=gpu.sms, l2_bytes=l2_bytes)
   cell_flops = 2.0 * kern.block_m * kern.block_n * p.k
-  cell_mma = cell_flops / (PEAK_FLOPS / SMS)
-  wgs = (kern.block_m * kern.block_n) // (d.wg_rows * d.wg_cols)
-  smem_reads = wgs * 2.0 * p.k * (d.wg_rows + d.wg_rows // WGMMA_M * d.wg_cols)
-  smem_writes = 2.0 * p.k * (kern.block_m + kern.block_n)
-  port = SMEM_BYTES_PER_CLK * CLOCK_HZ
-  waves = math.ceil(traffic.cells / SMS)
+  cell_mma = cell_flops / (gpu.peak_flops / gpu.sms * kern.ctas)  # a pair's cell on its two SMs
+  if d.mma == "tcgen05":  # per SM: its A rows and its share of B's columns
+    smem_reads = 2.0 * p.k * (d.wg_rows + kern.block_n // kern.ctas)
+  else:
+    wgs = (kern.block_m * kern.block_n) // (d.wg_rows * d.wg_cols)
+    smem_reads = wgs * 2.0 * p.k * (d.wg_rows + d.wg_rows // WGMMA_M * d.wg_cols)
+  smem_writes = 2.0 * p.k * (kern.block_m + kern.block_n) / kern.ctas
+  port = gpu.smem_bytes_per_clk * gpu.clock_hz
+  waves = math.ceil(traffic.cells / max(1, gpu.sms // kern.ctas))
   fill = 0.0 if d.fill_hidden else fill_s
-  hbm_s = traffic.fetched / HBM_BYTES_S
+  hbm_s = traffic.fetched / gpu.hbm_bytes_s
   useful = 2.0 * p.m * p.k * p.n
 
   def kernel_time(smem_bytes: float) -> float:
@@ -194,26 +269,34 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--fill-us", type=float, default=1.0, help="pipeline fill a cell pays when nothing hides it")
   ap.add_argument("--quick", action="store_true", help="m / 8 on every problem")
   ap.add_argument("--only", default="", help="substring of the problem names to run")
+  ap.add_argument(
+    "--device", default="h100", choices=sorted(GPUS), help="h100: five designs; b200: the tcgen05 kernels"
+  )
+  ap.add_argument("--l2", type=float, default=None, help="L2 MB for the HBM replay (default: the device's whole L2)")
   args = ap.parse_args(argv)
+  gpu = GPUS[args.device]
+  l2_bytes = gpu.l2_bytes if args.l2 is None else int(args.l2 * 10**6)
   problems = [p for p in ANCHORS if args.only.lower() in p.name.lower()]
   if args.quick:
     problems = [dataclasses.replace(p, m=max(p.g, p.m // 8)) for p in problems]
   print(
-    f"Analytic model (a model, not a measurement): H100 SXM, {PEAK_FLOPS / 1e12:.1f} TF/s dense bf16, {SMS} SMs, "
-    f"smem {SMEM_BYTES_PER_CLK} B/clk x {CLOCK_HZ / 1e9:.2f} GHz per SM, HBM {HBM_BYTES_S / 1e12:.2f} TB/s, "
-    f"L2 {L2_BYTES / 1e6:.0f} MB (l2_traffic's LRU), fill {args.fill_us:g} us a cell when not hidden"
+    f"Analytic model (a model, not a measurement): {gpu.name}, {gpu.peak_flops / 1e12:.1f} TF/s dense bf16, "
+    f"{gpu.sms} SMs, smem {gpu.smem_bytes_per_clk} B/clk x {gpu.clock_hz / 1e9:.2f} GHz per SM, "
+    f"HBM {gpu.hbm_bytes_s / 1e12:.2f} TB/s, L2 {l2_bytes / 1e6:.0f} MB (l2_traffic's LRU), "
+    f"fill {args.fill_us:g} us a cell when not hidden"
   )
+  tile, cw = ("WG tile", 20) if args.device == "h100" else ("CTA MMA", 21)  # a tcgen05 pair's config is 21 wide
   l2._table(
-    f"| {'problem':<22} | {'kernel':<14} | {'config':<20} | WG tile | cells  | waste   | MMA ms | smem | +writes | "
+    f"| {'problem':<22} | {'kernel':<14} | {'config':<{cw}} | {tile} | cells  | waste   | MMA ms | smem | +writes | "
     f"fill ms | HBM GB, ratio | HBM ms | bound | TF/s | TF/s +writes |"
   )
   for p in problems:
-    for d in designs(p):
-      r = predict(p, d, fill_s=args.fill_us * 1e-6)
+    for d in designs(p) if args.device == "h100" else blackwell_designs(p):
+      r = predict(p, d, fill_s=args.fill_us * 1e-6, l2_bytes=l2_bytes, gpu=gpu)
       wg = f"{d.wg_rows}x{d.wg_cols}"
       hbm = f"{r.fetched / 1e9:.2f}, {r.fetched / r.unique:.2f}x"
       print(
-        f"| {p.name:<22} | {d.kernel.name:<14} | {d.kernel.config:<20} | {wg:<7} | {r.cells:>6} | "
+        f"| {p.name:<22} | {d.kernel.name:<14} | {d.kernel.config:<{cw}} | {wg:<7} | {r.cells:>6} | "
         f"{r.waste_pct:>6.1f}% | {r.mma_s * 1e3:>6.3f} | {r.smem_pct:>3.0f}% | {r.smem_writes_pct:>6.0f}% | "
         f"{r.overhead_s * 1e3:>7.3f} | {hbm:<13} | {r.hbm_s * 1e3:>6.3f} | {bound(r):<5} | {r.tflops:>4.0f} | "
         f"{r.tflops_writes:>12.0f} |"

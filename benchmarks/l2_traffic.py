@@ -3,7 +3,7 @@
 No GPU: this replays the launch orders of the kernels over the real tile schedule
 (kernels.common.tile_schedule) through a simple machine:
 
-- `--sms` SMs (132 on an H100 SXM);
+- `--sms` SMs (132 on an H100 SXM, 148 on a B200: `--device`, below);
 - triton (kernels/pallas_gpu): one program per output cell, each SM running as many as its
   shared memory holds (228 KiB per SM, 1 KiB reserved per program, capped at 2: the wgmma
   configs use 8 warps or ~100+ registers per thread), dispatched in launch order to the slot
@@ -14,6 +14,12 @@ No GPU: this replays the launch orders of the kernels over the real tile schedul
   that begin on TMA's 8-row boxes (drhs: cells (group, k tile, n tile), the group slowest,
   common.program_tile within it; each group's rows reduced in block_m steps from its first
   row rounded down to 8);
+- tcgen05 (kernels/mosaic_blackwell, config.default, for a B200): mosaic v2's walk (persistent,
+  common.launch_cell's order over group-start row tiles on 8-row boxes; drhs the same cells and
+  row steps) with its own cell, [128, block_n] a CTA. "tcgen05 pair" is the same kernel with
+  cta_pair: two CTAs of a cluster compute one [256, block_n] cell (drhs: 256 of k), each loading
+  its own half of the cell's rows (drhs: of lhs's columns) and half of the shared operand's
+  columns, so a pair reads a cell's operands once, and the persistent grid is sms / 2 pairs;
 - mosaic v1 (the Mosaic GPU kernels before v2, git 0bcb5d4): the same persistent grid over
   aligned tiles, 128x128 tiles with block_k 64 (drhs: 64-row steps into 128x128 tiles),
   walked by band_snake in bands of grid_block_n column blocks (4; drhs 1), spare cells of
@@ -32,12 +38,28 @@ not a prediction of a timing. Compare "HBM ms" (fetched / --bw) with "MMA ms" (F
 --tflops) to see which bound applies.
 
 After the L2 table, the tile waste of each problem's routing: row tiles issued, aligned,
-group-start and group-start on 8-row boxes (Mosaic GPU v2), against the ideal
-sum(rows) / block_m, and the MMA work the extra tiles add.
+group-start and group-start on 8-row boxes (Mosaic GPU v2 and tcgen05), against the ideal
+sum(rows) / block_m, and the MMA work the extra tiles add; block_m 64 and 128 on an H100, 128
+and 256 (tcgen05's cell, one CTA and a pair) on a B200.
+
+`--device` picks the machine and its kernels; each figure can still be set on its own:
+- h100 (the default): an H100 SXM, 132 SMs, L2 50 MB and 25 MB (its two partitions), HBM 3.35
+  TB/s, MMA 800 TF/s; triton and the Mosaic GPU kernels.
+- b200: the figures below, and the tcgen05 kernels (one CTA a cell, and the CTA pair).
+  148 SMs, 74 on each of its 2 dies, and an L2 of 126 MB split between the dies (Chips and
+  Cheese's measurements, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling",
+  https://chipsandcheese.com/p/nvidias-b200-keeping-the-cuda-juggernaut; NVIDIA's product pages
+  give no L2 size): replayed whole and as one die's 63 MB, as the H100's 50 and 25 MB.
+  HBM3e 8 TB/s (NVIDIA DGX B200: 64 TB/s for its 8 GPUs, https://www.nvidia.com/en-us/data-center/dgx-b200/).
+  MMA 2250 TF/s, the dense BF16 Tensor Core peak of an HGX B200 GPU at 1000 W (NVIDIA's
+  figures: 4.5 PFLOPS with 2:4 sparsity, half without, as tabulated at
+  https://glennklockwood.com/garden/processors/B200; DGX B200's "72 PFLOPS" of FP8 is 8 x 9
+  PFLOPS with sparsity, the same rate), where the h100 row takes 800 of its 989 dense.
 
   python benchmarks/l2_traffic.py                 # default configs, best band, 50 and 25 MB
   python benchmarks/l2_traffic.py --quick         # smaller problems (m / 8), for a quick look
   python benchmarks/l2_traffic.py --kernels mosaic --l2 50
+  python benchmarks/l2_traffic.py --device b200   # tcgen05 and tcgen05 pair, 126 and 63 MB
 """
 
 from __future__ import annotations
@@ -57,6 +79,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jax.numpy as jnp  # noqa: E402
 
 from kernels import common  # noqa: E402
+from kernels.mosaic_blackwell import config as blackwell  # noqa: E402
 from kernels.mosaic_gpu import config as mosaic  # noqa: E402
 from kernels.mosaic_gpu.gmm import ROW_TILE  # noqa: E402
 from kernels.pallas_gpu import config as triton  # noqa: E402
@@ -64,10 +87,31 @@ from kernels.pallas_gpu import config as triton  # noqa: E402
 SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
 MAX_PHASES = 16  # phases per program: k steps (drhs: row steps) are merged into at most this many
 HOPPER = "NVIDIA H100 80GB HBM3"
+B200 = "NVIDIA B200"
 ORDERS = ("banded", "snake", "m_fastest", "n_fastest")
 MOSAIC_BANDS = mosaic.BAND_RANGE  # group_m and grid_block_n both take [1, 64]
 # Mosaic GPU v1 defaults (kernels/mosaic_gpu/config.py at git 0bcb5d4): block_m, block_n, block_k, grid_block_n.
 V1_GMM, V1_TGMM = (128, 128, 64, 4), (64, 128, 128, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+  """A GPU as `--device` names it: the replay's machine and the kernels it runs (module docstring
+  for the sources)."""
+
+  name: str
+  sms: int
+  l2_mb: tuple[float, ...]  # L2 sizes replayed: the whole L2, then one partition's (die's) half
+  hbm_tbs: float
+  tflops: float  # MMA TF/s of the compute column
+  kernels: tuple[str, ...]
+  tile_block_ms: tuple[int, ...]  # row tiles of the tile-waste table
+
+
+DEVICES = {
+  "h100": Device("H100 SXM", 132, (50.0, 25.0), 3.35, 800.0, ("triton", "mosaic"), (64, 128)),
+  "b200": Device("B200", 148, (126.0, 63.0), 8.0, 2250.0, ("tcgen05",), (128, 256)),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +159,7 @@ class Kernel:
   align: int  # group-start tiles begin at the group's first row rounded down to this (TMA's 8-row boxes)
   persistent: bool  # one program per SM walking cells sm, sm + sms, ...; else one program per cell
   per_sm: int = 1  # programs resident on an SM at once
+  ctas: int = 1  # SMs that compute one cell together (tcgen05 cta_pair: 2): a persistent grid of sms / ctas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +192,21 @@ def mosaic_v2(p: Problem) -> Kernel:
   c = mosaic.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=HOPPER)
   blocks = f"bm{c.block_m} bn{c.block_n} bk{c.block_k} cs{c.max_concurrent_steps}"
   return Kernel("mosaic v2", blocks, c.block_m, c.block_n, c.block_k, c.group_m, "banded", True, ROW_TILE, True)
+
+
+def tcgen05(p: Problem, pair: bool = False) -> Kernel:
+  """kernels/mosaic_blackwell's default config for a B200 (with cta_pair: the same, two CTAs a
+  cell; drhs then takes 256 of k a cell), in the replay's frame: fwd/dlhs block_m is the cell's
+  rows (256 for a pair), drhs block_k its rows of k."""
+  c = blackwell.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=B200)
+  if pair:
+    c = dataclasses.replace(c, cta_pair=True, block_k=256 if p.op == "drhs" else c.block_k)
+  if why := c.valid_for(p.op):
+    raise ValueError(f"tcgen05 {c}: {why}")
+  block_m = c.block_m if p.op == "drhs" else c.cell(p.op)[0]
+  blocks = f"bm{block_m} bn{c.block_n} bk{c.block_k} " + ("pair" if pair else f"cs{c.max_concurrent_steps}")
+  name = "tcgen05 pair" if pair else "tcgen05"
+  return Kernel(name, blocks, block_m, c.block_n, c.block_k, c.group_m, "banded", True, ROW_TILE, True, ctas=c.ctas)
 
 
 def mosaic_v1(p: Problem) -> Kernel:
@@ -355,7 +415,7 @@ def simulate(p: Problem, kern: Kernel, *, sms: int, l2_bytes: int, dtype: str = 
     out_bytes = rows * cols * b
     used = int((sizes > 0).sum())
     unique = (int(sizes.sum()) * contraction + used * contraction * cols) * b + out_bytes
-  slots = sms * (1 if kern.persistent else kern.per_sm)
+  slots = max(1, sms // kern.ctas) if kern.persistent else sms * kern.per_sm
   fetched = replay(n_programs, phases_of, slots, kern.persistent, l2_bytes)
   return Traffic(fetched + out_bytes, unique, cells)
 
@@ -366,9 +426,10 @@ def default_for(p: Problem, family: str) -> triton.TritonConfig:
 
 
 def kernels_for(p: Problem, names: list[str], family: str) -> list[Kernel]:
-  """The kernels `names` picks (triton, mosaic), each with its default config."""
+  """The kernels `names` picks (triton, mosaic, tcgen05), each with its default config."""
   out = [triton_kernel(p, default_for(p, family))] if "triton" in names else []
-  return out + ([mosaic_v1(p), mosaic_v2(p)] if "mosaic" in names else [])
+  out += [mosaic_v1(p), mosaic_v2(p)] if "mosaic" in names else []
+  return out + ([tcgen05(p), tcgen05(p, pair=True)] if "tcgen05" in names else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -421,14 +482,21 @@ def print_tile_waste(problems: list[Problem], block_ms=(64, 128)) -> None:
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--sms", type=int, default=132)
-  ap.add_argument("--l2", type=float, nargs="+", default=[50.0, 25.0], help="L2 sizes in MB")
-  ap.add_argument("--bw", type=float, default=3.35, help="HBM TB/s for the implied time")
-  ap.add_argument("--tflops", type=float, default=800.0, help="MMA TF/s for the compute time")
+  ap.add_argument(
+    "--device", default="h100", choices=sorted(DEVICES), help="the machine's figures and kernels (module docstring)"
+  )
+  ap.add_argument("--sms", type=int, default=None, help="default: the device's")
+  ap.add_argument("--l2", type=float, nargs="+", default=None, help="L2 sizes in MB; default: the device's")
+  ap.add_argument("--bw", type=float, default=None, help="HBM TB/s for the implied time; default: the device's")
+  ap.add_argument("--tflops", type=float, default=None, help="MMA TF/s for the compute time; default: the device's")
   ap.add_argument("--bands", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 1024])
   ap.add_argument("--family", default="hopper", choices=["hopper", "ampere", "other"], help="triton's defaults")
   ap.add_argument(
-    "--kernels", nargs="+", default=["triton", "mosaic"], choices=["triton", "mosaic"], help="mosaic: v1 and v2"
+    "--kernels",
+    nargs="+",
+    default=None,
+    choices=["triton", "mosaic", "tcgen05"],
+    help="mosaic: v1 and v2; tcgen05: one CTA and a CTA pair; default: the device's",
   )
   ap.add_argument("--quick", action="store_true", help="m / 8 on every problem")
   ap.add_argument("--only", default="", help="substring of the problem names to run")
@@ -436,17 +504,25 @@ def main(argv=None):
     "--legacy", action="store_true", help="also model the old global m_fastest / n_fastest orders (triton fwd and dlhs)"
   )
   args = ap.parse_args(argv)
+  dev = DEVICES[args.device]
+  for name, value in (("sms", dev.sms), ("l2", list(dev.l2_mb)), ("bw", dev.hbm_tbs), ("tflops", dev.tflops)):
+    if getattr(args, name) is None:
+      setattr(args, name, value)
+  args.kernels = args.kernels or list(dev.kernels)
+  label = "" if args.device == "h100" else f" ({dev.name})"
+  family = f"{args.family} triton defaults; " if "triton" in args.kernels else ""
 
   print(
-    f"L2 traffic model: {args.sms} SMs, LRU L2, HBM {args.bw} TB/s, MMA {args.tflops} TF/s, bf16, "
-    f"multinomial group sizes, {args.family} triton defaults; bands tried: {args.bands} (mosaic: those <= 64)"
+    f"L2 traffic model{label}: {args.sms} SMs, LRU L2, HBM {args.bw} TB/s, MMA {args.tflops} TF/s, bf16, "
+    f"multinomial group sizes, {family}bands tried: {args.bands} (mosaic: those <= 64)"
   )
   print(
     "ratio = HBM bytes fetched (reads + output writes) / unique bytes; "
     "band = group_m (drhs: group_k), mosaic v1: grid_block_n"
   )
+  kw = len("tcgen05 pair") if "tcgen05" in args.kernels else 9  # the kernel column
   _table(
-    f"| {'problem':<22} | {'kernel':<9} | {'default config':<24} | L2 MB | unique GB | default: band, GB, ratio | "
+    f"| {'problem':<22} | {'kernel':<{kw}} | {'default config':<24} | L2 MB | unique GB | default: band, GB, ratio | "
     f"best band, ratio | worst band, ratio | HBM ms | MMA ms |"
   )
   t0 = time.perf_counter()
@@ -468,7 +544,7 @@ def main(argv=None):
         worst = max(ratio, key=lambda b: (ratio[b], -b))
         fetched = results[kern.band].fetched
         print(
-          f"| {p.name:<22} | {kern.name:<9} | {kern.config:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
+          f"| {p.name:<22} | {kern.name:<{kw}} | {kern.config:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
           f"{f'{kern.band}, {fetched / 1e9:.2f}, {ratio[kern.band]:.2f}x':<24} | "
           f"{f'{best}, {ratio[best]:.2f}x':<16} | {f'{worst}, {ratio[worst]:.2f}x':<17} | "
           f"{fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |"
@@ -477,11 +553,11 @@ def main(argv=None):
           for order in ("m_fastest", "n_fastest"):
             fetched = simulate(p, dataclasses.replace(kern, order=order), sms=args.sms, l2_bytes=l2_bytes).fetched
             print(
-              f"| {'  old ' + order:<22} | {kern.name:<9} | {kern.config:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
+              f"| {'  old ' + order:<22} | {kern.name:<{kw}} | {kern.config:<24} | {l2:>5g} | {unique / 1e9:>9.2f} | "
               f"{f'-, {fetched / 1e9:.2f}, {fetched / unique:.2f}x':<24} | {'':<16} | {'':<17} | "
               f"{fetched / (args.bw * 1e12) * 1e3:>6.2f} | {mma_ms:>6.2f} |"
             )
-  print_tile_waste(problems)
+  print_tile_waste(problems, dev.tile_block_ms)
   print(f"({time.perf_counter() - t0:.0f} s)")
 
 
