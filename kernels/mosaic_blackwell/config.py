@@ -15,11 +15,20 @@ import itertools
 from typing import Any
 
 from kernels.backend import GridWork, InterpretCost
-from kernels.common import check_int_range, gpu_smem_limit, itemsize, op_dims, round_up, row_tiles, tiles_evenly
+from kernels.common import (
+  check_int_range,
+  gpu_family,
+  gpu_smem_limit,
+  itemsize,
+  op_dims,
+  round_up,
+  row_tiles,
+  tiles_evenly,
+)
 
-BLOCK_M = (128,)  # TMEM lanes a CTA's accumulator takes: tcgen05's M of one CTA
+BLOCK_M = (64, 128)  # fwd/dlhs: 128, the TMEM lanes (tcgen05's M of one CTA); drhs: rows a step
 BLOCK_N = (64, 128, 256)
-BLOCK_K = (64, 128)
+BLOCK_K = (64, 128, 256)  # fwd/dlhs: 64 or 128 a step; drhs: 128, or 256 with cta_pair
 STEPS_RANGE = (2, 8)
 BAND_RANGE = (1, 64)
 TMEM_COLS = 512  # 32-bit columns of a CTA's tensor memory
@@ -54,7 +63,7 @@ class BlackwellConfig:
   cta_pair: bool = False
 
   def __post_init__(self):
-    for name, allowed in (("block_m", (64, 128)), ("block_n", BLOCK_N), ("block_k", (64, 128, 256))):
+    for name, allowed in (("block_m", BLOCK_M), ("block_n", BLOCK_N), ("block_k", BLOCK_K)):
       v = getattr(self, name)
       if isinstance(v, bool) or v not in allowed:
         raise ValueError(f"BlackwellConfig.{name} must be one of {allowed}, got {v!r}")
@@ -94,14 +103,15 @@ class BlackwellConfig:
     """Shared memory a CTA allocates: max_concurrent_steps stages of its operand tiles (gmm:
     [block_m, block_k] lhs and [block_k, block_n / ctas] rhs; tgmm: [block_m, block_k / ctas]
     lhs and [block_m, block_n / ctas] dout) and the epilogue's [128, 64] strip in the output
-    dtype, taken as `dtype`. Allocated once for the persistent loop."""
+    dtype, priced at 4 bytes (an f32 output, preferred_element_type, takes that). Allocated once
+    for the persistent loop."""
     del m, k, n
     b = itemsize(dtype)
     if op == "drhs":
       stage = self.block_m * (self.block_k + self.block_n) // self.ctas
     else:
       stage = self.block_k * (self.block_m + self.block_n // self.ctas)
-    return (stage * self.max_concurrent_steps + 128 * EPI_TILE) * b
+    return (stage * self.max_concurrent_steps) * b + 128 * EPI_TILE * 4
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
     """Whether this config drives `op` and its shared memory fits a block on `device_kind`."""
@@ -125,11 +135,12 @@ ABBREV = {
 
 # In the op's own frame. Why: a [128, 256] cell is tcgen05's widest single-CTA MMA (N = 256)
 # and fills TMEM with two accumulators (2 x 256 columns); block_k 64 is one 128-byte swizzle row
-# of 16-bit elements; four stages (48 KiB each) and the epilogue's 16 KiB strip make 208 KiB of
-# the 227 KiB a block may take. A band of 16 row tiles holds a whole Mixtral group, as for the
-# Hopper kernel (benchmarks/l2_traffic.py). drhs reduces 64 rows a step into a [128, 256] cell.
-# One CTA a cell: cta_pair (cta_group::2) is a searched knob, proven by the compiler only
-# until a GPU has checked it (jax's Mosaic GPU interpreter has no cluster-collective memory).
+# of 16-bit elements; four stages (48 KiB each) and the epilogue's strip (32 KiB at most, an
+# f32 output) make 224 KiB of the 227 KiB a block may take. A band of 16 row tiles holds a whole
+# Mixtral group, as for the Hopper kernel (benchmarks/l2_traffic.py). drhs reduces 64 rows a
+# step into a [128, 256] cell. One CTA a cell: cta_pair (cta_group::2) is a searched knob,
+# proven by the compiler only until a GPU has checked it (jax's Mosaic GPU interpreter has no
+# collective MMA).
 _DEFAULTS = {
   "gmm": BlackwellConfig(block_m=128, block_n=256, block_k=64, max_concurrent_steps=4, group_m=16),
   "tgmm": BlackwellConfig(block_m=64, block_n=256, block_k=128, max_concurrent_steps=4, group_m=4),
@@ -164,8 +175,11 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
   block_k that does not divide k makes the wrapper pad the operands), and whose cell is not
   taller than the problem's rows (a pair's 256-row cell for a decode batch is waste)."""
   rows, contraction, cols = op_dims(op, m, k, n)
+  # A CTA pair only where it compiles for a Blackwell GPU: jax's interpreter cannot run its
+  # collective MMA ("collective_axis not supported yet", jax 0.12).
+  pairs = SPACE_PAIR if gpu_family(device_kind) == "blackwell" else (False,)
   out = []
-  for bn, steps, band, pair in itertools.product(SPACE_BLOCK_N, SPACE_STEPS, SPACE_GROUP_M, SPACE_PAIR):
+  for bn, steps, band, pair in itertools.product(SPACE_BLOCK_N, SPACE_STEPS, SPACE_GROUP_M, pairs):
     if op == "drhs":
       for bm in SPACE_TGMM_BLOCK_M:
         cfg = BlackwellConfig(bm, bn, 128 * (2 if pair else 1), steps, band, pair)

@@ -12,8 +12,9 @@ accumulator lives:
   warpgroup is the epilogue: TMEM -> registers -> shared memory -> TMA store, in [128, 64]
   strips, the rows of a partial tile by a ladder of power-of-two copies;
 - persistent: one CTA (or CTA pair) per SM (pair of SMs) walks the output cells in
-  common.launch_cell's group-major order. The operand ring and the accumulator buffers carry
-  over from cell to cell, so the loads of a cell start while the last one is still computing;
+  common.launch_cell's group-major order, each role on its own (pipeline_roles): the operand
+  ring and the accumulator buffers carry over from cell to cell, so the loads of a cell start
+  while the last one is still computing, and its epilogue runs while the next one computes;
 - cta_pair: two CTAs of a cluster run each MMA together (cta_group::2). The cell is 256 rows;
   each CTA loads its 128 rows of lhs and half of the rhs tile's columns, the first CTA issues
   the MMAs for both, and each CTA's epilogue stores its own rows;
@@ -31,6 +32,7 @@ Barriers (each waited on by one role, once per completion, so the phases stay in
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -75,6 +77,11 @@ def operand_transforms(dtype):
 
 def launch(kernel, name, out_type, cfg: BlackwellConfig, interpret, warpgroups: int = WARPGROUPS):
   """plgpu.kernel over the persistent grid: one CTA per SM, or one cluster of two per pair."""
+  if interpret and cfg.cta_pair:
+    raise NotImplementedError(
+      "BlackwellConfig(cta_pair=True) cannot run interpreted: jax's Mosaic GPU interpreter has no "
+      "collective (cta_group::2) MMA; a B200 runs it compiled"
+    )
   kernel.__name__ = name  # the kernel's name in the machine code and profiles
   ctas = num_ctas(interpret)
   pair = dict(cluster=(2,), cluster_names=(PAIR,)) if cfg.cta_pair else {}
@@ -94,10 +101,11 @@ def launch(kernel, name, out_type, cfg: BlackwellConfig, interpret, warpgroups: 
 def barriers(cfg: BlackwellConfig):
   """The barriers of the module docstring. With cta_pair, the epilogue's store_done is a
   cluster barrier: the first CTA's MMAs write both CTAs' accumulators, so it waits for both
-  epilogues."""
+  epilogues. A cluster barrier's num_arrivals counts per CTA (each arrival reaches every CTA
+  of the pair, and Mosaic multiplies the count by the CTAs): 1."""
   steps = cfg.max_concurrent_steps
   store_done = (
-    plgpu.ClusterBarrier(collective_axes=(PAIR,), num_barriers=2, num_arrivals=2, orders_tensor_core=True)
+    plgpu.ClusterBarrier(collective_axes=(PAIR,), num_barriers=2, num_arrivals=1, orders_tensor_core=True)
     if cfg.cta_pair
     else plgpu.Barrier(num_arrivals=1, num_barriers=2, orders_tensor_core=True)
   )
@@ -110,13 +118,27 @@ def barriers(cfg: BlackwellConfig):
   )
 
 
+class CellIndex(NamedTuple):
+  """A cell of the grid, as plgpu.nd_loop's NDLoopInfo gives it: its index in the grid and
+  its position among this CTA's cells."""
+
+  index: tuple
+  local_index: jax.Array
+
+
+class Cell(NamedTuple):
+  """What every role needs of one output cell: its pipeline steps (0: no MMA, the epilogue
+  stores zeros) and the kernel's own indices (`at`, passed back to its callbacks)."""
+
+  steps: jax.Array
+  at: tuple
+
+
 def pipeline_roles(
   *,
   cfg,
-  done,
-  steps,
-  buf,
-  local_index,
+  grid,
+  cell,
   load,
   mma,
   epilogue,
@@ -128,16 +150,39 @@ def pipeline_roles(
   mask=None,
   masked=None,
 ):
-  """One cell's work, by role. `done`: the pipeline steps this CTA ran before the cell (the
-  ring's position); `steps`: this cell's (0: no MMA, the epilogue stores zeros); `buf`: the
-  accumulator buffer; load(i, slot, barrier_a, barrier_b) issues step i's copies;
-  mma(i, slot, consumed, accumulate) issues its MMAs; epilogue(has_acc) stores the cell.
-  mask(i, slot), with a third warpgroup: it edits step i's lhs tile in shared memory after
-  the load and before the MMA, which then waits on `masked` instead of lhs_loaded."""
+  """The kernel's roles, each walking the CTA's cells of `grid` on its own (nd_loop over the
+  SMs): the TMA warp runs ahead into the next cells' loads as far as the ring allows, the MMA
+  warp into the next cell's MMAs as far as a free accumulator allows, and the epilogue
+  follows. Each carries the ring's position (the pipeline steps it has passed).
+
+  cell(CellIndex) -> Cell; load(at, i, slot, barrier_a, barrier_b) issues step i's copies;
+  mma(at, buf, i, slot, consumed, accumulate) its MMAs into accumulator buffer buf;
+  epilogue(at, buf, has_acc) stores the cell. mask(at, i, slot), with a third warpgroup:
+  it edits step i's lhs tile in shared memory after the load and before the MMA, which
+  then waits on `masked` instead of lhs_loaded."""
   ring = cfg.max_concurrent_steps
   wg = lax.axis_index("wg")
   lead = (lax.axis_index(PAIR) == 0) if cfg.cta_pair else True
   pair_axis = PAIR if cfg.cta_pair else None
+  # Read here: inside warp_map a kernel may name no axis but the warps'.
+  sm, sms = lax.axis_index("sm"), lax.axis_size("sm")
+  total = functools.reduce(lambda a, b: a * b, grid)
+  count = lax.div(total - sm + sms - 1, sms)  # this CTA's cells
+
+  def walk(body):
+    """body(at, steps, done, buf, local_index) for each of this CTA's cells of `grid`, in
+    order: cells sm, sm + sms, ... (plgpu.nd_loop's order, written out for warp_map)."""
+
+    def step(local_index, done):
+      flat, index = sm + local_index * sms, []
+      for dim in reversed(grid):
+        index.append(lax.rem(flat, dim))
+        flat = lax.div(flat, dim)
+      c = cell(CellIndex(tuple(reversed(index)), local_index))
+      body(c.at, c.steps, done, lax.rem(local_index, 2), local_index)
+      return done + c.steps
+
+    lax.fori_loop(0, count, step, jnp.int32(0))
 
   @pl.when(wg == CONTROL)
   def _control():
@@ -145,51 +190,59 @@ def pipeline_roles(
     def _warp(warp):
       @pl.when(warp == TMA_WARP)
       def _tma():
-        @pl.loop(0, steps)
-        def _step(i):
-          s = done + i
-          slot = lax.rem(s, ring)
+        @walk
+        def _(at, steps, done, buf, local_index):
+          @pl.loop(0, steps)
+          def _step(i):
+            s = done + i
+            slot = lax.rem(s, ring)
 
-          @pl.when(s >= ring)  # the stage's last MMAs have read it
-          def _():
-            plgpu.barrier_wait(consumed.at[slot])
+            @pl.when(s >= ring)  # the stage's last MMAs have read it
+            def _():
+              plgpu.barrier_wait(consumed.at[slot])
 
-          load(i, slot, lhs_loaded.at[slot], rhs_loaded.at[slot])
+            load(at, i, slot, lhs_loaded.at[slot], rhs_loaded.at[slot])
 
       @pl.when((warp == MMA_WARP) & lead)
       def _mma():
-        @pl.when(local_index >= 2)  # the epilogue has read this buffer's last cell
-        def _():
-          plgpu.barrier_wait(store_done.at[buf])
+        @walk
+        def _(at, steps, done, buf, local_index):
+          @pl.when(local_index >= 2)  # the epilogue has read this buffer's last cell
+          def _():
+            plgpu.barrier_wait(store_done.at[buf])
 
-        @pl.loop(0, steps)
-        def _step(i):
-          slot = lax.rem(done + i, ring)
-          plgpu.barrier_wait((lhs_loaded if mask is None else masked).at[slot])
-          plgpu.barrier_wait(rhs_loaded.at[slot])
-          mma(i, slot, consumed.at[slot], i > 0)
+          @pl.loop(0, steps)
+          def _step(i):
+            slot = lax.rem(done + i, ring)
+            plgpu.barrier_wait((lhs_loaded if mask is None else masked).at[slot])
+            plgpu.barrier_wait(rhs_loaded.at[slot])
+            mma(at, buf, i, slot, consumed.at[slot], i > 0)
 
-        # Also with no MMA (a cell of zeros): the epilogue waits on every cell's buffer.
-        plgpu.tcgen05_commit_arrive(mma_done.at[buf], collective_axis=pair_axis)
+          # Also with no MMA (a cell of zeros): the epilogue waits on every cell's buffer.
+          plgpu.tcgen05_commit_arrive(mma_done.at[buf], collective_axis=pair_axis)
 
   @pl.when(wg == EPILOGUE)
   def _epilogue():
-    plgpu.barrier_wait(mma_done.at[buf])
-    epilogue(steps > 0)
-    plgpu.wait_load_tmem()  # the accumulator is read before the MMAs may write it again
-    plgpu.barrier_arrive(store_done.at[buf])
+    @walk
+    def _(at, steps, done, buf, local_index):
+      plgpu.barrier_wait(mma_done.at[buf])
+      epilogue(at, buf, steps > 0)
+      plgpu.wait_load_tmem()  # the accumulator is read before the MMAs may write it again
+      plgpu.barrier_arrive(store_done.at[buf])
 
   if mask is not None:
 
     @pl.when(wg == MASK)
     def _mask():
-      @pl.loop(0, steps)
-      def _step(i):
-        slot = lax.rem(done + i, ring)
-        plgpu.barrier_wait(lhs_loaded.at[slot])
-        mask(i, slot)
-        plgpu.commit_smem()  # the generic-proxy writes, before the MMA reads the tile
-        plgpu.barrier_arrive(masked.at[slot])
+      @walk
+      def _(at, steps, done, buf, local_index):
+        @pl.loop(0, steps)
+        def _step(i):
+          slot = lax.rem(done + i, ring)
+          plgpu.barrier_wait(lhs_loaded.at[slot])
+          mask(at, i, slot)
+          plgpu.commit_smem()  # the generic-proxy writes, before the MMA reads the tile
+          plgpu.barrier_arrive(masked.at[slot])
 
 
 def cta_rows(seg_start, seg_end, row0, cta, block_m: int):
@@ -231,11 +284,11 @@ def store_strips(acc_tmem, has_acc, out_smem, o_gmem, *, row0, lo, rows, col0, n
 
 
 def _gmm_kernel(
+  cell_tile_ref,
+  cell_col_ref,
   tile_seg_ref,
   tile_row8_ref,
   active_ref,
-  seg_first_ref,
-  seg_tiles_ref,
   seg_start_ref,
   seg_end_ref,
   lhs_gmem,
@@ -268,70 +321,69 @@ def _gmm_kernel(
     collective_axes="wg",
   )
   def _scope(lhs_smem, rhs_smem, out_smem, acc_tmem, **bars):
-    @plgpu.nd_loop((active_ref[0] * num_col_blocks,), collective_axes="sm", init_carry=jnp.int32(0))
-    def _cell(loop_info, carry):
-      t, j = common.launch_cell(
-        loop_info.index[0], tile_seg_ref, seg_first_ref, seg_tiles_ref, num_col_blocks, cfg.group_m
-      )
+    def cell(c: CellIndex) -> Cell:
+      # lax only: the TMA and MMA warps run this under warp_map, which lowers no jit (jnp's
+      # clip, where, // and % are jitted), so the launch order comes as a table (cell_tile).
+      flat = c.index[0]
+      t, j = cell_tile_ref[flat], cell_col_ref[flat]
       # A tile starts at its segment's first row rounded down to a TMA box (8 rows): the rows
-      # before `lead` are a neighbour's. Only a segment's last tile ends before cell_rows.
+      # before the segment are a neighbour's. Only a segment's last tile ends before cell_rows.
       seg, row0 = tile_seg_ref[t], tile_row8_ref[t] * ROW_TILE
       is_group = (seg >= 1) & (seg <= g_local)
-      group = jnp.clip(seg - 1, 0, g_local - 1)
-      steps = jnp.where(is_group, k_steps, 0)
-      buf = lax.rem(loop_info.local_index, 2)
-      acc = acc_tmem.at[:, pl.ds(buf * block_n, block_n)]
+      group = lax.max(lax.min(seg - 1, g_local - 1), 0)
+      return Cell(is_group.astype(jnp.int32) * k_steps, (seg, row0, group, j))
 
-      def load(i, slot, lhs_barrier, rhs_barrier):
-        ks = pl.ds(i * block_k, block_k)
-        rows = pl.ds(row0, cell_rows)
-        cols = pl.ds(j * block_n, block_n)
-        rhs = rhs_gmem.at[group, cols, ks] if transpose_rhs else rhs_gmem.at[group, ks, cols]
-        partition = dict(collective_axes=PAIR) if cfg.cta_pair else {}
-        plgpu.copy_gmem_to_smem(
-          lhs_gmem.at[rows, ks],
-          lhs_smem.at[slot],
-          lhs_barrier,
-          leader_tracked=plgpu.CopyPartition.PARTITIONED(0) if cfg.cta_pair else None,
-          **partition,
-        )
-        plgpu.copy_gmem_to_smem(
-          rhs,
-          rhs_smem.at[slot],
-          rhs_barrier,
-          leader_tracked=plgpu.CopyPartition.PARTITIONED(0 if transpose_rhs else 1) if cfg.cta_pair else None,
-          **partition,
-        )
+    def accumulator(buf):
+      return acc_tmem.at[:, pl.ds(buf * block_n, block_n)]
 
-      def mma(i, slot, consumed, accumulate):
-        b = rhs_smem.at[slot].T if transpose_rhs else rhs_smem.at[slot]
-        plgpu.tcgen05_mma(
-          acc,
-          lhs_smem.at[slot],
-          b,
-          consumed,
-          accumulate=accumulate,
-          collective_axis=PAIR if cfg.cta_pair else None,
-        )
-
-      def epilogue(has_acc):
-        my_row0, lo, rows = cta_rows(seg_start_ref[seg], seg_end_ref[seg], row0, cta, block_m)
-        store_strips(
-          acc, has_acc, out_smem, o_gmem, row0=my_row0, lo=lo, rows=rows, col0=j * block_n, n=n, cols=block_n
-        )
-
-      pipeline_roles(
-        cfg=cfg,
-        done=carry,
-        steps=steps,
-        buf=buf,
-        local_index=loop_info.local_index,
-        load=load,
-        mma=mma,
-        epilogue=epilogue,
-        **bars,
+    def load(at, i, slot, lhs_barrier, rhs_barrier):
+      _, row0, group, j = at
+      ks = pl.ds(i * block_k, block_k)
+      cols = pl.ds(j * block_n, block_n)
+      rhs = rhs_gmem.at[group, cols, ks] if transpose_rhs else rhs_gmem.at[group, ks, cols]
+      pair = dict(collective_axes=PAIR) if cfg.cta_pair else {}
+      plgpu.copy_gmem_to_smem(
+        lhs_gmem.at[pl.ds(row0, cell_rows), ks],
+        lhs_smem.at[slot],
+        lhs_barrier,
+        leader_tracked=plgpu.CopyPartition.PARTITIONED(0) if cfg.cta_pair else None,
+        **pair,
       )
-      return carry + steps
+      plgpu.copy_gmem_to_smem(
+        rhs,
+        rhs_smem.at[slot],
+        rhs_barrier,
+        leader_tracked=plgpu.CopyPartition.PARTITIONED(0 if transpose_rhs else 1) if cfg.cta_pair else None,
+        **pair,
+      )
+
+    def mma(at, buf, i, slot, consumed, accumulate):
+      b = rhs_smem.at[slot].T if transpose_rhs else rhs_smem.at[slot]
+      plgpu.tcgen05_mma(
+        accumulator(buf),
+        lhs_smem.at[slot],
+        b,
+        consumed,
+        accumulate=accumulate,
+        collective_axis=PAIR if cfg.cta_pair else None,
+      )
+
+    def epilogue(at, buf, has_acc):
+      seg, row0, _, j = at
+      my_row0, lo, rows = cta_rows(seg_start_ref[seg], seg_end_ref[seg], row0, cta, block_m)
+      store_strips(
+        accumulator(buf), has_acc, out_smem, o_gmem, row0=my_row0, lo=lo, rows=rows, col0=j * block_n, n=n, cols=block_n
+      )
+
+    pipeline_roles(
+      cfg=cfg,
+      grid=(active_ref[0] * num_col_blocks,),
+      cell=cell,
+      load=load,
+      mma=mma,
+      epilogue=epilogue,
+      **bars,
+    )
 
   plgpu.wait_smem_to_gmem(0)  # every store done before the kernel exits
 
@@ -377,12 +429,18 @@ def gmm(
     transpose_rhs=transpose_rhs,
   )
   out_type = jax.ShapeDtypeStruct((m_pad, n_pad), out_dtype)
+  # The launch order (common.launch_cell) of every cell the grid may hold, as tables.
+  num_col_blocks = pl.cdiv(n_pad, cfg.block_n)
+  cells = jnp.arange(sched.tile_segment.shape[0] * num_col_blocks, dtype=jnp.int32)
+  cell_tile, cell_col = common.launch_cell(
+    cells, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles, num_col_blocks, cfg.group_m
+  )
   out = launch(kernel, "ragtune_tcgen05_gmm", out_type, cfg, interpret)(
+    cell_tile.astype(jnp.int32),
+    cell_col.astype(jnp.int32),
     sched.tile_segment,
     sched.tile_row_start // ROW_TILE,  # in TMA boxes, so the kernel's row offsets are whole ones
     sched.active,
-    sched.segment_first_tile,
-    sched.segment_num_tiles,
     seg_starts,
     seg_ends,
     lhs,

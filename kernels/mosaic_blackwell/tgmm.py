@@ -22,13 +22,23 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common
 from kernels.mosaic_blackwell.config import EPI_TILE, ROW_TILE, SWIZZLE_ELEMS, BlackwellConfig
-from kernels.mosaic_blackwell.gmm import PAIR, barriers, launch, operand_transforms, pipeline_roles, store_strips
+from kernels.mosaic_blackwell.gmm import (
+  PAIR,
+  Cell,
+  CellIndex,
+  barriers,
+  launch,
+  operand_transforms,
+  pipeline_roles,
+  store_strips,
+)
 from kernels.mosaic_gpu.gmm import check_inputs, pad_to_multiple
 
 LANES = 128  # TMEM lanes: a CTA's rows of the output cell (columns of a)
@@ -36,13 +46,16 @@ LANES = 128  # TMEM lanes: a CTA's rows of the output cell (columns of a)
 
 def group_steps(start, end, block_m: int):
   """(first row, pipeline steps) that reduce a group's rows [start, end) in block_m-row steps,
-  from its first row rounded down to a TMA box; an empty group takes no step."""
-  first = start // ROW_TILE * ROW_TILE
-  steps = jnp.where(end > start, (end - first + block_m - 1) // block_m, 0)
+  from its first row rounded down to a TMA box; an empty group takes no step. lax only (rows
+  are not negative): the warps run it under warp_map, which lowers no jit."""
+  first = lax.div(start, ROW_TILE) * ROW_TILE
+  steps = (end > start).astype(jnp.int32) * lax.div(end - first + block_m - 1, block_m)
   return first, steps
 
 
-def _tgmm_kernel(start_ref, end_ref, a_gmem, b_gmem, o_gmem, *, num_groups: int, cfg: BlackwellConfig):
+def _tgmm_kernel(
+  tile_a_ref, tile_b_ref, start_ref, end_ref, a_gmem, b_gmem, o_gmem, *, num_groups: int, cfg: BlackwellConfig
+):
   block_m, block_n = cfg.block_m, cfg.block_n
   cell_a = LANES * cfg.ctas  # a columns (output rows) of a cell
   cta_b = block_n // cfg.ctas  # b columns this CTA loads
@@ -56,7 +69,7 @@ def _tgmm_kernel(start_ref, end_ref, a_gmem, b_gmem, o_gmem, *, num_groups: int,
   bars = barriers(cfg)
   # The MMA (the first CTA's, with cta_pair) waits until every CTA has masked its a tile.
   bars["masked"] = (
-    plgpu.ClusterBarrier(collective_axes=(PAIR,), num_barriers=steps_ring, num_arrivals=2)
+    plgpu.ClusterBarrier(collective_axes=(PAIR,), num_barriers=steps_ring, num_arrivals=1)  # per CTA
     if cfg.cta_pair
     else plgpu.Barrier(num_arrivals=1, num_barriers=steps_ring)
   )
@@ -71,59 +84,70 @@ def _tgmm_kernel(start_ref, end_ref, a_gmem, b_gmem, o_gmem, *, num_groups: int,
     collective_axes="wg",
   )
   def _scope(a_smem, b_smem, out_smem, acc_tmem, **bars):
-    @plgpu.nd_loop((num_groups, tiles_a * tiles_b), collective_axes="sm", init_carry=jnp.int32(0))
-    def _cell(loop_info, carry):
-      group = loop_info.index[0]
-      ai, bi = common.program_tile(loop_info.index[1], tiles_a, tiles_b, cfg.group_m)
+    def cell(c: CellIndex) -> Cell:
+      group = c.index[0]
+      ai, bi = tile_a_ref[c.index[1]], tile_b_ref[c.index[1]]
       start, end = start_ref[group], end_ref[group]
       first, steps = group_steps(start, end, block_m)
-      buf = lax.rem(loop_info.local_index, 2)
-      acc = acc_tmem.at[:, pl.ds(buf * block_n, block_n)]
+      return Cell(steps, (group, ai, bi, start, end, first))
 
-      def load(i, slot, a_barrier, b_barrier):
-        rows = pl.ds(first + i * block_m, block_m)
-        # a: each CTA its own columns, on its own barrier (its mask warpgroup waits on it).
-        plgpu.copy_gmem_to_smem(a_gmem.at[rows, pl.ds(ai * cell_a + cta * LANES, LANES)], a_smem.at[slot], a_barrier)
-        pair = dict(collective_axes=PAIR, leader_tracked=plgpu.CopyPartition.PARTITIONED(1)) if cfg.cta_pair else {}
-        plgpu.copy_gmem_to_smem(b_gmem.at[rows, pl.ds(bi * block_n, block_n)], b_smem.at[slot], b_barrier, **pair)
+    def accumulator(buf):
+      return acc_tmem.at[:, pl.ds(buf * block_n, block_n)]
 
-      def mask(i, slot):
-        @pl.when((first < start) & (i == 0) | (first + (i + 1) * block_m > end))
-        def _():
-          rows = first + i * block_m + lax.broadcasted_iota(jnp.int32, (block_m, LANES), 0)
-          tile = a_smem.at[slot]
-          tile[...] = jnp.where((rows >= start) & (rows < end), tile[...], jnp.zeros((), dtype))
+    def load(at, i, slot, a_barrier, b_barrier):
+      _, ai, bi, _, _, first = at
+      rows = pl.ds(first + i * block_m, block_m)
+      # a: each CTA its own columns, on its own barrier (its mask warpgroup waits on it).
+      plgpu.copy_gmem_to_smem(a_gmem.at[rows, pl.ds(ai * cell_a + cta * LANES, LANES)], a_smem.at[slot], a_barrier)
+      pair = dict(collective_axes=PAIR, leader_tracked=plgpu.CopyPartition.PARTITIONED(1)) if cfg.cta_pair else {}
+      plgpu.copy_gmem_to_smem(b_gmem.at[rows, pl.ds(bi * block_n, block_n)], b_smem.at[slot], b_barrier, **pair)
 
-      def mma(i, slot, consumed, accumulate):
-        plgpu.tcgen05_mma(
-          acc,
-          a_smem.at[slot].T,
-          b_smem.at[slot],
-          consumed,
-          accumulate=accumulate,
-          collective_axis=PAIR if cfg.cta_pair else None,
-        )
+    def mask(at, i, slot):
+      _, _, _, start, end, first = at
 
-      def epilogue(has_acc):
-        row0 = ai * cell_a + cta * LANES
-        rows = jnp.clip(ka - row0, 0, LANES)
-        store_strips(
-          acc, has_acc, out_smem, o_gmem.at[group], row0=row0, lo=0, rows=rows, col0=bi * block_n, n=kb, cols=block_n
-        )
+      @pl.when((first < start) & (i == 0) | (first + (i + 1) * block_m > end))
+      def _():
+        rows = first + i * block_m + lax.broadcasted_iota(jnp.int32, (block_m, LANES), 0)
+        tile = a_smem.at[slot]
+        tile[...] = jnp.where((rows >= start) & (rows < end), tile[...], jnp.zeros((), dtype))
 
-      pipeline_roles(
-        cfg=cfg,
-        done=carry,
-        steps=steps,
-        buf=buf,
-        local_index=loop_info.local_index,
-        load=load,
-        mma=mma,
-        epilogue=epilogue,
-        mask=mask,
-        **bars,
+    def mma(at, buf, i, slot, consumed, accumulate):
+      plgpu.tcgen05_mma(
+        accumulator(buf),
+        a_smem.at[slot].T,
+        b_smem.at[slot],
+        consumed,
+        accumulate=accumulate,
+        collective_axis=PAIR if cfg.cta_pair else None,
       )
-      return carry + steps
+
+    def epilogue(at, buf, has_acc):
+      group, ai, bi = at[:3]
+      row0 = ai * cell_a + cta * LANES
+      rows = jnp.clip(ka - row0, 0, LANES)
+      store_strips(
+        accumulator(buf),
+        has_acc,
+        out_smem,
+        o_gmem.at[group],
+        row0=row0,
+        lo=0,
+        rows=rows,
+        col0=bi * block_n,
+        n=kb,
+        cols=block_n,
+      )
+
+    pipeline_roles(
+      cfg=cfg,
+      grid=(num_groups, tiles_a * tiles_b),
+      cell=cell,
+      load=load,
+      mma=mma,
+      epilogue=epilogue,
+      mask=mask,
+      **bars,
+    )
 
   plgpu.wait_smem_to_gmem(0)  # every output tile is written before the kernel ends
 
@@ -157,6 +181,9 @@ def tgmm(
   b = pad_to_multiple(pad_to_multiple(b, 1, SWIZZLE_ELEMS), 0, rows)
   kernel = functools.partial(_tgmm_kernel, num_groups=num_groups, cfg=config)
   out_type = jax.ShapeDtypeStruct((num_groups, a.shape[1], b.shape[1]), out_dtype)
-  return launch(kernel, "ragtune_tcgen05_tgmm", out_type, config, interpret, warpgroups=3)(starts, ends, a, b)[
-    :, :ka, :kb
-  ]
+  # A group's cells in banded order (common.program_tile), as tables.
+  tiles_a, tiles_b = -(-a.shape[1] // (128 * config.ctas)), -(-b.shape[1] // config.block_n)
+  tile_a, tile_b = common.program_tile(np.arange(tiles_a * tiles_b), tiles_a, tiles_b, config.group_m)
+  call = launch(kernel, "ragtune_tcgen05_tgmm", out_type, config, interpret, warpgroups=3)
+  out = call(jnp.asarray(tile_a, jnp.int32), jnp.asarray(tile_b, jnp.int32), starts, ends, a, b)
+  return out[:, :ka, :kb]

@@ -277,7 +277,8 @@ def sweep(
   if skip_bad_lines:
     warn_bad_lines(out_dir, say)
   info = device()
-  problems = on_device(problems, info["platform"], info["device_kind"], say)
+  if not interpreting(flags.interpret, info["platform"]):  # interpreted, any backend's kernels run
+    problems = on_device(problems, info["platform"], info["device_kind"], say)
   problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
   opts = SweepOptions(
     out_dir=out_dir,
@@ -315,7 +316,7 @@ def target_problems(facts: dict, shapes_file: Path, sel: Selection, say: Say):
     return spec, on_device(problems, facts["platform"], facts["device_kind"], say), False
   say(f"notice: {shapes_file} lists no backend for {facts['device_kind']}; using {', '.join(own)}")
   spec, problems = load_problems(shapes_file, dataclasses.replace(sel, backends=tuple(own)))
-  return spec, problems, True
+  return spec, on_device(problems, facts["platform"], facts["device_kind"], say), True
 
 
 def plan(

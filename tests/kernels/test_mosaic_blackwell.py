@@ -211,3 +211,12 @@ def test_launch_key_caps_the_band_at_the_widest_group():
   assert key == dataclasses.replace(cfg, group_m=3)  # 300 rows from row 0: three 128-row tiles
   pair = Config(group_m=16, cta_pair=True)
   assert BACKEND.launch_key(pair, "fwd", 1024, 512, 512, (300, 0, 100)).group_m == 2  # 256-row cells
+
+
+def test_a_pairs_cluster_barriers_count_one_arrival_a_cta():
+  """A cluster barrier's num_arrivals counts per CTA (Mosaic multiplies it by the CTAs an
+  arrival reaches): 2 would wait for arrivals that never come, a hang no interpreter or
+  compiler here can show."""
+  bars = bw_gmm.barriers(Config(cta_pair=True))
+  assert isinstance(bars["store_done"], type(bw_gmm.plgpu.ClusterBarrier(collective_axes=("x",))))
+  assert bars["store_done"].num_arrivals == 1

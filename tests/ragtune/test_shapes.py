@@ -47,8 +47,10 @@ def test_shipped_shape_files_load():
     probs = shapes.expand(shapes.load_shape_set(f))
     assert probs, f
     swept = {p.backend for p in probs}
-    # The GPU sets sweep both GPU backends; smoke (the CPU pipeline check) and decode Triton only.
-    assert swept == ({"pallas_gpu"} if f.stem in ("smoke", "decode") else {"pallas_gpu", "mosaic_gpu"}), f
+    # The GPU sets list every GPU backend (a device sweeps those that compile for it); smoke
+    # (the CPU pipeline check) and decode Triton only.
+    gpu = {"pallas_gpu", "mosaic_gpu", "mosaic_blackwell"}
+    assert swept == ({"pallas_gpu"} if f.stem in ("smoke", "decode") else gpu), f
 
 
 def test_backend_lists_in_yaml_and_on_the_command_line(tmp_path):
