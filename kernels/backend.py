@@ -189,17 +189,23 @@ class Backend:
       raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; valid: {sorted(fields)}")
     return cls(**d)
 
-  def check_device(self, platform: str, device_kind: str, alternatives: tuple[str, ...] = ()) -> None:
-    """Raise ValueError when this backend's kernels cannot compile for the device; the
-    message names `alternatives`."""
-    hint = f"use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else "use another backend"
+  def refusal(self, platform: str, device_kind: str) -> str:
+    """Why this backend's kernels cannot compile for the device, or "" when they can."""
     if why := self.unavailable():
-      raise ValueError(f"backend {self.name!r} is not available: {why}; {hint}")
+      return f"backend {self.name!r} is not available: {why}"
     if self.families and platform in self.platforms and gpu_family(device_kind) not in self.families:
-      raise ValueError(
+      return (
         f"backend {self.name!r} compiles for {'/'.join(self.families)} GPUs only, not "
-        f"{device_kind!r} ({gpu_family(device_kind)}); {hint}"
+        f"{device_kind!r} ({gpu_family(device_kind)})"
       )
+    return ""
+
+  def check_device(self, platform: str, device_kind: str, alternatives: tuple[str, ...] = ()) -> None:
+    """Raise ValueError with refusal() when this backend's kernels cannot compile for the
+    device; the message names `alternatives`."""
+    hint = f"use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else "use another backend"
+    if why := self.refusal(platform, device_kind):
+      raise ValueError(f"{why}; {hint}")
 
   def runs_on(self, platform: str, device_kind: str) -> bool:
     """Whether it runs compiled on this device."""

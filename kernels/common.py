@@ -120,6 +120,19 @@ def next_pow2(x: int) -> int:
   return 1 << max(0, int(x) - 1).bit_length()
 
 
+def narrowed_to_fit(cfg, block_ns, min_steps: int, fits):
+  """A TMA kernel's default on a device with less shared memory: `cfg` with fewer stages in
+  flight (max_concurrent_steps down to min_steps), then each narrower block_n of `block_ns`,
+  until fits(config); `cfg` itself when none fits."""
+  for block_n in sorted({cfg.block_n, *block_ns}, reverse=True):
+    narrowed = dataclasses.replace(cfg, block_n=block_n)
+    while narrowed.max_concurrent_steps > min_steps and not fits(narrowed):
+      narrowed = dataclasses.replace(narrowed, max_concurrent_steps=narrowed.max_concurrent_steps - 1)
+    if fits(narrowed):
+      return narrowed
+  return cfg
+
+
 def round_up(x: int, multiple: int) -> int:
   return -(-x // multiple) * multiple
 

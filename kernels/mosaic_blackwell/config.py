@@ -20,6 +20,7 @@ from kernels.common import (
   gpu_family,
   gpu_smem_limit,
   itemsize,
+  narrowed_to_fit,
   op_dims,
   round_up,
   row_tiles,
@@ -150,13 +151,7 @@ _DEFAULTS = {
 def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None) -> BlackwellConfig:
   cfg = _DEFAULTS["tgmm" if op == "drhs" else "gmm"]
   # A device with less shared memory than B200 gets fewer stages in flight, then narrower tiles.
-  for block_n in sorted({cfg.block_n, 128, 64}, reverse=True):
-    narrowed = dataclasses.replace(cfg, block_n=block_n)
-    while narrowed.max_concurrent_steps > STEPS_RANGE[0] and not narrowed.fits(op, dtype, m, k, n, device_kind):
-      narrowed = dataclasses.replace(narrowed, max_concurrent_steps=narrowed.max_concurrent_steps - 1)
-    if narrowed.fits(op, dtype, m, k, n, device_kind):
-      return narrowed
-  return cfg
+  return narrowed_to_fit(cfg, (128, 64), STEPS_RANGE[0], lambda c: c.fits(op, dtype, m, k, n, device_kind))
 
 
 # --- search space -------------------------------------------------------------------------

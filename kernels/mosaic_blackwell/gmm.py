@@ -419,18 +419,18 @@ def gmm(
     lhs, rhs, group_sizes, group_offset, block_k=cfg.block_k, tile_rows=cfg.cell("fwd")[0], transpose_rhs=transpose_rhs
   )
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  num_col_blocks = pl.cdiv(n_pad, cfg.block_n)
   kernel = functools.partial(
     _gmm_kernel,
     n=n_pad,
     k=lhs.shape[1],
     g_local=g_local,
-    num_col_blocks=pl.cdiv(n_pad, cfg.block_n),
+    num_col_blocks=num_col_blocks,
     cfg=cfg,
     transpose_rhs=transpose_rhs,
   )
   out_type = jax.ShapeDtypeStruct((m_pad, n_pad), out_dtype)
   # The launch order (common.launch_cell) of every cell the grid may hold, as tables.
-  num_col_blocks = pl.cdiv(n_pad, cfg.block_n)
   cells = jnp.arange(sched.tile_segment.shape[0] * num_col_blocks, dtype=jnp.int32)
   cell_tile, cell_col = common.launch_cell(
     cells, sched.tile_segment, sched.segment_first_tile, sched.segment_num_tiles, num_col_blocks, cfg.group_m

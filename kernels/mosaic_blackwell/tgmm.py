@@ -61,7 +61,7 @@ def _tgmm_kernel(
   cta_b = block_n // cfg.ctas  # b columns this CTA loads
   m, ka = a_gmem.shape
   kb = b_gmem.shape[1]
-  tiles_a, tiles_b = pl.cdiv(ka, cell_a), pl.cdiv(kb, block_n)
+  cells = tile_a_ref.shape[0]  # a group's cells: the wrapper's tables hold its banded order
   dtype = a_gmem.dtype
   transforms = operand_transforms(dtype)
   cta = lax.axis_index(PAIR) if cfg.cta_pair else 0
@@ -140,7 +140,7 @@ def _tgmm_kernel(
 
     pipeline_roles(
       cfg=cfg,
-      grid=(num_groups, tiles_a * tiles_b),
+      grid=(num_groups, cells),
       cell=cell,
       load=load,
       mma=mma,

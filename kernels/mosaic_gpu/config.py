@@ -12,7 +12,16 @@ import itertools
 from typing import Any
 
 from kernels.backend import GridWork, InterpretCost
-from kernels.common import check_int_range, gpu_smem_limit, itemsize, op_dims, round_up, row_tiles, tiles_evenly
+from kernels.common import (
+  check_int_range,
+  gpu_smem_limit,
+  itemsize,
+  narrowed_to_fit,
+  op_dims,
+  round_up,
+  row_tiles,
+  tiles_evenly,
+)
 
 BLOCK_M = (64, 128, 256)
 BLOCK_N = (64, 128, 256)
@@ -126,13 +135,7 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
   if op != "drhs" and max(1, m // max(1, g)) <= 96:
     cfg = dataclasses.replace(cfg, block_m=64)
   # A device with less shared memory than Hopper gets fewer stages in flight, then narrower tiles.
-  for block_n in sorted({cfg.block_n, 128}, reverse=True):
-    narrowed = dataclasses.replace(cfg, block_n=block_n)
-    while narrowed.max_concurrent_steps > STEPS_RANGE[0] and not narrowed.fits(op, dtype, m, k, n, device_kind):
-      narrowed = dataclasses.replace(narrowed, max_concurrent_steps=narrowed.max_concurrent_steps - 1)
-    if narrowed.fits(op, dtype, m, k, n, device_kind):
-      return narrowed
-  return cfg
+  return narrowed_to_fit(cfg, (128,), STEPS_RANGE[0], lambda c: c.fits(op, dtype, m, k, n, device_kind))
 
 
 # --- search space -------------------------------------------------------------------------

@@ -113,10 +113,8 @@ def on_device(problems: list, platform: str, device_kind: str, say: Say) -> list
   left. Off its hardware (interpreted on a CPU) every backend stays."""
   keep, left_out = [], {}
   for p in problems:
-    try:
-      kernels.registry.get(p.backend).check_device(platform, device_kind)
-    except ValueError as e:
-      left_out.setdefault(p.backend, [str(e).split("; use")[0], 0])[1] += 1
+    if why := kernels.registry.get(p.backend).refusal(platform, device_kind):
+      left_out.setdefault(p.backend, [why, 0])[1] += 1
     else:
       keep.append(p)
   notices = [f"{why}: its {n} problem{'s' if n > 1 else ''} left out" for why, n in left_out.values()]
