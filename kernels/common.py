@@ -36,6 +36,13 @@ import numpy as np
 
 OPS = ("fwd", "dlhs", "drhs")
 DTYPES = ("bfloat16", "float16", "float32")
+# Quantized operands: an element dtype and a scale scheme (kernels/quant.py), written
+# "<dtype>:<scheme>". Where a LUT, a config or a tuner says "dtype" it means one of
+# FORMATS: the plain dtypes, or these.
+QUANT_DTYPES = ("float8_e4m3fn", "int8")
+SCHEMES = ("channelwise", "block128")
+QUANT_FORMATS = tuple(f"{d}:{s}" for d in QUANT_DTYPES for s in SCHEMES)
+FORMATS = DTYPES + QUANT_FORMATS
 
 # Shared memory one thread block may use (the opt-in maximum), by device family. Sources:
 # NVIDIA's CUDA C++ Programming Guide, "Compute Capabilities" table (sm_90: 227 KB, sm_80:
@@ -143,8 +150,19 @@ def tiles_evenly(dim: int, block: int, unit: int = 64) -> bool:
   return block == unit or round_up(dim, unit) % block == 0
 
 
+def element_dtype(fmt: str) -> str:
+  """The operands' element dtype of a format: 'float8_e4m3fn' for 'float8_e4m3fn:block128'."""
+  return fmt.split(":", 1)[0]
+
+
+def scheme(fmt: str) -> str:
+  """The scale scheme of a format (one of SCHEMES), or "" for plain operands."""
+  return fmt.split(":", 1)[1] if ":" in fmt else ""
+
+
 def itemsize(dtype: str) -> int:
-  return {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype, 4)
+  """Bytes of one operand element of a format."""
+  return {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "int8": 1}.get(element_dtype(dtype), 4)
 
 
 def op_dims(op: str, m: int, k: int, n: int) -> tuple[int, int, int]:
@@ -198,6 +216,14 @@ def local_row_mask(group_sizes, m: int, group_offset, g_local: int) -> jax.Array
   lo = starts[0] if g_local else jnp.int32(0)
   hi = ends[-1] if g_local else jnp.int32(0)
   return (rows >= lo) & (rows < hi)
+
+
+def row_groups(group_sizes, m: int, group_offset, g_local: int) -> jax.Array:
+  """The local group of each row [m], int32; rows of no local group get the nearest one
+  (callers zero those rows)."""
+  _, ends = group_row_bounds(group_sizes, m, group_offset, g_local)
+  rows = jnp.arange(m, dtype=jnp.int32)
+  return jnp.minimum(jnp.searchsorted(ends, rows, side="right"), g_local - 1).astype(jnp.int32)
 
 
 def segment_bounds(group_sizes, m: int, group_offset, g_local: int):

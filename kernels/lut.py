@@ -44,7 +44,7 @@ from typing import Any
 
 from kernels import registry
 from kernels.backend import KernelConfig
-from kernels.common import DTYPES, OPS, op_dims
+from kernels.common import FORMATS, OPS, op_dims
 
 SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
@@ -97,9 +97,14 @@ def current_device_kind() -> str:
 
 
 def canonical_dtype(dtype: Any) -> str:
-  """'bfloat16' for jnp.bfloat16, np.dtype('bfloat16') or the string."""
+  """'bfloat16' for jnp.bfloat16, np.dtype('bfloat16') or the string; a quantized format
+  ('float8_e4m3fn:block128', common.QUANT_FORMATS) as it is."""
   import jax.numpy as jnp
 
+  if isinstance(dtype, str) and ":" in dtype:
+    if dtype not in FORMATS:
+      raise ValueError(f"dtype must be a dtype or one of the formats {FORMATS}, got {dtype!r}")
+    return dtype
   return jnp.dtype(dtype).name
 
 
@@ -144,8 +149,8 @@ def _entry_from_dict(d: Any, where: str) -> Entry:
     raise LutError(f"{where}.op: expected one of {OPS}, got {d['op']!r}")
   if d["backend"] not in registry.NAMES:
     raise LutError(f"{where}.backend: expected one of {registry.NAMES}, got {d['backend']!r}")
-  if d["dtype"] not in DTYPES:
-    raise LutError(f"{where}.dtype: expected one of {DTYPES}, got {d['dtype']!r}")
+  if d["dtype"] not in FORMATS:
+    raise LutError(f"{where}.dtype: expected one of {FORMATS}, got {d['dtype']!r}")
   for dim in ("m", "k", "n", "g"):
     if not isinstance(d[dim], int) or isinstance(d[dim], bool) or d[dim] <= 0:
       raise LutError(f"{where}.{dim}: expected a positive integer, got {d[dim]!r}")

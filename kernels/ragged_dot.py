@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import lut as lut_mod
-from kernels import registry, target
+from kernels import quant, registry, target
 from kernels.backend import KernelConfig
-from kernels.common import OPS
+from kernels.common import OPS, QUANT_DTYPES
 
 logger = logging.getLogger("kernels")
 
@@ -178,8 +178,11 @@ def _given_configs(config) -> dict[str, Any]:
   return {op: config for op in OPS}
 
 
-def resolve(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict[str, Choice]:
-  """The Choice of each op for the forward problem (m, k, n, g).
+def resolve(
+  config, backend: str, m: int, k: int, n: int, g: int, dtype, ops: tuple[str, ...] = OPS
+) -> dict[str, Choice]:
+  """The Choice of each of `ops` for the forward problem (m, k, n, g); dtype is a format
+  of common.FORMATS (a quantized one resolves "fwd" alone).
 
   An explicit backend runs every op. "auto" falls back to the registry's highest-priority
   backend that runs compiled on the device (registry.auto_backend); when that one has
@@ -191,10 +194,11 @@ def resolve(config, backend: str, m: int, k: int, n: int, g: int, dtype) -> dict
   given = _given_configs(config)
   dev = target.current()
   auto = _check_backend(backend) == "auto"
-  fallback = registry.auto_backend(dev.platform, dev.device_kind) if auto else backend
+  dtype = lut_mod.canonical_dtype(dtype)
+  fallback = registry.auto_backend(dev.platform, dev.device_kind, dtype) if auto else backend
   table = lut_mod.active_lut() if auto and registry.get(fallback).config_type is not None else None
   out = {}
-  for op in OPS:
+  for op in ops:
     cfg = given.get(op)
     name = (registry.backend_of_config(cfg) or fallback) if auto else fallback
     cfg = _as_config(name, op, cfg)
@@ -220,7 +224,8 @@ def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend
   config=None: per op ("fwd", "dlhs", "drhs"), the backend, the config and its source.
 
   lhs_shape (m, k); rhs_shape (g, k, n), or (g, n, k) with transpose_rhs; dtype the
-  operands' dtype. Uses the active LUT, as ragged_dot does.
+  operands' dtype, or their quantized format ('float8_e4m3fn:block128', see kernels.quant),
+  which runs "fwd" alone. Uses the active LUT, as ragged_dot does.
   """
   lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
   if len(lhs_shape) != 2 or len(rhs_shape) != 3:
@@ -234,10 +239,10 @@ def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend
     raise ValueError(
       f"contraction mismatch: lhs_shape {lhs_shape} vs rhs_shape {rhs_shape} (transpose_rhs={transpose_rhs})"
     )
-  name = jnp.dtype(dtype).name
+  name = lut_mod.canonical_dtype(dtype)
   if _check_backend(backend) != "auto":
     registry.check_dtype(backend, name, name, name)
-  choices = resolve(None, backend, m, k, n, g, dtype)
+  choices = resolve(None, backend, m, k, n, g, name, ops=("fwd",) if ":" in name else OPS)
   for c in choices.values():
     registry.check_dtype(c.backend, name, name, name)
   return choices
@@ -256,7 +261,7 @@ def _log_misses(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dtyp
   would be a silent slowdown, and the heuristic instead is worth a word."""
   if not logger.isEnabledFor(logging.INFO):
     return
-  name = jnp.dtype(dtype).name
+  name = lut_mod.canonical_dtype(dtype)
   for c in choices.values():
     key = (c.op, m, k, n, g, name)
     if c.rejected is None or key in _misses_logged or len(_misses_logged) >= _MISSES_LOGGED_MAX:
@@ -276,7 +281,7 @@ def _log_choices(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dty
   """One DEBUG line per distinct decision (shape, dtype, choices), not one per call."""
   if not logger.isEnabledFor(logging.DEBUG):
     return
-  key = (m, k, n, g, jnp.dtype(dtype).name, tuple(choices.values()))
+  key = (m, k, n, g, lut_mod.canonical_dtype(dtype), tuple(choices.values()))
   if key in _logged:
     return
   _logged.add(key)
@@ -287,7 +292,7 @@ def _log_choices(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dty
     g,
     k,
     n,
-    jnp.dtype(dtype).name,
+    lut_mod.canonical_dtype(dtype),
     "; ".join(str(c) for c in choices.values()),
   )
 
@@ -297,7 +302,8 @@ def _log_choices(choices: dict[str, Choice], m: int, k: int, n: int, g: int, dty
 
 def forward(lhs, rhs, group_sizes, *, backend: str, **kw):
   """out[m,n]: grouped matmul of lhs [m,k] with rhs [g,k,n] ([g,n,k] if transpose_rhs).
-  kw: config, out_dtype, transpose_rhs, group_offset, precision, interpret (Backend.forward)."""
+  kw: config, out_dtype, transpose_rhs, group_offset, precision, interpret (Backend.forward),
+  and lhs_scale, rhs_scale for quantized operands (kernels.quant)."""
   return registry.get(backend).forward(lhs, rhs, group_sizes, **kw)
 
 
@@ -374,6 +380,8 @@ def ragged_dot(
   *,
   transpose_rhs: bool = False,
   group_offset=None,
+  lhs_scale=None,
+  rhs_scale=None,
   backend: str = "auto",
   config: KernelConfig | Mapping[str, Any] | None = None,
   interpret: bool | None = None,
@@ -395,9 +403,35 @@ def ragged_dot(
     stores them. `kernels.explain` says what None picks.
   interpret: run a kernel backend in interpret mode; None means "when the backend's
     platform is not the device's". Mosaic GPU also takes jax's InterpretGPUParams.
+  lhs_scale, rhs_scale: float32 scales of quantized lhs and rhs (both float8_e4m3fn, or
+    both int8); their shapes name the scheme (kernels.quant): [m, 1] and [g, 1, n] per token
+    and per expert column, or [m, ceil(k/128)] and [g, ceil(k/128), ceil(n/128)] per 1x128
+    and 128x128 block, in the [g, k, n] frame also with transpose_rhs. The result is that
+    of the dequantized operands, in bfloat16 unless preferred_element_type says otherwise.
+    Forward only: differentiating it raises (train in bfloat16).
   """
   _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset)
   _check_backend(backend)
+  if lhs_scale is not None or rhs_scale is not None:
+    return _quantized(
+      lhs,
+      rhs,
+      group_sizes,
+      lhs_scale,
+      rhs_scale,
+      precision=precision,
+      out_dtype=preferred_element_type or jnp.bfloat16,
+      transpose_rhs=transpose_rhs,
+      group_offset=group_offset,
+      backend=backend,
+      config=config,
+      interpret=interpret,
+    )
+  if jnp.dtype(lhs.dtype).name in QUANT_DTYPES or jnp.dtype(rhs.dtype).name in QUANT_DTYPES:
+    raise TypeError(
+      f"{lhs.dtype} x {rhs.dtype} operands need lhs_scale and rhs_scale (see kernels.quant); "
+      "for unscaled values, cast them to bfloat16 first"
+    )
   out_dtype = jax.eval_shape(
     functools.partial(jax.lax.ragged_dot, preferred_element_type=preferred_element_type),
     jax.ShapeDtypeStruct(lhs.shape, lhs.dtype),
@@ -435,3 +469,96 @@ def ragged_dot(
   )
   offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
   return _ragged_dot(lhs.astype(compute_dtype), rhs.astype(compute_dtype), group_sizes.astype(jnp.int32), offset, plan)
+
+
+# --- quantized operands (forward only) ------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _QuantPlan:
+  backend: str
+  config: KernelConfig | None
+  transpose_rhs: bool
+  precision: Any
+  out_dtype: str
+  interpret: Any
+  has_offset: bool
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _quantized_call(lhs, rhs, group_sizes, group_offset, lhs_scale, rhs_scale, plan: _QuantPlan):
+  return forward(
+    lhs,
+    rhs,
+    group_sizes,
+    backend=plan.backend,
+    config=plan.config,
+    out_dtype=plan.out_dtype,
+    transpose_rhs=plan.transpose_rhs,
+    group_offset=group_offset if plan.has_offset else None,
+    precision=plan.precision,
+    interpret=plan.interpret,
+    lhs_scale=lhs_scale,
+    rhs_scale=rhs_scale,
+  )
+
+
+def _quantized_fwd(lhs, rhs, group_sizes, group_offset, lhs_scale, rhs_scale, plan):
+  return _quantized_call(lhs, rhs, group_sizes, group_offset, lhs_scale, rhs_scale, plan), None
+
+
+def _quantized_bwd(plan, residuals, dout):
+  raise NotImplementedError(
+    "ragged_dot with quantized operands (lhs_scale/rhs_scale) is forward only: differentiate a "
+    "bfloat16 ragged_dot, or stop the gradient at the quantized weights"
+  )
+
+
+_quantized_call.defvjp(_quantized_fwd, _quantized_bwd)
+
+
+def _quantized(
+  lhs,
+  rhs,
+  group_sizes,
+  lhs_scale,
+  rhs_scale,
+  *,
+  precision,
+  out_dtype,
+  transpose_rhs,
+  group_offset,
+  backend,
+  config,
+  interpret,
+):
+  lhs_scale = lhs_scale if lhs_scale is None else jnp.asarray(lhs_scale)
+  rhs_scale = rhs_scale if rhs_scale is None else jnp.asarray(rhs_scale)
+  fmt = quant.check(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
+  out_dtype = jnp.dtype(out_dtype)
+  if out_dtype.name not in quant.OUTPUT_ROUNDOFF:
+    raise TypeError(f"quantized ragged_dot outputs one of {tuple(quant.OUTPUT_ROUNDOFF)}, got {out_dtype.name}")
+  m, k = lhs.shape
+  g = rhs.shape[0]
+  n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  choice = resolve(config, backend, m, k, n, g, fmt, ops=("fwd",))["fwd"]
+  _log_choices({"fwd": choice}, m, k, n, g, fmt)
+  _log_misses({"fwd": choice}, m, k, n, g, fmt)
+  registry.check_dtype(choice.backend, lhs.dtype, rhs.dtype, fmt)
+  mode = default_interpret(choice.backend) if interpret is None else interpret
+  if not mode:
+    dev = target.current()
+    registry.check_device(choice.backend, dev.platform, dev.device_kind)
+  plan = _QuantPlan(
+    choice.backend,
+    choice.config,
+    bool(transpose_rhs),
+    _canonical_precision(precision),
+    out_dtype.name,
+    mode,
+    group_offset is not None,
+  )
+  offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
+  return _quantized_call(
+    lhs, rhs, group_sizes.astype(jnp.int32), offset, lhs_scale.astype(jnp.float32), rhs_scale.astype(jnp.float32), plan
+  )

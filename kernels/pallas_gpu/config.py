@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+from kernels import quant
 from kernels.backend import GridWork
 from kernels.common import (
   check_int_range,
@@ -17,6 +18,7 @@ from kernels.common import (
   next_pow2,
   op_dims,
   row_tiles,
+  scheme,
 )
 
 BLOCK_RANGE = (16, 256)
@@ -90,7 +92,12 @@ class TritonConfig:
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
     """Whether this config can launch for the forward problem (m, k, n) as `op` on a
-    device of this kind (by its shared memory per block; see common.gpu_smem_limit)."""
+    device of this kind (by its shared memory per block; see common.gpu_smem_limit), and,
+    for a quantized format, carry its scales (fwd only; quant.tile_violation)."""
+    if scheme(dtype):
+      c = self.clamped(m, k, n)
+      if op != "fwd" or quant.tile_violation(dtype, c.block_k, c.block_n):
+        return False
     return self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
 
   def to_dict(self) -> dict[str, Any]:
@@ -126,7 +133,16 @@ _DEFAULTS = {
 
 def _default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int, family: str) -> TritonConfig:
   base = _DEFAULTS[family]["tgmm" if op == "drhs" else "gmm"]
-  if dtype == "float32":  # twice the bytes per element: halve the contraction step
+  if scheme(dtype):
+    # fp8 dots lower to mma.sync, not wgmma: jax's Triton lowering leaves the dot's
+    # max_num_imprecise_acc at 0, and Triton keeps fp8 with full f32 accumulation off MMAv3.
+    # mma.sync's fragments cost registers: on sm_90a 128x128 tiles on 8 warps compile with no
+    # spill (channelwise 128-deep steps: 142 registers; block scales, whose per-step scaling
+    # holds a second tile, 64-deep: 240), where 128x256 tiles spill. 128 columns also keep a
+    # tile within one block-scale column (quant.tile_violation).
+    steps = (128, 3) if scheme(dtype) == "channelwise" else (64, 4)
+    base = dataclasses.replace(base, block_n=min(base.block_n, quant.BLOCK), block_k=steps[0], num_stages=steps[1])
+  elif dtype == "float32":  # twice the bytes per element: halve the contraction step
     base = (
       dataclasses.replace(base, block_m=base.block_m // 2)
       if op == "drhs"
@@ -156,6 +172,7 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
 # gmm (fwd, dlhs): block_m rows, block_k contraction step, block_n columns.
 SPACE_BLOCK_M = (16, 32, 64, 128)
 SPACE_BLOCK_K = (32, 64, 128)
+SPACE_BLOCK_K_8BIT = (64, 128, 256)  # one-byte operands: the same bytes a step, twice the k
 SPACE_BLOCK_N = (32, 64, 128, 256)
 SPACE_NUM_WARPS = (2, 4, 8)
 SPACE_NUM_STAGES = (2, 3, 4, 5)
@@ -196,6 +213,8 @@ def worth_timing(cfg: TritonConfig, out_rows: int, out_cols: int) -> bool:
 
 def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) -> list[TritonConfig]:
   rows, contraction, cols = op_dims(op, m, k, n)
+  if scheme(dtype) and op != "fwd":
+    return []  # quantized operands are forward only
   if op == "drhs":
     grid = itertools.product(
       SPACE_TGMM_BLOCK_M,
@@ -209,7 +228,7 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
   else:
     grid = itertools.product(
       SPACE_BLOCK_M,
-      SPACE_BLOCK_K,
+      SPACE_BLOCK_K_8BIT if itemsize(dtype) == 1 else SPACE_BLOCK_K,
       SPACE_BLOCK_N,
       SPACE_NUM_WARPS,
       SPACE_NUM_STAGES,

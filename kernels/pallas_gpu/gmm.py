@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from kernels import common
+from kernels import common, quant
 from kernels.common import launch_cell, program_tile  # noqa: F401  (re-exported: tests and benchmarks)
 from kernels.pallas_gpu import warn_deprecated_once
 from kernels.pallas_gpu.config import TritonConfig
@@ -48,8 +48,8 @@ def _gmm_kernel(
   seg_end_ref,
   lhs_ref,
   rhs_ref,
-  out_ref,
-  *,
+  *refs,
+  scales,
   m,
   k,
   n,
@@ -62,6 +62,10 @@ def _gmm_kernel(
   transpose_rhs,
   precision,
 ):
+  # Quantized operands (kernels.quant) bring their scales: channelwise lhs [m] and rhs
+  # [g, n], applied to the accumulator once; block128 lhs [k/128, m] (transposed, so a
+  # step reads a contiguous row) and rhs [g, k/128, n/128], applied to each step's product.
+  *scale_refs, out_ref = refs
   pid = pl.program_id(0)
   is_real = pid < active_ref[0] * num_col_blocks  # spare launch slots return at once
   t, j = launch_cell(jnp.where(is_real, pid, 0), tile_seg_ref, seg_first_ref, seg_tiles_ref, num_col_blocks, group_m)
@@ -99,9 +103,24 @@ def _gmm_kernel(
           rhs_ref.at[group, pl.ds(kb * block_k, block_k), pl.ds(j * block_n, block_n)],
           mask_2d(k_in, cols_in, (block_k, block_n)),
         )
-      return acc + plgpu.dot(a, b, trans_b=transpose_rhs, precision=precision)
+      if not scales:
+        return acc + plgpu.dot(a, b, trans_b=transpose_rhs, precision=precision)
+      part = jax.lax.dot_general(
+        a, b, (((1,), (1 if transpose_rhs else 0,)), ((), ())), preferred_element_type=jnp.float32
+      )
+      if scales == "block128":
+        ls_ref, rs_ref = scale_refs
+        kq = kb * block_k // quant.BLOCK
+        row_scale = load(ls_ref.at[kq, pl.ds(row0, block_m)], rows_in)
+        part = part * (row_scale[:, None] * rs_ref[group, kq, j * block_n // quant.BLOCK])
+      return acc + part
 
     acc = jax.lax.fori_loop(0, pl.cdiv(k, block_k), step, jnp.zeros((block_m, block_n), jnp.float32))
+    if scales == "channelwise":
+      ls_ref, rs_ref = scale_refs
+      row_scale = load(ls_ref.at[pl.ds(row0, block_m)], rows_in)
+      col_scale = load(rs_ref.at[group, pl.ds(j * block_n, block_n)], cols_in)
+      acc = acc * row_scale[:, None] * col_scale[None, :]
     plgpu.store(out_block, acc.astype(out_ref.dtype), mask=out_mask)
 
   @pl.when(is_real & jnp.logical_not(is_group))
@@ -120,17 +139,30 @@ def gmm(
   group_offset: jax.Array | None = None,
   precision=None,
   interpret: bool = False,
+  lhs_scale: jax.Array | None = None,
+  rhs_scale: jax.Array | None = None,
 ) -> jax.Array:
   """Grouped matmul [m,k] x [g,k,n] (or [g,n,k] with transpose_rhs) -> [m,n].
 
   group_sizes may be longer than rhs's g (expert parallelism): rhs holds groups
   [group_offset, group_offset + g) and every other row comes out 0.
+  lhs_scale, rhs_scale: the scales of quantized operands (kernels.quant).
   """
   warn_deprecated_once()
   m, k = lhs.shape
   g_local = rhs.shape[0]
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
   cfg = config.clamped(m, k, n)
+  scale_args, scales = (), ""
+  if lhs_scale is not None:
+    fmt = quant.check(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
+    if why := quant.tile_violation(fmt, cfg.block_k, cfg.block_n):
+      raise ValueError(f"TritonConfig {cfg} on {fmt}: {why}")
+    scales = common.scheme(fmt)
+    if scales == "channelwise":
+      scale_args = (lhs_scale[:, 0], rhs_scale[:, 0, :])
+    else:
+      scale_args = (lhs_scale.T, rhs_scale)
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
 
   num_tiles = common.num_tiles_bound(m, cfg.block_m, g_local)  # bounds group-start tiles too
@@ -151,6 +183,7 @@ def gmm(
     group_m=cfg.group_m,
     transpose_rhs=transpose_rhs,
     precision=precision,
+    scales=scales,
   )
   return pl.pallas_call(
     kernel,
@@ -168,4 +201,5 @@ def gmm(
     seg_ends,
     lhs,
     rhs,
+    *scale_args,
   )

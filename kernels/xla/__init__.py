@@ -1,11 +1,15 @@
-"""Backend 'xla': jax.lax.ragged_dot (ops.py); no knobs, every dtype, every platform."""
+"""Backend 'xla': jax.lax.ragged_dot (ops.py); no knobs, every dtype and quantized format,
+every platform."""
 
 from kernels.backend import Backend
+from kernels.common import DTYPES, QUANT_FORMATS
 from kernels.xla import ops
 
 
-def forward(lhs, rhs, group_sizes, *, config=None, interpret=False, **kw):
+def forward(lhs, rhs, group_sizes, *, config=None, interpret=False, lhs_scale=None, rhs_scale=None, **kw):
   del config, interpret  # no knobs; XLA compiles it
+  if lhs_scale is not None:
+    return ops.gmm_quantized(lhs, rhs, group_sizes, lhs_scale, rhs_scale, **kw)
   return ops.gmm(lhs, rhs, group_sizes, **kw)
 
 
@@ -21,7 +25,7 @@ BACKEND = Backend(
   forward=forward,
   grad_rhs=grad_rhs,
   config_type=None,
-  dtypes=("bfloat16", "float16", "float32"),
+  dtypes=DTYPES + QUANT_FORMATS,
   platforms=("cpu", "gpu", "cuda", "rocm", "tpu"),
   wide_indexing=True,
   auto_priority=1,

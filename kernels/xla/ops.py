@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from kernels import common
+from kernels import common, quant
 
 _TRANSPOSED_RHS = jax.lax.RaggedDotDimensionNumbers(
   dot_dimension_numbers=(([1], [2]), ([], [])),
@@ -86,3 +86,37 @@ def _tgmm(lhs, rhs, group_sizes, group_offset, *, num_groups, out_dtype, precisi
   if sliced:
     out = out[1:-1]
   return out.astype(out_dtype)
+
+
+def gmm_quantized(
+  lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, out_dtype, transpose_rhs=False, group_offset=None, precision=None
+):
+  """gmm of quantized operands (kernels.quant). Channelwise: the values as bfloat16 (exact
+  for float8_e4m3fn and int8) into an f32 ragged_dot, then each row times its token's scale
+  and its group's column scales. Block scales vary along k, so they are applied before the
+  product: the operands dequantized to f32, at HIGHEST precision."""
+  del precision  # set by the scheme
+  m = lhs.shape[0]
+  g_local = rhs.shape[0]
+  if lhs_scale.shape[1] == 1 and rhs_scale.shape[1] == 1:  # channelwise
+    acc = gmm(
+      lhs.astype(jnp.bfloat16),
+      rhs.astype(jnp.bfloat16),
+      group_sizes,
+      out_dtype=jnp.float32,
+      transpose_rhs=transpose_rhs,
+      group_offset=group_offset,
+    )
+    offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
+    cols = rhs_scale[:, 0, :][common.row_groups(group_sizes, m, offset, g_local)]
+    return (acc * lhs_scale * cols).astype(out_dtype)
+  a, b = quant.dequantize(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
+  return gmm(
+    a,
+    b,
+    group_sizes,
+    out_dtype=out_dtype,
+    transpose_rhs=transpose_rhs,
+    group_offset=group_offset,
+    precision=jax.lax.Precision.HIGHEST,
+  )
