@@ -976,7 +976,15 @@ def from_config(
   fused_gate_up: Annotated[
     bool, typer.Option("--fused-gate-up", help="Gate and up in one matmul: the up projection's n = 2 x intermediate.")
   ] = False,
-  dtype: Annotated[str, typer.Option("--dtype", metavar="DTYPE", help="bfloat16, float16 or float32.")] = "bfloat16",
+  dtype: Annotated[
+    str | None,
+    typer.Option(
+      "--dtype",
+      metavar="DTYPE",
+      help="bfloat16, float16, float32, or a quantized format such as float8_e4m3fn:block128 "
+      "[default: the config's quantization_config (fp8 128x128 blocks, fbgemm_fp8), else bfloat16].",
+    ),
+  ] = None,
   name: Annotated[
     str | None,
     typer.Option("--name", metavar="NAME", help="The model's name [default: the config file's name, or its folder's]."),
@@ -984,7 +992,8 @@ def from_config(
 ):
   """Read the MoE layer (hidden, expert intermediate size, experts, top_k) from a model's
   config.json and write a shape file that tunes it: one models: entry, laid out over ep x tp
-  ranks. Knows the field names of Mixtral, DeepSeek, Qwen-MoE, Llama-4, gpt-oss, OLMoE and DBRX."""
+  ranks. Knows the field names of Mixtral, DeepSeek, Qwen-MoE, Llama-4, gpt-oss, OLMoE and DBRX,
+  and the fp8 formats of a quantization_config."""
   from ragtune.problems import hf_config
   from ragtune.records import store
 

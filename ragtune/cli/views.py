@@ -196,13 +196,13 @@ def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str)
         p.op,
         p.backend,
         p.shape_label,
-        short_config(cfg.to_dict()),
+        "-" if cfg is None else short_config(cfg.to_dict()),  # xla: no knobs
         rep["outcome"] if rep["outcome"] == ok else f"{rep['outcome']}: {rep['error'][:120]}",
         str(kr.get("registers", "-")),
         str(kr.get("spill_bytes", "-")),
         str(kr.get("loop_spills", "-")),
         "-" if smem is None else f"{smem / 1024:.0f}" + ("*" if kr.get("smem_source") == "config" else ""),
-        kr.get("mma", "-"),
+        " ".join(filter(None, (kr.get("mma", "-"), kr.get("mma_inputs")))),  # "mma.sync e4m3"
         {True: "yes", False: "no"}.get(kr.get("tmem_alloc"), "-"),
         str(kr.get("hgmma_n") or "-"),
         {True: "yes", False: "no"}.get(kr.get("setmaxnreg"), "-"),

@@ -8,6 +8,7 @@ Pallas *interpreter* and say nothing about GPU speed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import statistics
 import time
@@ -18,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import registry
+from kernels import quant, registry
+from kernels.common import itemsize, scheme
 from kernels.ragged_dot import forward, grad_lhs, grad_rhs
 from ragtune.device.numerics import TOLERANCE, NumericsResult, compare
 from ragtune.problems.shapes import Problem
@@ -31,11 +33,14 @@ def _seed(p: Problem, salt: str) -> int:
 
 
 def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str, jax.Array]:
-  """Fresh random lhs, rhs, dout (never zeros), scaled so outputs stay O(1)."""
+  """Fresh random lhs, rhs, dout (never zeros), scaled so outputs stay O(1). A quantized
+  format's operands come quantized, with their scales (quantized_inputs)."""
   key = jax.random.key(_seed(p, salt))
   k1, k2, k3 = jax.random.split(key, 3)
-  dt = jnp.dtype(p.dtype)
   gs = np.asarray(p.group_sizes if group_sizes is None else group_sizes, np.int32)
+  if scheme(p.dtype):
+    return quantized_inputs(p, k1, k2, k3, gs)
+  dt = jnp.dtype(p.dtype)
   return {
     "lhs": jax.random.normal(k1, (p.m, p.k), jnp.float32).astype(dt),
     "rhs": (jax.random.normal(k2, (p.g, p.k, p.n), jnp.float32) / np.sqrt(p.k)).astype(dt),
@@ -44,7 +49,30 @@ def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str,
   }
 
 
+def quantized_inputs(p: Problem, k1, k2, k3, gs: np.ndarray) -> dict[str, jax.Array]:
+  """Normal lhs and rhs quantized to p's format (kernels.quant.quantize_operands), then
+  the scales of each group times 2^u and of each row times 2^v (u in [-6, 6], v in [-3, 3],
+  integers): outputs that differ by 10^4 between experts, as real checkpoints' do, so a
+  kernel that reads another group's or row's scale is caught (the values stay as quantized;
+  a power of two changes no rounding)."""
+  lhs = jax.random.normal(k1, (p.m, p.k), jnp.float32)
+  rhs = jax.random.normal(k2, (p.g, p.k, p.n), jnp.float32) / np.sqrt(p.k)
+  lq, rq, ls, rs = quant.quantize_operands(lhs, rhs, p.dtype)
+  ku, kv = jax.random.split(k3)
+  group_exp = jax.random.randint(ku, (p.g, 1, 1), -6, 7).astype(jnp.float32)
+  row_exp = jax.random.randint(kv, (p.m, 1), -3, 4).astype(jnp.float32)
+  return {
+    "lhs": lq,
+    "rhs": rq,
+    "lhs_scale": ls * jnp.exp2(row_exp),
+    "rhs_scale": rs * jnp.exp2(group_exp),
+    "group_sizes": jnp.asarray(gs),
+  }
+
+
 def op_args(op: str, x: dict[str, jax.Array]) -> tuple:
+  if "lhs_scale" in x:  # quantized operands: forward only
+    return (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
   if op == "fwd":
     return (x["lhs"], x["rhs"], x["group_sizes"])
   if op == "dlhs":
@@ -52,17 +80,40 @@ def op_args(op: str, x: dict[str, jax.Array]) -> tuple:
   return (x["lhs"], x["dout"], x["group_sizes"])
 
 
-def reference(op: str, x: dict[str, jax.Array]) -> np.ndarray:
-  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision."""
+@dataclasses.dataclass(frozen=True)
+class Expected:
+  """The reference result, and for a quantized format the elementwise bound on a kernel's
+  error beyond rtol * |value| (kernels.quant.Tolerance): None judges by numerics.TOLERANCE."""
+
+  value: np.ndarray
+  atol: np.ndarray | None = None
+  rtol: float | None = None
+
+
+def reference(op: str, x: dict[str, jax.Array], out_dtype=jnp.bfloat16) -> Expected:
+  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision; for quantized operands
+  that of the dequantized operands, with the bound of kernels.quant.tolerance for an output
+  in out_dtype."""
+  if "lhs_scale" in x:
+    args = (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
+    fmt = quant.check(x["lhs"], x["rhs"], x["lhs_scale"], x["rhs_scale"])
+    tol = quant.tolerance(fmt, x["lhs"].shape[1], out_dtype)
+    scale = np.asarray(quant.error_scale(*args), np.float64)
+    return Expected(np.asarray(quant.reference(*args)), tol.gamma * scale, tol.rtol)
   f32 = lambda a: a.astype(jnp.float32)
   lhs, rhs, dout, gs = f32(x["lhs"]), f32(x["rhs"]), f32(x["dout"]), x["group_sizes"]
   hi = jax.lax.Precision.HIGHEST
   fwd = lambda a, b: jax.lax.ragged_dot(a, b, gs, precision=hi)
   if op == "fwd":
-    return np.asarray(fwd(lhs, rhs))
+    return Expected(np.asarray(fwd(lhs, rhs)))
   _, vjp = jax.vjp(fwd, lhs, rhs)
   dlhs, drhs = vjp(dout)
-  return np.asarray(dlhs if op == "dlhs" else drhs)
+  return Expected(np.asarray(dlhs if op == "dlhs" else drhs))
+
+
+def out_dtype(p: Problem):
+  """The output dtype a problem is tuned for: its operands', bfloat16 for a quantized format."""
+  return jnp.bfloat16 if scheme(p.dtype) else jnp.dtype(p.dtype)
 
 
 def build_op(p: Problem, backend: str, config, interpret: bool) -> Callable[..., jax.Array]:
@@ -70,9 +121,11 @@ def build_op(p: Problem, backend: str, config, interpret: bool) -> Callable[...,
   common = dict(
     backend=backend,
     config=config,
-    out_dtype=jnp.dtype(p.dtype),
+    out_dtype=out_dtype(p),
     interpret=interpret and registry.get(backend).config_type is not None,
   )
+  if scheme(p.dtype):
+    return lambda a, b, gs, ls, rs: forward(a, b, gs, lhs_scale=ls, rhs_scale=rs, **common)
   if p.op == "fwd":
     return lambda a, b, gs: forward(a, b, gs, **common)
   if p.op == "dlhs":
@@ -81,7 +134,8 @@ def build_op(p: Problem, backend: str, config, interpret: bool) -> Callable[...,
 
 
 def dense_args(p: Problem, x: dict[str, jax.Array]) -> tuple:
-  """Dense operands with the same FLOPs as the problem: rows = sum(group_sizes)."""
+  """Dense operands with the same FLOPs as the problem: rows = sum(group_sizes). Quantized
+  operands' values as they are (dense_matmul takes them to f32 accumulation)."""
   rows = max(1, int(sum(p.group_sizes)))
   a = x["lhs"][:rows] if p.op != "dlhs" else x["dout"][:rows]
   b = x["rhs"][0] if p.op == "fwd" else (x["rhs"][0].T if p.op == "dlhs" else x["dout"][:rows])
@@ -91,7 +145,8 @@ def dense_args(p: Problem, x: dict[str, jax.Array]) -> tuple:
 
 
 def dense_matmul(a, b):
-  return jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+  out = jnp.float32 if jnp.dtype(a.dtype).itemsize == 1 else a.dtype  # no fp8/int8 output
+  return jnp.dot(a, b, preferred_element_type=jnp.float32).astype(out)
 
 
 def flops(p: Problem) -> float:
@@ -101,7 +156,7 @@ def flops(p: Problem) -> float:
 def bytes_moved(p: Problem) -> float:
   """The bytes any implementation must move: fwd and dlhs read the weights of the groups
   that hold rows (an empty expert's need not be read); drhs writes every group's gradient."""
-  b = jnp.dtype(p.dtype).itemsize
+  b = itemsize(p.dtype)  # quantized outputs are wider; their scales are small: a lower bound
   used = sum(1 for s in p.group_sizes if s > 0)
   io = {
     "fwd": used * p.k * p.n + p.m * p.k + p.m * p.n,
@@ -130,8 +185,11 @@ def error_text(e: BaseException, limit: int = 500) -> str:
   return text[:150] + " … " + text[-(limit - 153) :]
 
 
-def check(p: Problem, out, ref: np.ndarray) -> NumericsResult:
-  return compare(ref, np.asarray(jnp.asarray(out).astype(jnp.float32)), rtol=TOLERANCE[p.dtype])
+def check(p: Problem, out, ref: Expected) -> NumericsResult:
+  test = np.asarray(jnp.asarray(out).astype(jnp.float32))
+  if ref.atol is not None:
+    return compare(ref.value, test, rtol=ref.rtol, atol=ref.atol)
+  return compare(ref.value, test, rtol=TOLERANCE[p.dtype])
 
 
 # --- timing ---------------------------------------------------------------------------

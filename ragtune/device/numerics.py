@@ -57,11 +57,13 @@ class NumericsResult:
     return "\n".join(lines)
 
 
-def compare(ref, test, *, rtol: float, atol: float | None = None, region_grid=(2, 2)) -> NumericsResult:
+def compare(ref, test, *, rtol: float, atol=None, region_grid=(2, 2)) -> NumericsResult:
   """Elementwise |test-ref| <= atol + rtol*|ref|, NaN anywhere fails.
 
   atol defaults to rtol * max|ref| so that near-zero outputs of long sums are judged
-  against the output's scale, as a relative-error bound.
+  against the output's scale, as a relative-error bound. It may be an array of ref's shape
+  (a bound per element, as quantized formats have: kernels.quant.Tolerance); the result
+  reports its largest value.
   """
   r = np.asarray(ref, np.float64)
   t = np.asarray(test, np.float64)
@@ -97,7 +99,7 @@ def compare(ref, test, *, rtol: float, atol: float | None = None, region_grid=(2
     worst_index=tuple(int(i) for i in worst),
     worst_ref=float(r[worst]) if r.size else 0.0,
     worst_test=float(t[worst]) if r.size else 0.0,
-    atol=atol,
+    atol=float(np.max(atol)) if np.size(atol) else 0.0,
     rtol=rtol,
     regions=regions,
   )

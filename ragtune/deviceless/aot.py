@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from kernels import common
+from kernels import common, quant
 from kernels.ragged_dot import resolve
 from ragtune import provenance
 from ragtune.deviceless import machine_code
@@ -102,6 +102,7 @@ class KernelReport:
   hgmma_n: int  # the widest wgmma's N; 0 without wgmma
   tmem_alloc: bool = False  # allocates tensor memory (tcgen05.alloc)
   cta_pair: bool = False  # its tcgen05 MMAs are a CTA pair's (cta_group::2)
+  mma_inputs: str = ""  # the MMAs' input types in the SASS ("bf16", "e4m3"; "" for tcgen05, which names none)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -469,6 +470,7 @@ def compile_fn(
         kc.hgmma_n,
         kc.tmem_alloc,
         kc.cta_pair,
+        kc.mma_inputs,
       )
     )
   if expect_kernel and not reports:
@@ -486,8 +488,11 @@ def compile_fn(
 
 def op_arg_shapes(op: str, m: int, k: int, n: int, g: int, dtype: str) -> list[tuple[tuple[int, ...], Any]]:
   """The operands of one op of the forward problem (m, k, n, g), as measure.op_args orders them."""
-  dt = jnp.dtype(dtype)
+  dt = jnp.dtype(common.element_dtype(dtype))
   gs = ((g,), jnp.int32)
+  if common.scheme(dtype):  # quantized operands and their float32 scales (kernels.quant)
+    ls, rs = quant.scale_shapes(common.scheme(dtype), m, k, n, g)
+    return [((m, k), dt), ((g, k, n), dt), gs, (ls, jnp.float32), (rs, jnp.float32)]
   if op == "fwd":
     return [((m, k), dt), ((g, k, n), dt), gs]
   if op == "dlhs":
@@ -528,7 +533,10 @@ def compile_ragged_dot(
   vjp: bool = True,
 ) -> CompileReport:
   """Compile `kernels.ragged_dot` as a model calls it (forward, and with vjp its two
-  gradients) for `target`; config=None takes the LUT or the target's defaults."""
+  gradients) for `target`; config=None takes the LUT or the target's defaults. A quantized
+  format (common.QUANT_FORMATS) compiles the forward with its scales."""
+  if common.scheme(dtype):
+    return _compile_quantized(target, m, k, n, g, dtype, backend=backend, config=config)
   dt = jnp.dtype(dtype)
 
   def fn(lhs, rhs, gs, dout):
@@ -555,3 +563,23 @@ def compile_ragged_dot(
   own_kernels = any(kernels.registry.get(b).own_kernels for b, _ in plan.values())
   shapes = (((m, k), dt), ((g, k, n), dt), ((g,), jnp.int32), ((m, n), dt))
   return compile_fn(target, fn, *shapes, smem_hint=hint, expect_kernel=own_kernels)
+
+
+def _compile_quantized(target: str, m: int, k: int, n: int, g: int, fmt: str, *, backend: str, config) -> CompileReport:
+  """compile_ragged_dot of quantized operands: the forward, as a serving model calls it."""
+
+  def fn(lhs, rhs, gs, ls, rs):
+    return kernels.ragged_dot(lhs, rhs, gs, lhs_scale=ls, rhs_scale=rs, backend=backend, config=config, interpret=False)
+
+  t = resolve_target(target)
+  mesh, dev = _mesh(t.platform, t.spec)
+  with jax.set_mesh(mesh):
+    try:
+      choice = resolve(config, backend, m, k, n, g, fmt, ops=("fwd",))["fwd"]
+      kernels.registry.check_dtype(choice.backend, fmt, fmt, fmt)
+    except (TypeError, ValueError) as e:  # a backend without the format, or a bad config
+      return CompileReport(t.name, dev.device_kind, _classify(e), _first_lines(e), 0.0)
+  b = kernels.registry.get(choice.backend)
+  hint = (lambda _name: choice.config.smem_bytes("fwd", fmt, m, k, n)) if b.smem_at_launch else None
+  shapes = op_arg_shapes("fwd", m, k, n, g, fmt)
+  return compile_fn(target, fn, *shapes, smem_hint=hint, expect_kernel=b.own_kernels)

@@ -84,6 +84,8 @@ class SassFacts:
   hgmma_n: the widest wgmma's N (``HGMMA.64x256x16.F32.BF16``: 256); 0 without wgmma.
   tmem_alloc: the kernel allocates tensor memory (UTCATOMSWS.FIND_AND_SET, tcgen05.alloc).
   cta_pair: its tcgen05 MMAs are a CTA pair's (UTCHMMA.2CTA, cta_group::2).
+  mma_inputs: the MMAs' input types as the SASS names them (``HMMA.16832.F32.E4M3.E4M3``:
+  "e4m3"; ``HGMMA.64x256x16.F32.BF16``: "bf16"), several joined by "+"; "" without MMAs.
   """
 
   counts: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -94,6 +96,21 @@ class SassFacts:
   hgmma_n: int = 0
   tmem_alloc: bool = False
   cta_pair: bool = False
+  mma_inputs: str = ""
+
+
+# The input types an MMA's modifiers name (F32 is the accumulator's; F16 may be either).
+_MMA_INPUT_TYPES = ("E4M3", "E5M2", "BF16", "F16", "TF32", "S8", "U8")
+
+
+def _mma_inputs(mma: list[tuple[str, str]]) -> str:
+  """The input types of (op, modifiers) MMAs. An HMMA that names none takes f16, the SASS's
+  default (``HMMA.16816.F32``: f16 x f16 -> f32); a UTCHMMA's are in its descriptor."""
+  found = set()
+  for op, mods in mma:
+    kinds = {t.lower() for t in mods.split(".") if t in _MMA_INPUT_TYPES}
+    found |= kinds or ({"f16"} if op == "HMMA" else set())
+  return "+".join(sorted(found))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -440,6 +457,7 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
       hgmma_n=max((int(s.group(2)) for s in shapes if s), default=0),
       tmem_alloc=any(ins.op == "UTCATOMSWS" and ".FIND_AND_SET" in ins.mods for ins in instrs),
       cta_pair=any(ins.op == "UTCHMMA" and ".2CTA" in ins.mods for ins in instrs),
+      mma_inputs=_mma_inputs([(ins.op, ins.mods) for ins in instrs if ins.op in ("HGMMA", "HMMA", "UTCHMMA")]),
     )
   return facts
 

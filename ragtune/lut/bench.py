@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import pandas as pd
 
 import kernels
@@ -262,9 +263,17 @@ def tokamax_op(tokamax: ModuleType, op: str, device: bool, implementation: str |
   )
   impl = implementation if device else "xla"
 
-  def call(a, b, gs):
+  def call(a, b, gs, *scales):
     sizes = tokamax.RaggedDotGroupSizes(gs, a.shape[0])  # the ragged dim is lhs's first in all three
     out_dtype = None if op == "fwd" else a.dtype
+    if scales:  # quantized operands (fwd): tokamax takes them as qwix QArrays, scales of our layout
+      import qwix
+
+      k, n = a.shape[1], b.shape[2]
+      if scales[0].shape[1] > 1 and (k % 128 or n % 128):  # a QArray's scale tile is shape // scale.shape
+        raise ValueError(f"qwix QArray cannot hold 128-block scales of a partial block (k={k}, n={n})")
+
+      a, b, out_dtype = qwix.QArray(a, scales[0]), qwix.QArray(b, scales[1]), jnp.bfloat16
     return tokamax.ragged_dot_general(a, b, sizes, dims, preferred_element_type=out_dtype, implementation=impl)
 
   return call

@@ -45,10 +45,38 @@ NESTED = "text_config"  # multimodal configs (Llama-4) keep the language model's
 
 @dataclasses.dataclass(frozen=True)
 class ConfigLayer:
-  """A config's MoE layer and, per MoePreset field, the config field it was read from."""
+  """A config's MoE layer and, per MoePreset field, the config field it was read from; its
+  weights' format from quantization_config (`weights`), and what that config said (`quant`,
+  "" when it has none)."""
 
   layer: MoePreset
   fields: dict[str, str]
+  weights: str = "bfloat16"
+  quant: str = ""
+
+
+def _weights_format(path: Path, q: Any) -> tuple[str, str]:
+  """(format, what the config said) of a quantization_config, as transformers writes them:
+  quant_method "fp8" with weight_block_size [128, 128] (DeepSeek-V3, Qwen3 FP8 releases) is
+  float8_e4m3fn with block scales; "fbgemm_fp8" (per-channel weights, per-token dynamic
+  activations: Llama-4 Maverick FP8) is channelwise. Any other method or block is not a
+  format ragtune tunes: bfloat16, and the text says why."""
+  if not isinstance(q, dict):
+    raise RagtuneError(f"{path}: quantization_config: expected an object, got {type(q).__name__}")
+  method = q.get("quant_method")
+  said = f"quant_method {method}" + (
+    f", weight_block_size {q['weight_block_size']}" if "weight_block_size" in q else ""
+  )
+  if method == "fp8" and q.get("fmt", "e4m3") == "e4m3":
+    block = q.get("weight_block_size")
+    if block is None:
+      return "bfloat16", said + " (per-tensor scales: not a scheme ragtune tunes; tuned as bfloat16)"
+    if list(block) == [128, 128]:
+      return "float8_e4m3fn:block128", said
+    return "bfloat16", said + " (ragtune tunes 128x128 blocks only; tuned as bfloat16)"
+  if method == "fbgemm_fp8":
+    return "float8_e4m3fn:channelwise", said
+  return "bfloat16", said + " (not a format ragtune tunes; tuned as bfloat16)"
 
 
 def _lookup(config: dict[str, Any], dotted: str) -> Any:
@@ -87,7 +115,10 @@ def read_layer(path: Path) -> ConfigLayer:
   if missing:
     looked = "; ".join(f"{key}: {', '.join(prefix + n for n in FIELDS[key])}" for key in missing)
     raise RagtuneError(f"{path}: no MoE layer found (a dense model?); looked for {looked}")
-  return ConfigLayer(MoePreset(**values), fields)
+  weights, quant = ("bfloat16", "")
+  if "quantization_config" in config or "quantization_config" in root:
+    weights, quant = _weights_format(path, root.get("quantization_config", config.get("quantization_config")))
+  return ConfigLayer(MoePreset(**values), fields, weights, quant)
 
 
 def default_name(path: Path) -> str:
@@ -112,17 +143,26 @@ def shape_file(
   ep: int = 1,
   tp: int = 1,
   fused_gate_up: bool = False,
-  dtype: str = "bfloat16",
+  dtype: str | None = None,
   name: str | None = None,
 ) -> str:
   """The text of a shape file with one explicit `models:` entry for the config's MoE layer;
-  checked as a shape file is, and errors name the config file and the key."""
+  checked as a shape file is, and errors name the config file and the key. dtype None: the
+  format of the config's quantization_config (forward only), else bfloat16."""
   found = read_layer(path)
   name = name or default_name(path)
   entry = {"name": name, **found.layer._asdict(), "tokens": tokens, "ep": ep, "tp": tp, "fused_gate_up": fused_gate_up}
-  data = {"name": name, "dtype": dtype, "models": [entry]}
+  element, _, scales = (dtype or found.weights).partition(":")
+  data: dict[str, Any] = {"name": name, "dtype": element}
+  if scales:  # quantized operands are tuned forward only
+    data.update(scales=scales, ops=["fwd"])
+  data["models"] = [entry]
   # A rule broken names what the user gave: the config's field, or the option.
-  given = lambda loc: found.fields.get(loc[-1]) or "--" + str(loc[-1]).replace("_", "-")
+  given = lambda loc: (
+    found.fields.get(loc[-1]) or "--" + {"scales": "dtype"}.get(loc[-1], str(loc[-1])).replace("_", "-")
+  )
   shapes.validate(data, lambda loc: f"{path}: {given(loc)}")
   read = ", ".join(f"{field} {getattr(found.layer, key)}" for key, field in found.fields.items())
+  if found.quant:
+    read += f"; quantization_config: {found.quant}"
   return f"# From {path}: {read}.\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)

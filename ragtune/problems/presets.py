@@ -52,3 +52,12 @@ MODEL_PRESETS: dict[str, MoePreset] = {
   # int(8 * 6144) * 2 // 3 = 32768.
   "grok-1": MoePreset(6144, 32768, 8, 2),
 }
+
+# The format of a preset's released expert weights where it is not bfloat16 (common.FORMATS;
+# a shape file's `dtype: shipped`).
+SHIPPED_FORMATS: dict[str, str] = {
+  # deepseek-ai/DeepSeek-V3 config.json quantization_config: quant_method fp8, fmt e4m3,
+  # weight_block_size [128, 128], activation_scheme dynamic (1x128 activation blocks,
+  # arXiv:2412.19437 section 3.3).
+  "deepseek-v3": "float8_e4m3fn:block128",
+}

@@ -3,7 +3,8 @@
 A file (loaded with yaml.safe_load semantics only; tags are never executed)::
 
   name: smoke
-  dtype: bfloat16                       # default dtype: bfloat16 | float16 | float32
+  dtype: bfloat16                       # default dtype: bfloat16 | float16 | float32 | float8_e4m3fn | int8
+  scales: block128                      # with float8_e4m3fn or int8: channelwise | block128 (kernels.quant)
   ops: [fwd, dlhs, drhs]                # default [fwd]
   backends: [<backend>]                 # kernels.registry's names; default: its first tunable backend
   group_sizes: {dist: multinomial, seed: 0}   # default; see GroupDist
@@ -14,6 +15,7 @@ A file (loaded with yaml.safe_load semantics only; tags are never executed)::
     - {model: mixtral-8x7b, tokens: [16, 8192]}          # up (k->n) and down (n->k)
     - {model: deepseek-v3, tokens: [64], top_k: 8, projections: [up]}
     - {model: qwen3-30b-a3b, tokens: [4096], ep: 8, tp: 2, fused_gate_up: true}
+    - {model: deepseek-v3, tokens: [4096], dtype: shipped}   # the preset's released weights' format
     - {name: my-moe, hidden: 2048, intermediate: 768, experts: 128, top_k: 8, tokens: [64]}
 
 A model entry is laid out over ep x tp ranks and tuned as one rank's local problem, the one
@@ -24,6 +26,9 @@ A model entry is laid out over ep x tp ranks and tuned as one rank's local probl
       taken from those of all the experts (see GroupDist.draw_shard);
   tp: splits the intermediate dim: up n/tp (column parallel), down k/tp (row parallel);
   fused_gate_up: the up projection computes gate and up at once, n = 2 x intermediate.
+
+Quantized operands (dtype float8_e4m3fn or int8, with `scales`) are tuned as the format
+"<dtype>:<scales>" (common.QUANT_FORMATS), the key of their LUT entries, and forward only.
 """
 
 from __future__ import annotations
@@ -52,15 +57,17 @@ from pydantic import (
 )
 
 from kernels import registry
-from kernels.common import DTYPES, OPS
+from kernels.common import FORMATS, OPS, QUANT_DTYPES
 from kernels.lut import shape_text
 from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError
-from ragtune.problems.presets import MODEL_PRESETS, MoePreset
+from ragtune.problems.presets import MODEL_PRESETS, SHIPPED_FORMATS, MoePreset
 
 Op = Literal["fwd", "dlhs", "drhs"]
 Backend = Literal[BACKENDS]  # type: ignore[valid-type]  # the registry's names
-Dtype = Literal["bfloat16", "float16", "float32"]
+Dtype = Literal["bfloat16", "float16", "float32", "float8_e4m3fn", "int8"]
+Scales = Literal["channelwise", "block128"]
+SHIPPED = "shipped"  # a model entry's dtype: the format of the preset's released weights
 
 
 class GroupDist(BaseModel):
@@ -142,6 +149,7 @@ class ShapeSpec(BaseModel):
   n: PositiveInt
   g: PositiveInt
   dtype: Dtype | None = None
+  scales: Scales | None = None
   group_sizes: GroupSizesField | None = None
 
   @model_validator(mode="after")
@@ -176,7 +184,8 @@ class ModelSpec(BaseModel):
   fused_gate_up: bool = False
   ep: PositiveInt = 1
   tp: PositiveInt = 1
-  dtype: Dtype | None = None
+  dtype: Dtype | Literal["shipped"] | None = None
+  scales: Scales | None = None
   group_sizes: GroupDist | None = None
 
   @field_validator("model")
@@ -215,11 +224,21 @@ class ModelSpec(BaseModel):
       raise At(("tp",), f"{self.tp} does not divide the intermediate size {layer.intermediate} of {self.label}")
     if self.fused_gate_up and "up" not in self.projections:
       raise At(("fused_gate_up",), "fuses gate into the up projection, but projections leaves up out")
+    if self.dtype == SHIPPED:
+      if self.model is None:
+        raise At(("dtype",), "'shipped' takes a preset's released format; give an explicit layer its dtype")
+      if self.scales is not None:
+        raise At(("scales",), f"'dtype: shipped' sets the scales of {self.model} ({self.shipped})")
     return self
 
   @property
   def label(self) -> str:
     return self.model or self.name
+
+  @property
+  def shipped(self) -> str:
+    """The format of the preset's released weights (presets.SHIPPED_FORMATS), else bfloat16."""
+    return SHIPPED_FORMATS.get(self.model or "", "bfloat16")
 
   def layer(self) -> MoePreset:
     """The whole layer (before ep and tp): the preset's, with a top_k override, or the explicit one."""
@@ -229,10 +248,20 @@ class ModelSpec(BaseModel):
     return MoePreset(self.hidden, self.intermediate, self.experts, self.top_k)
 
 
+def operand_format(dtype: str, scales: str | None) -> str:
+  """The format a (dtype, scales) pair tunes as; ValueError when one needs the other."""
+  if dtype in QUANT_DTYPES and scales is None:
+    raise ValueError(f"{dtype} operands need scales: channelwise or block128")
+  if dtype not in QUANT_DTYPES and scales is not None:
+    raise ValueError(f"scales apply to {' or '.join(QUANT_DTYPES)} operands, not {dtype}")
+  return f"{dtype}:{scales}" if scales else dtype
+
+
 class ShapeSet(BaseModel):
   model_config = ConfigDict(extra="forbid")
   name: str | None = None
   dtype: Dtype = "bfloat16"
+  scales: Scales | None = None
   ops: Annotated[list[Op], Once] = Field(default_factory=lambda: ["fwd"], min_length=1)
   backends: Annotated[list[Backend], Once] = Field(default_factory=lambda: [registry.tunable()[0]], min_length=1)
   group_sizes: GroupDist = Field(default_factory=GroupDist)
@@ -244,6 +273,29 @@ class ShapeSet(BaseModel):
   def _not_empty(self):
     if not self.shapes and not self.models:
       raise ValueError("a shape set needs at least one entry under 'shapes' or 'models'")
+    return self
+
+  @model_validator(mode="after")
+  def _formats_complete(self):
+    """Each entry's dtype and scales make a format (an entry's own dtype brings its own
+    scales; one it inherits, the file's), and quantized ones are tuned forward only."""
+    quantized = None
+    for key in ("shapes", "models"):
+      for i, entry in enumerate(getattr(self, key)):
+        if entry.dtype == SHIPPED:
+          fmt = entry.shipped
+        else:
+          own = entry.dtype is not None or entry.scales is not None
+          dtype, scales = (entry.dtype or self.dtype, entry.scales) if own else (self.dtype, self.scales)
+          try:
+            fmt = operand_format(dtype, scales)
+          except ValueError as e:
+            raise At(
+              (key, i, "scales" if entry.scales is not None else "dtype") if own else ("dtype",), str(e)
+            ) from None
+        quantized = quantized or (fmt if ":" in fmt else None)
+    if quantized and self.ops != ["fwd"]:
+      raise At(("ops",), f"{quantized} operands are tuned forward only (ops: [fwd]), got {self.ops}")
     return self
 
   @model_validator(mode="after")
@@ -458,7 +510,7 @@ def _model_rows(mdl: ModelSpec, spec: ShapeSet) -> list[_Row]:
           k=k,
           n=n,
           g=layer.experts // mdl.ep,
-          dtype=mdl.dtype or spec.dtype,
+          dtype=_format(mdl, spec),
           group_sizes=mdl.group_sizes or spec.group_sizes,
           source=f"{mdl.label}:{'gate_up' if fused else proj}:tokens={t}{layout}",
           ep=mdl.ep,
@@ -467,9 +519,18 @@ def _model_rows(mdl: ModelSpec, spec: ShapeSet) -> list[_Row]:
   return rows
 
 
+def _format(entry: ShapeSpec | ModelSpec, spec: ShapeSet) -> str:
+  """An entry's format (checked by ShapeSet._formats_complete)."""
+  if entry.dtype == SHIPPED:
+    return entry.shipped
+  if entry.dtype is not None or entry.scales is not None:
+    return operand_format(entry.dtype or spec.dtype, entry.scales)
+  return operand_format(spec.dtype, spec.scales)
+
+
 def _shape_rows(spec: ShapeSet) -> list[_Row]:
   rows = [
-    _Row(s.m, s.k, s.n, s.g, s.dtype or spec.dtype, s.group_sizes or spec.group_sizes, f"shapes[{i}]")
+    _Row(s.m, s.k, s.n, s.g, _format(s, spec), s.group_sizes or spec.group_sizes, f"shapes[{i}]")
     for i, s in enumerate(spec.shapes)
   ]
   return rows + [row for mdl in spec.models for row in _model_rows(mdl, spec)]
@@ -484,7 +545,7 @@ def expand(spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] 
     raise RagtuneError(f"unknown op/backend {bad}; ops: {OPS}, backends: {BACKENDS}")
   problems, seen = [], set()
   for row in _shape_rows(spec):
-    assert row.dtype in DTYPES
+    assert row.dtype in FORMATS
     gsz = row.group_sizes
     if isinstance(gsz, list):
       sizes, label = np.asarray(gsz, np.int32), "explicit"

@@ -48,9 +48,17 @@ def test_shipped_shape_files_load():
     assert probs, f
     swept = {p.backend for p in probs}
     # The GPU sets list every GPU backend (a device sweeps those that compile for it); smoke
-    # (the CPU pipeline check) and decode Triton only.
+    # (the CPU pipeline check) and decode Triton only; the fp8 sets the backends with fp8
+    # kernels (and XLA beside them).
     gpu = {"pallas_gpu", "mosaic_gpu", "mosaic_blackwell"}
-    assert swept == ({"pallas_gpu"} if f.stem in ("smoke", "decode") else gpu), f
+    expected = {
+      "smoke": {"pallas_gpu"},
+      "decode": {"pallas_gpu"},
+      "fp8_smoke": {"pallas_gpu"},
+      "fp8": {"pallas_gpu", "xla"},
+    }
+    assert swept == expected.get(f.stem, gpu), f
+    assert all(p.dtype in kernels.registry.get(p.backend).dtypes for p in probs), f
 
 
 def test_backend_lists_in_yaml_and_on_the_command_line(tmp_path):

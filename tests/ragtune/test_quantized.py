@@ -1,0 +1,175 @@
+"""Quantized experts through ragtune: shape files, a Hugging Face config's
+quantization_config, the whole pipeline on a CPU (sweep -> verify -> export-lut -> a model
+calling kernels.ragged_dot with the LUT), and the fp8 kernels compiled for an H100."""
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import compiler_missing, needs_compiler
+from typer.testing import CliRunner
+
+import kernels
+from kernels import quant
+from ragtune.cli.app import app
+from ragtune.deviceless import machine_code
+from ragtune.errors import RagtuneError
+from ragtune.problems import hf_config, shapes
+from ragtune.records import store
+
+runner = CliRunner()
+
+
+def _load(tmp_path, text):
+  p = tmp_path / "q.yaml"
+  p.write_text(text)
+  return shapes.load_shape_set(p)
+
+
+def test_shape_file_formats(tmp_path):
+  spec = _load(
+    tmp_path,
+    """
+dtype: float8_e4m3fn
+scales: block128
+backends: [pallas_gpu, xla]
+shapes:
+  - {m: 64, k: 256, n: 128, g: 4}
+  - {m: 64, k: 256, n: 128, g: 4, scales: channelwise}
+  - {m: 64, k: 256, n: 128, g: 4, dtype: bfloat16}
+models:
+  - {model: deepseek-v3, tokens: [8], dtype: shipped, projections: [up]}
+""",
+  )
+  problems = shapes.expand(spec)
+  fmts = {(p.m, p.k, p.n, p.backend): p.dtype for p in problems}
+  assert {p.dtype for p in problems} == {"float8_e4m3fn:block128", "float8_e4m3fn:channelwise", "bfloat16"}
+  assert fmts[(64, 7168, 2048, "xla")] == "float8_e4m3fn:block128"  # DeepSeek-V3's released format
+  assert len({p.key for p in problems}) == len(problems)  # the format is in the key
+
+
+@pytest.mark.parametrize(
+  ("text", "message"),
+  [
+    (
+      "dtype: float8_e4m3fn\nshapes:\n  - {m: 8, k: 8, n: 8, g: 1}\n",
+      r"q.yaml:1: dtype: float8_e4m3fn operands need scales",
+    ),
+    ("dtype: bfloat16\nscales: block128\nshapes:\n  - {m: 8, k: 8, n: 8, g: 1}\n", r"q.yaml:1: dtype: scales apply to"),
+    (
+      "dtype: float8_e4m3fn\nscales: channelwise\nops: [fwd, dlhs]\nshapes:\n  - {m: 8, k: 8, n: 8, g: 1}\n",
+      r"q.yaml:3: ops: float8_e4m3fn:channelwise operands are tuned forward only",
+    ),
+    (
+      "shapes:\n  - {m: 8, k: 8, n: 8, g: 1, scales: block128}\n",
+      r"q.yaml:2: shapes\[0\].scales: scales apply to float8_e4m3fn or int8 operands, not bfloat16",
+    ),
+    ("models:\n  - {model: mixtral-8x7b, tokens: [8], dtype: shipped, scales: block128}\n", r"models\[0\].scales"),
+  ],
+)
+def test_shape_file_format_errors_name_the_key_and_line(tmp_path, text, message):
+  with pytest.raises(RagtuneError, match=message):
+    _load(tmp_path, text)
+
+
+def test_hf_config_quantization_config(tmp_path):
+  base = {"hidden_size": 7168, "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8}
+  cases = {
+    "dsv3": ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "float8_e4m3fn", "block128"),
+    "maverick": ({"quant_method": "fbgemm_fp8"}, "float8_e4m3fn", "channelwise"),
+    "mxfp4": ({"quant_method": "mxfp4"}, "bfloat16", None),
+  }
+  for name, (q, dtype, scales) in cases.items():
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({**base, "quantization_config": q}))
+    text = hf_config.shape_file(path, tokens=[16])
+    assert "quantization_config: quant_method" in text.splitlines()[0]
+    spec = _load(tmp_path, text)
+    assert (spec.dtype, spec.scales) == (dtype, scales)
+    assert spec.ops == ["fwd"]  # quantized: forward only; bfloat16: the default
+  # --dtype overrides the config, and a plain config keeps bfloat16.
+  path = tmp_path / "dsv3.json"
+  assert "scales" not in hf_config.shape_file(path, tokens=[16], dtype="bfloat16")
+  (tmp_path / "plain.json").write_text(json.dumps(base))
+  assert "dtype: bfloat16" in hf_config.shape_file(tmp_path / "plain.json", tokens=[16])
+
+
+FP8_SMOKE = """
+dtype: float8_e4m3fn
+scales: block128
+ops: [fwd]
+backends: [pallas_gpu]
+max_candidates: 2
+shapes:
+  - {m: 40, k: 200, n: 96, g: 3}
+  - {m: 48, k: 136, n: 80, g: 4, scales: channelwise, group_sizes: [20, 0, 18, 5]}
+"""
+
+
+def test_fp8_pipeline_reaches_ragged_dot(tmp_path):
+  spec = tmp_path / "fp8.yaml"
+  spec.write_text(FP8_SMOKE)
+  out = tmp_path / "results"
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  rows = store.ResultsStore(out).rows()
+  assert {r.problem.dtype for r in rows} == {"float8_e4m3fn:block128", "float8_e4m3fn:channelwise"}
+  assert all(r.status == "ok" for r in rows), [r.error for r in rows]
+  lut_file = tmp_path / "lut.json"
+  r = runner.invoke(app, ["export-lut", str(out), "-o", str(lut_file)])
+  assert r.exit_code == 0, r.output
+  r = runner.invoke(app, ["verify", str(lut_file)])
+  assert r.exit_code == 0 and " 0 failed" in r.output, r.output
+  lut = kernels.Lut.from_file(lut_file)
+  entry = lut.query("fwd", 40, 200, 96, 3, "float8_e4m3fn:block128", backend="pallas_gpu")
+  assert entry is not None and entry.dtype == "float8_e4m3fn:block128"
+
+  # A model's fp8 expert layer picks the tuned config up and matches the dequantized reference.
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.standard_normal((40, 200), np.float32))
+  w = jnp.asarray(rng.standard_normal((3, 200, 96), np.float32) / 14)
+  lq, rq, ls, rs = quant.quantize_operands(x, w, "float8_e4m3fn:block128")
+  gs = jnp.asarray([15, 0, 25], jnp.int32)
+  with kernels.use_lut(lut):
+    choice = kernels.explain(lq.shape, rq.shape, "float8_e4m3fn:block128", backend="pallas_gpu")["fwd"]
+    assert choice.source == "lut-exact" and choice.config == entry.config
+    out = kernels.ragged_dot(lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="pallas_gpu")
+  ref = np.asarray(quant.reference(lq, rq, gs, ls, rs))
+  bound = quant.tolerance("float8_e4m3fn:block128", 200, jnp.bfloat16).bound(ref, quant.error_scale(lq, rq, gs, ls, rs))
+  assert np.all(np.abs(np.asarray(out, np.float64) - ref) <= bound)
+
+
+def test_sass_names_the_mma_inputs():
+  sass = """
+        Function : fp8_wgmma
+        /*0010*/                   HGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24 ;
+        /*0020*/                   EXIT ;
+        Function : f16_mma
+        /*0010*/                   HMMA.16816.F32 R36, R112, R34, R36 ;
+        /*0020*/                   EXIT ;
+        Function : bf16_wgmma
+        /*0010*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8].tnspB, R24 ;
+        /*0020*/                   EXIT ;
+"""
+  facts = machine_code.sass_facts(sass)
+  assert facts["fp8_wgmma"].mma_inputs == "e4m3" and facts["fp8_wgmma"].hgmma_n == 128
+  assert facts["f16_mma"].mma_inputs == "f16"
+  assert facts["bf16_wgmma"].mma_inputs == "bf16"
+
+
+@needs_compiler(
+  compiler_missing("h100") or (None if machine_code.find_tool("cuobjdump") else "no cuobjdump"),
+  "deviceless compile tests",
+)
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn:channelwise", "float8_e4m3fn:block128"])
+def test_h100_fp8_defaults_compile_clean(fmt):
+  """The fp8 defaults build for sm_90a with no spill. Their MMAs are f16 mma.sync: jax's
+  Triton lowering leaves tt.dot's max_num_imprecise_acc at 0, and Triton keeps an fp8 dot
+  that must accumulate in full f32 off wgmma, converting the fp8 values (exactly) to f16."""
+  from ragtune.deviceless import aot
+
+  report = aot.compile_ragged_dot("h100", 8192, 4096, 14336, 8, fmt, backend="pallas_gpu")
+  assert report.ok, f"{report.outcome}: {report.error}"
+  (k,) = report.kernels
+  assert k.spill_bytes == 0 and k.mma == "mma.sync" and k.mma_inputs == "f16", k
