@@ -41,6 +41,13 @@ Terms, per kernel (bf16 in and out):
    with a 50 MB L2 (reads and output writes), at 3.35 TB/s (H100 SXM, same datasheet),
    overlapped with the compute: time = max(compute, HBM).
 
+With --dtype float8_e4m3fn each design runs on fp8 operands: MMA at twice the 16-bit rate
+(H100 SXM: 3,958 TF/s FP8 against 1,979 BF16, both with sparsity, on the datasheet above; HGX
+B200: 9 against 4.5 PFLOPS), one byte an element in shared memory and HBM, and bf16 out. It
+models the fp8 wgmma / tcgen05 kind::f8f6f4 kernels those designs would be. ragtune's fp8
+kernel today is pallas_gpu's, whose dots run on f16 mma.sync (README, "Quantized experts"):
+not modelled here.
+
 With --device b200 it models the Blackwell kernels (kernels/mosaic_blackwell, tcgen05) on a
 B200 instead, the same terms with these figures (l2_traffic.py's docstring has the sources of
 the machine's):
@@ -218,19 +225,33 @@ def blackwell_designs(p: l2.Problem) -> list[Design]:
   return out
 
 
-def predict(p: l2.Problem, d: Design, *, fill_s: float, l2_bytes: int | None = None, gpu: Gpu = H100) -> Prediction:
-  """The model's time for problem p (fwd) run by design d on `gpu`; see the module docstring."""
+FP8_RATE = 2  # fp8 MMA FLOPs a clock against 16-bit, on Hopper and Blackwell (docstring)
+
+
+def predict(
+  p: l2.Problem,
+  d: Design,
+  *,
+  fill_s: float,
+  l2_bytes: int | None = None,
+  gpu: Gpu = H100,
+  dtype: str = "bfloat16",
+) -> Prediction:
+  """The model's time for problem p (fwd) run by design d on `gpu` with operands of
+  `dtype` (bfloat16 or float8_e4m3fn); see the module docstring."""
   kern = d.kernel
   l2_bytes = gpu.l2_bytes if l2_bytes is None else l2_bytes
-  traffic = l2.simulate(p, kern, sms=gpu.sms, l2_bytes=l2_bytes)
+  traffic = l2.simulate(p, kern, sms=gpu.sms, l2_bytes=l2_bytes, dtype=dtype)
+  b = float(l2.common.itemsize(dtype))
+  peak = gpu.peak_flops * (FP8_RATE if b == 1 else 1)
   cell_flops = 2.0 * kern.block_m * kern.block_n * p.k
-  cell_mma = cell_flops / (gpu.peak_flops / gpu.sms * kern.ctas)  # a pair's cell on its two SMs
+  cell_mma = cell_flops / (peak / gpu.sms * kern.ctas)  # a pair's cell on its two SMs
   if d.mma == "tcgen05":  # per SM: its A rows and its share of B's columns
-    smem_reads = 2.0 * p.k * (d.wg_rows + kern.block_n // kern.ctas)
+    smem_reads = b * p.k * (d.wg_rows + kern.block_n // kern.ctas)
   else:
     wgs = (kern.block_m * kern.block_n) // (d.wg_rows * d.wg_cols)
-    smem_reads = wgs * 2.0 * p.k * (d.wg_rows + d.wg_rows // WGMMA_M * d.wg_cols)
-  smem_writes = 2.0 * p.k * (kern.block_m + kern.block_n) / kern.ctas
+    smem_reads = wgs * b * p.k * (d.wg_rows + d.wg_rows // WGMMA_M * d.wg_cols)
+  smem_writes = b * p.k * (kern.block_m + kern.block_n) / kern.ctas
   port = gpu.smem_bytes_per_clk * gpu.clock_hz
   waves = math.ceil(traffic.cells / max(1, gpu.sms // kern.ctas))
   fill = 0.0 if d.fill_hidden else fill_s
@@ -273,14 +294,21 @@ def main(argv: list[str] | None = None) -> int:
     "--device", default="h100", choices=sorted(GPUS), help="h100: five designs; b200: the tcgen05 kernels"
   )
   ap.add_argument("--l2", type=float, default=None, help="L2 MB for the HBM replay (default: the device's whole L2)")
+  ap.add_argument(
+    "--dtype", default="bfloat16", choices=("bfloat16", "float8_e4m3fn"), help="the operands (output bf16)"
+  )
   args = ap.parse_args(argv)
   gpu = GPUS[args.device]
   l2_bytes = gpu.l2_bytes if args.l2 is None else int(args.l2 * 10**6)
   problems = [p for p in ANCHORS if args.only.lower() in p.name.lower()]
   if args.quick:
     problems = [dataclasses.replace(p, m=max(p.g, p.m // 8)) for p in problems]
+  fp8 = args.dtype == "float8_e4m3fn"
+  peak = (
+    f"{gpu.peak_flops * FP8_RATE / 1e12:.1f} TF/s dense fp8" if fp8 else f"{gpu.peak_flops / 1e12:.1f} TF/s dense bf16"
+  )
   print(
-    f"Analytic model (a model, not a measurement): {gpu.name}, {gpu.peak_flops / 1e12:.1f} TF/s dense bf16, "
+    f"Analytic model (a model, not a measurement): {gpu.name}, {args.dtype} operands, {peak}, "
     f"{gpu.sms} SMs, smem {gpu.smem_bytes_per_clk} B/clk x {gpu.clock_hz / 1e9:.2f} GHz per SM, "
     f"HBM {gpu.hbm_bytes_s / 1e12:.2f} TB/s, L2 {l2_bytes / 1e6:.0f} MB (l2_traffic's LRU), "
     f"fill {args.fill_us:g} us a cell when not hidden"
@@ -292,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
   )
   for p in problems:
     for d in designs(p) if args.device == "h100" else blackwell_designs(p):
-      r = predict(p, d, fill_s=args.fill_us * 1e-6, l2_bytes=l2_bytes, gpu=gpu)
+      r = predict(p, d, fill_s=args.fill_us * 1e-6, l2_bytes=l2_bytes, gpu=gpu, dtype=args.dtype)
       wg = f"{d.wg_rows}x{d.wg_cols}"
       hbm = f"{r.fetched / 1e9:.2f}, {r.fetched / r.unique:.2f}x"
       print(

@@ -151,6 +151,8 @@ def _entry_from_dict(d: Any, where: str) -> Entry:
     raise LutError(f"{where}.backend: expected one of {registry.NAMES}, got {d['backend']!r}")
   if d["dtype"] not in FORMATS:
     raise LutError(f"{where}.dtype: expected one of {FORMATS}, got {d['dtype']!r}")
+  if ":" in d["dtype"] and d["op"] != "fwd":
+    raise LutError(f"{where}.op: {d['dtype']} operands are forward only, got {d['op']!r}")
   for dim in ("m", "k", "n", "g"):
     if not isinstance(d[dim], int) or isinstance(d[dim], bool) or d[dim] <= 0:
       raise LutError(f"{where}.{dim}: expected a positive integer, got {d[dim]!r}")

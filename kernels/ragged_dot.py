@@ -195,7 +195,10 @@ def resolve(
   dev = target.current()
   auto = _check_backend(backend) == "auto"
   dtype = lut_mod.canonical_dtype(dtype)
-  fallback = registry.auto_backend(dev.platform, dev.device_kind, dtype) if auto else backend
+  # A quantized format falls back to a backend that computes it; a plain dtype to the device's
+  # backend, which names the others when it lacks that dtype (check_dtype).
+  fmt = dtype if ":" in dtype else None
+  fallback = registry.auto_backend(dev.platform, dev.device_kind, fmt) if auto else backend
   table = lut_mod.active_lut() if auto and registry.get(fallback).config_type is not None else None
   out = {}
   for op in ops:

@@ -63,6 +63,34 @@ CI_MGPU_CASES = (
 )
 # The backends jax's Mosaic GPU interpreter runs: their conformance cases are mgpu_interpret.
 MGPU_BACKENDS = tuple(name for name, b in kernels.registry.REGISTRY.items() if b.interpreter == "mosaic_gpu")
+# RAGTUNE_MGPU_CORE=1 (CI's second stack, whose interpreter is the fast one): CI's few, every
+# case of the backends' own files, and the conformance cases that reach the kernels in a way
+# no other case does: both rhs layouts, tiny and single-group shapes, many small groups off the
+# block grid, bf16, a group_offset shard, a transposed rhs under vmap. The rest (float16, the
+# other dtype promotions, vmap of each operand) go through the same kernel paths via
+# ragged_dot's wrapper, which pallas_gpu's conformance cases check on both stacks.
+MGPU_CORE = "RAGTUNE_MGPU_CORE"
+CORE_CONFORMANCE = (
+  "test_group_sizes[{b}-kn]",
+  "test_group_sizes[{b}-nk]",
+  "test_shapes[{b}-tiny_k8_n16]",
+  "test_shapes[{b}-single_group]",
+  "test_many_small_groups_off_the_block_grid[{b}]",
+  "test_dtypes[{b}-bfloat16]",
+  "test_group_offset_shards[{b}-kn]",
+  "test_vmap_other_forms[{b}-rhs_nk]",
+)
+
+
+def _mgpu_cases_to_run() -> set[str] | None:
+  """The interpreted Mosaic GPU cases this run keeps (file::name ids); None for all of them."""
+  if not os.environ.get("CI") or os.environ.get(MGPU_ALL):
+    return None
+  keep = set(CI_MGPU_CASES)
+  if os.environ.get(MGPU_CORE):
+    keep |= {f"test_conformance.py::{c.format(b=b)}" for b in MGPU_BACKENDS for c in CORE_CONFORMANCE}
+    keep |= {"test_mosaic_gpu.py::*", "test_mosaic_blackwell.py::*"}
+  return keep
 
 
 def pytest_collection_modifyitems(config, items):
@@ -71,17 +99,19 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if "test_conformance.py" in item.nodeid and any(f"[{b}" in item.nodeid for b in MGPU_BACKENDS):
       item.add_marker(pytest.mark.mgpu_interpret)
-  if not os.environ.get("CI") or os.environ.get(MGPU_ALL):
+  keep = _mgpu_cases_to_run()
+  if keep is None:
     return
   if not (config.option.keyword or config.option.markexpr):  # a renamed case would silently leave CI's cases
     files = {item.nodeid.split("::")[0].rsplit("/", 1)[-1] for item in items}
     ids = {item.nodeid.rsplit("/", 1)[-1] for item in items}
-    missing = [c for c in CI_MGPU_CASES if c.split("::")[0] in files and c not in ids]
+    missing = [c for c in keep if c.split("::")[0] in files and not c.endswith("*") and c not in ids]
     if missing:
-      raise pytest.UsageError(f"CI_MGPU_CASES names cases that are not collected: {missing}")
+      raise pytest.UsageError(f"the CI cases name cases that are not collected: {sorted(missing)}")
   for item in items:
-    if item.get_closest_marker("mgpu_interpret") and item.nodeid.rsplit("/", 1)[-1] not in CI_MGPU_CASES:
-      item.add_marker(pytest.mark.skip(reason=f"interpreted Mosaic GPU case outside CI's few: set {MGPU_ALL}=1"))
+    node = item.nodeid.rsplit("/", 1)[-1]
+    if item.get_closest_marker("mgpu_interpret") and node not in keep and node.split("::")[0] + "::*" not in keep:
+      item.add_marker(pytest.mark.skip(reason=f"interpreted Mosaic GPU case outside CI's set: set {MGPU_ALL}=1"))
 
 
 @pytest.hookimpl(tryfirst=True)

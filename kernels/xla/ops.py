@@ -96,9 +96,10 @@ def gmm_quantized(
   and its group's column scales. Block scales vary along k, so they are applied before the
   product: the operands dequantized to f32, at HIGHEST precision."""
   del precision  # set by the scheme
-  m = lhs.shape[0]
+  m, k = lhs.shape
   g_local = rhs.shape[0]
-  if lhs_scale.shape[1] == 1 and rhs_scale.shape[1] == 1:  # channelwise
+  n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  if quant.scheme_of(m, k, n, g_local, lhs_scale.shape, rhs_scale.shape) == "channelwise":
     acc = gmm(
       lhs.astype(jnp.bfloat16),
       rhs.astype(jnp.bfloat16),
@@ -108,8 +109,11 @@ def gmm_quantized(
       group_offset=group_offset,
     )
     offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
+    # One elementwise fusion with the gather of each row's group's column scales; rows of no
+    # local group stay 0 whatever their scales hold.
     cols = rhs_scale[:, 0, :][common.row_groups(group_sizes, m, offset, g_local)]
-    return (acc * lhs_scale * cols).astype(out_dtype)
+    keep = common.local_row_mask(group_sizes, m, offset, g_local)
+    return jnp.where(keep[:, None], acc * lhs_scale * cols, 0.0).astype(out_dtype)
   a, b = quant.dequantize(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
   return gmm(
     a,

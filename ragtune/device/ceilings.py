@@ -102,17 +102,19 @@ def measure_ceilings(dtypes: Iterable[str], platform: str) -> dict[str, Any]:
   import jax
   import jax.numpy as jnp
 
+  from kernels.common import element_dtype
   from ragtune.device import measure
 
   n, copy_elems, reps = (512, 8 << 20, 3) if platform == "cpu" else (8192, 256 << 20, 10)
-  mm = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+  mm = measure.dense_matmul  # a quantized format's in its element dtype, f32 out
   copy = lambda v: v * 1.0001  # reads and writes every byte once
   fns, work = {}, {}
   for dtype in dtypes:
     k1, k2 = jax.random.split(jax.random.key(0))
+    elem = element_dtype(dtype)
     args = (
-      jax.random.normal(k1, (n, n), jnp.float32).astype(dtype),
-      jax.random.normal(k2, (n, n), jnp.float32).astype(dtype),
+      jax.random.normal(k1, (n, n), jnp.float32).astype(elem),
+      jax.random.normal(k2, (n, n), jnp.float32).astype(elem),
     )
     fns[dtype] = (mm, args, measure.compile_fn(mm, args))
     work[dtype] = 2 * n**3

@@ -104,12 +104,12 @@ _MMA_INPUT_TYPES = ("E4M3", "E5M2", "BF16", "F16", "TF32", "S8", "U8")
 
 
 def _mma_inputs(mma: list[tuple[str, str]]) -> str:
-  """The input types of (op, modifiers) MMAs. An HMMA that names none takes f16, the SASS's
-  default (``HMMA.16816.F32``: f16 x f16 -> f32); a UTCHMMA's are in its descriptor."""
+  """The input types of (op, modifiers) MMAs. An HMMA or HGMMA that names none takes f16, the
+  SASS's default (``HMMA.16816.F32``: f16 x f16 -> f32); a UTCHMMA's are in its descriptor."""
   found = set()
   for op, mods in mma:
     kinds = {t.lower() for t in mods.split(".") if t in _MMA_INPUT_TYPES}
-    found |= kinds or ({"f16"} if op == "HMMA" else set())
+    found |= kinds or ({"f16"} if op in ("HMMA", "HGMMA") else set())
   return "+".join(sorted(found))
 
 

@@ -313,8 +313,9 @@ def xla_path(hlo: str) -> str:
 def lut_choice(p: Problem, bench: Bench) -> Choice:
   """What kernels.ragged_dot runs for p.op with the bench's LUT: backend="auto" on a device;
   on a CPU host, where auto runs XLA, the first GPU backend's LUT entry (or heuristic)."""
+  computes = [b for b in bench.backends if p.dtype in registry.get(b).dtypes] or [registry.REFERENCE]
   with kernels.use_lut(bench.lut):
-    return resolve(None, "auto" if bench.on_device else bench.backends[0], p.m, p.k, p.n, p.g, p.dtype)[p.op]
+    return resolve(None, "auto" if bench.on_device else computes[0], p.m, p.k, p.n, p.g, p.dtype, ops=(p.op,))[p.op]
 
 
 def _lut_label(c: Choice) -> str:

@@ -61,6 +61,8 @@ def _weights_format(path: Path, q: Any) -> tuple[str, str]:
   float8_e4m3fn with block scales; "fbgemm_fp8" (per-channel weights, per-token dynamic
   activations: Llama-4 Maverick FP8) is channelwise. Any other method or block is not a
   format ragtune tunes: bfloat16, and the text says why."""
+  if q is None:
+    return "bfloat16", ""
   if not isinstance(q, dict):
     raise RagtuneError(f"{path}: quantization_config: expected an object, got {type(q).__name__}")
   method = q.get("quant_method")
@@ -71,7 +73,9 @@ def _weights_format(path: Path, q: Any) -> tuple[str, str]:
     block = q.get("weight_block_size")
     if block is None:
       return "bfloat16", said + " (per-tensor scales: not a scheme ragtune tunes; tuned as bfloat16)"
-    if list(block) == [128, 128]:
+    if not isinstance(block, list):
+      raise RagtuneError(f"{path}: quantization_config.weight_block_size: expected a list, got {block!r}")
+    if block == [128, 128]:
       return "float8_e4m3fn:block128", said
     return "bfloat16", said + " (ragtune tunes 128x128 blocks only; tuned as bfloat16)"
   if method == "fbgemm_fp8":

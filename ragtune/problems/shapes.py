@@ -294,6 +294,9 @@ class ShapeSet(BaseModel):
               (key, i, "scales" if entry.scales is not None else "dtype") if own else ("dtype",), str(e)
             ) from None
         quantized = quantized or (fmt if ":" in fmt else None)
+        if ":" in fmt and not any(fmt in registry.get(b).dtypes for b in self.backends):
+          computes = [b for b in BACKENDS if fmt in registry.get(b).dtypes]
+          raise At((key, i), f"{fmt} is computed by {', '.join(computes)}; backends lists {', '.join(self.backends)}")
     if quantized and self.ops != ["fwd"]:
       raise At(("ops",), f"{quantized} operands are tuned forward only (ops: [fwd]), got {self.ops}")
     return self
@@ -536,8 +539,13 @@ def _shape_rows(spec: ShapeSet) -> list[_Row]:
   return rows + [row for mdl in spec.models for row in _model_rows(mdl, spec)]
 
 
-def expand(spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] | None = None) -> list[Problem]:
-  """Shapes x ops x backends, each with concrete group sizes; duplicates dropped."""
+def expand(
+  spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] | None = None, skipped: list | None = None
+) -> list[Problem]:
+  """Shapes x ops x backends, each with concrete group sizes; duplicates dropped, and the
+  (op, backend) pairs that cannot compute a row's format: a quantized format's ops other
+  than fwd, and backends without it. Each of those goes to `skipped` as (backend, format,
+  why), for a notice."""
   ops = ops or spec.ops
   backends = backends or spec.backends
   bad = [o for o in ops if o not in OPS] + [b for b in backends if b not in BACKENDS]
@@ -554,6 +562,14 @@ def expand(spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] 
       label = gsz.label() + (f",ep={row.ep},rank={rank}" if row.ep > 1 else "")
     for op in ops:
       for backend in backends:
+        why = ""
+        if ":" in row.dtype:  # a quantized format: forward only, on the backends that have it
+          why = "quantized operands are forward only" if op != "fwd" else ""
+          why = why or ("" if row.dtype in registry.get(backend).dtypes else f"{backend} computes no {row.dtype}")
+        if why:
+          if skipped is not None:
+            skipped.append((op, backend, row.dtype, why))
+          continue
         p = Problem(op, backend, row.dtype, row.m, row.k, row.n, row.g, label, tuple(int(s) for s in sizes), row.source)
         if p.key not in seen:
           seen.add(p.key)

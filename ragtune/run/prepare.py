@@ -8,6 +8,7 @@ What a command says on the way goes through `say`, one plain line each ("notice:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +48,14 @@ class Selection:
 def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
   """(spec, problems) of a shapes file as selected; with a shard, only that shard's (said when auto found it)."""
   spec = shapes_mod.load_shape_set(shapes_file)
-  problems = shapes_mod.expand(spec, ops=list(sel.ops) or None, backends=list(sel.backends) or None)
+  skipped: list = []
+  problems = shapes_mod.expand(spec, ops=list(sel.ops) or None, backends=list(sel.backends) or None, skipped=skipped)
+  reasons = collections.Counter(why for *_, why in skipped)
+  if not problems and reasons:
+    raise RagtuneError(f"{shapes_file}: nothing to tune: " + "; ".join(reasons))
+  for why, n in reasons.items():
+    if say is not None:
+      say(f"notice: {why}: {n} (op, backend, shape) left out")
   problems = shapes_mod.select(problems, shapes=list(sel.shapes) or None, models=list(sel.models) or None)
   sh = shard_mod.parse(sel.shard)
   if sh is not None:

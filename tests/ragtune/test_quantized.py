@@ -66,11 +66,33 @@ models:
       r"q.yaml:2: shapes\[0\].scales: scales apply to float8_e4m3fn or int8 operands, not bfloat16",
     ),
     ("models:\n  - {model: mixtral-8x7b, tokens: [8], dtype: shipped, scales: block128}\n", r"models\[0\].scales"),
+    (
+      "dtype: int8\nscales: channelwise\nbackends: [pallas_gpu]\nshapes:\n  - {m: 8, k: 8, n: 8, g: 1}\n",
+      r"q.yaml:5: shapes\[0\]: int8:channelwise is computed by xla; backends lists pallas_gpu",
+    ),
   ],
 )
 def test_shape_file_format_errors_name_the_key_and_line(tmp_path, text, message):
   with pytest.raises(RagtuneError, match=message):
     _load(tmp_path, text)
+
+
+def test_ops_and_backends_a_format_lacks_are_left_out_with_a_reason(tmp_path):
+  spec = _load(tmp_path, "dtype: float8_e4m3fn\nscales: block128\nshapes:\n  - {m: 8, k: 8, n: 8, g: 1}\n")
+  skipped = []
+  problems = shapes.expand(spec, ops=["fwd", "dlhs"], backends=["pallas_gpu", "mosaic_gpu"], skipped=skipped)
+  assert [(p.op, p.backend) for p in problems] == [("fwd", "pallas_gpu")]
+  assert {why for *_, why in skipped} == {
+    "quantized operands are forward only",
+    "mosaic_gpu computes no float8_e4m3fn:block128",
+  }
+
+
+def test_ceilings_of_a_format_time_its_element_dtype():
+  from ragtune.device import ceilings
+
+  got = ceilings.measure_ceilings(["float8_e4m3fn:block128"], "cpu")
+  assert got["matmul_tflops"]["float8_e4m3fn:block128"] > 0
 
 
 def test_hf_config_quantization_config(tmp_path):
@@ -93,6 +115,8 @@ def test_hf_config_quantization_config(tmp_path):
   assert "scales" not in hf_config.shape_file(path, tokens=[16], dtype="bfloat16")
   (tmp_path / "plain.json").write_text(json.dumps(base))
   assert "dtype: bfloat16" in hf_config.shape_file(tmp_path / "plain.json", tokens=[16])
+  (tmp_path / "null.json").write_text(json.dumps({**base, "quantization_config": None}))
+  assert "dtype: bfloat16" in hf_config.shape_file(tmp_path / "null.json", tokens=[16])
 
 
 FP8_SMOKE = """
@@ -100,7 +124,7 @@ dtype: float8_e4m3fn
 scales: block128
 ops: [fwd]
 backends: [pallas_gpu]
-max_candidates: 2
+max_candidates: 1
 shapes:
   - {m: 40, k: 200, n: 96, g: 3}
   - {m: 48, k: 136, n: 80, g: 4, scales: channelwise, group_sizes: [20, 0, 18, 5]}
