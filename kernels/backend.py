@@ -128,7 +128,7 @@ class Backend:
   interpret_cost: what its kernels cost in that interpreter per unit of grid_work (fitted
           weights: ragtune's estimate of a sweep on a CPU); None with no grid_work.
   interpret_unsupported() -> {op: why}: the ops its kernels cannot run in this jax's
-          interpreter.
+          interpreter; a key "op:format" (common.FORMATS) names an op on one format only.
   interpreter_threads: simulated threads of one kernel that its interpreter runs at once,
           each of which can block in a host callback (a barrier wait); 0 when none blocks.
           XLA:CPU may run those callbacks on its intra-op pool, which must be larger

@@ -52,19 +52,22 @@ def interpret_unsupported() -> dict[str, str]:
     f"jax {jax.__version__}'s Mosaic GPU interpreter cannot run wgmma on a transposed shared-memory tile "
     "(jax 0.11's can; a Hopper GPU runs them compiled)"
   )
-  return {"dlhs": why, "drhs": why}
+  # fp8's forward reads its weights as k-major [n, k] tiles, transposed for wgmma as dlhs's,
+  # and its scales with plgpu.load, which jax 0.10's interpreter has no rule for either.
+  fp8 = why + "; nor plgpu.load (fp8's scales)"
+  return {"dlhs": why, "drhs": why, **{f"fwd:{fmt}": fp8 for fmt in config.FP8_FORMATS}}
 
 
-# wgmma takes 16-bit inputs here. wgmma is sm_90a only: Blackwell (sm_100) has tcgen05
-# instead, and Ampere neither, so the kernels are Hopper's. TMA loads take 64-bit
-# addresses: wide indexing. Mosaic sets a kernel's shared memory at launch, outside the compiled
-# program: smem_at_launch.
+# wgmma takes 16-bit inputs here, and fp8 with channelwise scales (forward). wgmma is sm_90a
+# only: Blackwell (sm_100) has tcgen05 instead, and Ampere neither, so the kernels are
+# Hopper's. TMA loads take 64-bit addresses: wide indexing. Mosaic sets a kernel's shared
+# memory at launch, outside the compiled program: smem_at_launch.
 BACKEND = Backend(
   name="mosaic_gpu",
   forward=forward,
   grad_rhs=grad_rhs,
   config_type=MosaicConfig,
-  dtypes=("bfloat16", "float16"),
+  dtypes=("bfloat16", "float16", *config.FP8_FORMATS),
   platforms=("gpu", "cuda"),
   families=("hopper",),
   default=config.default,

@@ -20,6 +20,7 @@ from kernels.common import (
   op_dims,
   round_up,
   row_tiles,
+  scheme,
   tiles_evenly,
 )
 
@@ -32,6 +33,15 @@ CONSUMERS = 2  # consumer warpgroups; a third one produces
 WGMMA_M = 64  # rows of one warpgroup's wgmma
 SWIZZLE_ELEMS = 64  # 16-bit elements in a 128-byte swizzle row: the unit any operand tile is cut in
 EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles, double-buffered per consumer
+# Quantized operands the gmm takes (kernels.quant): fp8 with its scales applied in the
+# epilogue. Block scales vary along k, which the pipeline's accumulating wgmma cannot follow.
+FP8_FORMATS = ("float8_e4m3fn:channelwise",)
+FP8_BLOCK_K = 128  # one 128-byte swizzle row of 8-bit elements
+# Each consumer's share of the tile with fp8: the one that compiles with no spill on sm_90a
+# with the scales' epilogue. 64x64, 64x128 and 128x128 spilled 8-48 B/thread inside the
+# persistent loop (deviceless ptxas, jax 0.10.2 and 0.12; without the scales they do not):
+# fp8 cells are 128x256, two 64x256 consumers.
+FP8_CONSUMER_TILE = (64, 256)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +86,19 @@ class MosaicConfig:
       return self.block_m // CONSUMERS, self.block_n, True
     return self.block_m, self.block_n // CONSUMERS, False
 
-  def valid_for(self, op: str) -> str | None:
-    """Why this config cannot drive `op`'s kernel, or None: each consumer's share must be
-    whole wgmma rows (64) and whole swizzle rows of columns (64)."""
+  def valid_for(self, op: str, dtype=None) -> str | None:
+    """Why this config cannot drive `op`'s kernel on operands of `dtype` (a format of
+    common.FORMATS; None: 16-bit), or None: each consumer's share must be whole wgmma rows
+    (64) and whole swizzle rows of columns (64); 8-bit operands step k by one 128-byte
+    swizzle row (128) and run the forward only."""
     rows, cols, _ = self.consumer_tile(op)
+    if dtype is not None and itemsize(getattr(dtype, "name", None) or str(dtype)) == 1:
+      if op != "fwd":
+        return f"8-bit operands run the forward only, not {op}"
+      if self.block_k != FP8_BLOCK_K:
+        return f"8-bit operands take block_k = {FP8_BLOCK_K} (a 128-byte swizzle row), got {self.block_k}"
+      if (rows, cols) != FP8_CONSUMER_TILE:
+        return f"8-bit operands take {FP8_CONSUMER_TILE[0]}x{FP8_CONSUMER_TILE[1]} consumer tiles, got {rows}x{cols}"
     if op == "drhs" and self.block_m > 128:
       return f"drhs reduces at most 128 rows a step, got block_m={self.block_m}"
     if op != "drhs" and self.block_k > 128:
@@ -92,20 +111,28 @@ class MosaicConfig:
     """Shared memory the kernel allocates: max_concurrent_steps stages of the operand tiles
     (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m, block_k] lhs and
     [block_m, block_n] dout), and the epilogue's two [64, 64] slots per consumer, in the
-    output dtype, taken as `dtype`. The allocation is made once for the persistent loop, so
-    every stage is taken whatever the problem's length."""
+    output dtype, taken as `dtype` (bf16 for 8-bit operands), and fp8's scales. The
+    allocation is made once for the persistent loop, so every stage is taken whatever the
+    problem's length."""
     del m, k, n
     b = itemsize(dtype)
     if op == "drhs":
       stage = self.block_m * (self.block_k + self.block_n)
     else:
       stage = self.block_k * (self.block_m + self.block_n)
-    out = CONSUMERS * 2 * EPI_TILE * EPI_TILE
-    return (stage * self.max_concurrent_steps + out) * b
+    out = CONSUMERS * 2 * EPI_TILE * EPI_TILE * (2 if b == 1 else b)  # 8-bit operands write bf16
+    rows, cols, _ = self.consumer_tile(op)
+    # f32, each consumer's, with their barriers and alignment (Mosaic allocated 616 B more than
+    # the vectors alone for the 128x256 tile; 1 KiB covers it).
+    scales = CONSUMERS * (rows + cols) * 4 + 1024 if scheme(dtype) else 0
+    return stage * self.max_concurrent_steps * b + out + scales
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
-    """Whether this config drives `op` and its shared memory fits a block on `device_kind`."""
-    return self.valid_for(op) is None and self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
+    """Whether this config drives `op` on `dtype` and its shared memory fits a block on
+    `device_kind`; a quantized format, only those of FP8_FORMATS."""
+    if scheme(dtype) and dtype not in FP8_FORMATS:
+      return False
+    return self.valid_for(op, dtype) is None and self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -134,6 +161,8 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
   cfg = _DEFAULTS["tgmm" if op == "drhs" else "gmm"]
   if op != "drhs" and max(1, m // max(1, g)) <= 96:
     cfg = dataclasses.replace(cfg, block_m=64)
+  if itemsize(dtype) == 1:  # the same 128-byte rows of k, twice the elements; 128x256 cells
+    cfg = dataclasses.replace(cfg, block_m=128, block_n=256, block_k=FP8_BLOCK_K)
   # A device with less shared memory than Hopper gets fewer stages in flight, then narrower tiles.
   return narrowed_to_fit(cfg, (128,), STEPS_RANGE[0], lambda c: c.fits(op, dtype, m, k, n, device_kind))
 
@@ -157,10 +186,12 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
   accumulator in registers, and tile the dims evenly: a ragged column tile wastes a wgmma,
   and a block_k that does not divide k makes the wrapper pad (copy) the operands."""
   rows, contraction, cols = op_dims(op, m, k, n)
+  if itemsize(dtype) == 1 and (op != "fwd" or dtype not in FP8_FORMATS):
+    return []
   if op == "drhs":
     axes = (SPACE_TGMM_BLOCK_M, SPACE_BLOCK_N, SPACE_TGMM_BLOCK_K)
   else:
-    axes = (SPACE_BLOCK_M, SPACE_BLOCK_N, SPACE_BLOCK_K)
+    axes = (SPACE_BLOCK_M, SPACE_BLOCK_N, (FP8_BLOCK_K,) if itemsize(dtype) == 1 else SPACE_BLOCK_K)
   out = []
   for bm, bn, bk, steps, band in itertools.product(*axes, SPACE_STEPS, SPACE_GROUP_M):
     cfg = MosaicConfig(bm, bn, bk, steps, band)

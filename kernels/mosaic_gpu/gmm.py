@@ -25,6 +25,7 @@ Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import warnings
 
@@ -33,8 +34,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from kernels import common, target
-from kernels.mosaic_gpu.config import CONSUMERS, EPI_TILE, SWIZZLE_ELEMS, MosaicConfig
+from kernels import common, quant, target
+from kernels.mosaic_gpu.config import CONSUMERS, EPI_TILE, FP8_FORMATS, MosaicConfig
 
 # H100 SXM's SM count: the grid size when the default device is not a GPU (export for
 # CUDA from a CPU host). A persistent grid of any size is correct, only its speed moves.
@@ -48,11 +49,11 @@ ROW_TILE = 8  # rows of a TMA box in the swizzled layout
 PRODUCER_REGISTERS = 40
 
 
-def check_inputs(*arrays) -> None:
-  """The kernels take one 16-bit input dtype; ragged_dot promotes and casts before."""
+def check_inputs(*arrays, allowed: tuple[str, ...] = DTYPES) -> None:
+  """The kernels take one input dtype of `allowed` (16-bit ones; ragged_dot promotes and casts before)."""
   names = {jnp.dtype(a.dtype).name for a in arrays}
-  if len(names) != 1 or not names <= set(DTYPES):
-    raise TypeError(f"Mosaic GPU kernels take inputs of one dtype among {DTYPES}, got {sorted(names)}")
+  if len(names) != 1 or not names <= set(allowed):
+    raise TypeError(f"Mosaic GPU kernels take inputs of one dtype among {allowed}, got {sorted(names)}")
 
 
 def swizzle_elems(dtype) -> int:
@@ -66,6 +67,15 @@ def num_sms(interpret=False) -> int:
     return INTERPRET_NUM_SMS
   t = target.current()
   return int(t.num_cores) if t.is_gpu and t.num_cores else FALLBACK_NUM_SMS
+
+
+# plgpu.load of a whole ref: jax 0.10 takes an index argument (() for all of it), 0.12 none.
+_LOAD_TAKES_INDEX = "idx" in inspect.signature(plgpu.load).parameters
+
+
+def load_whole(ref, layout):
+  """All of `ref` in registers, in `layout`."""
+  return plgpu.load(ref, (), layout=layout) if _LOAD_TAKES_INDEX else plgpu.load(ref, layout=layout)
 
 
 def pad_to_multiple(x: jax.Array, axis: int, multiple: int) -> jax.Array:
@@ -110,19 +120,23 @@ def _gmm_kernel(
   seg_end_ref,
   lhs_gmem,
   rhs_gmem,
-  o_gmem,
-  *,
+  *refs,
   n,
   k,
   g_local,
   num_col_blocks,
   cfg: MosaicConfig,
   transpose_rhs,
+  scaled,
 ):
+  # fp8 operands bring channelwise scales (kernels.quant): lhs [m_pad] and rhs [g, n_pad] f32,
+  # applied to the f32 accumulator in the epilogue.
+  *scale_gmem, o_gmem = refs
   block_m, block_n, block_k = cfg.block_m, cfg.block_n, cfg.block_k
   wg_rows, wg_cols, split_rows = cfg.consumer_tile("fwd")
   out_dtype = o_gmem.dtype
-  transforms = (plgpu.TilingTransform((ROW_TILE, SWIZZLE_ELEMS)), plgpu.SwizzleTransform(128))
+  swizzle = swizzle_elems(lhs_gmem.dtype)  # 64 16-bit or 128 8-bit elements: 128 bytes
+  transforms = (plgpu.TilingTransform((ROW_TILE, swizzle)), plgpu.SwizzleTransform(128))
   # delay_release=1: a step's buffers go back to the producer only after the next step's
   # wgmma is issued, so each consumer keeps one wgmma in flight (wgmma_wait(1) below).
   lhs_spec = plgpu.BlockSpec((block_m, block_k), lambda kb: (0, kb), transforms=transforms, delay_release=1)
@@ -154,6 +168,22 @@ def _gmm_kernel(
   ignore = lambda *_, **__: None
   allocations = pipeline(ignore, ignore).get_allocations(lhs_gmem, rhs_gmem.at[0])
 
+  # Before a sub-tile reuses a slot, its previous store must have read it: with two slots,
+  # all but the last bulk group (wait 1). The fp8 kernel waits for all of them (wait 0): each
+  # consumer's 64x256 tile reuses its slots within a cell, and jax's interpreter counts every
+  # copy of a store's ladder as its own group, so a wait for all but one would not cover the
+  # slot there (its race detector says so). One slot a sub-tile instead spilled (ptxas).
+  reuse_wait = 0 if scaled else 1
+  # Each consumer's row and column scales, loaded by TMA in its epilogue.
+  scale_scratch = (
+    dict(
+      scale_smem=(plgpu.SMEM((CONSUMERS, wg_rows), jnp.float32), plgpu.SMEM((CONSUMERS, wg_cols), jnp.float32)),
+      scale_bar=plgpu.Barrier(num_arrivals=2, num_barriers=CONSUMERS),  # both copies arrive on it
+    )
+    if scaled
+    else {}
+  )
+
   @functools.partial(
     pl.run_scoped,
     allocations=allocations,
@@ -163,8 +193,9 @@ def _gmm_kernel(
     # loads the next cell into those buffers.
     drained=plgpu.Barrier(num_arrivals=CONSUMERS),
     collective_axes="wg",
+    **scale_scratch,
   )
-  def _scope(allocations, out_smem, drained):
+  def _scope(allocations, out_smem, drained, scale_smem=None, scale_bar=None):
     wg = jax.lax.axis_index("wg")
     wg_row0 = wg * wg_rows if split_rows else 0
     wg_col0 = 0 if split_rows else wg * wg_cols
@@ -180,6 +211,20 @@ def _gmm_kernel(
       lead = jnp.maximum(seg_start_ref[seg] - row0, 0)
       end = jnp.minimum(seg_end_ref[seg] - row0, block_m)
       is_group = (seg >= 1) & (seg <= g_local)
+      group = jnp.clip(seg - 1, 0, g_local - 1)
+
+      def scale(acc):
+        """acc times its rows' and its group's columns' scales, read by TMA into this
+        consumer's smem and broadcast from the wgmma layout's row and column vectors."""
+        (ls_gmem, rs_gmem), (ls_smem, rs_smem) = scale_gmem, scale_smem
+        plgpu.copy_gmem_to_smem(ls_gmem.at[pl.ds(row0 + wg_row0, wg_rows)], ls_smem.at[wg], scale_bar.at[wg])
+        cols = pl.ds(j * block_n + wg_col0, wg_cols)
+        plgpu.copy_gmem_to_smem(rs_gmem.at[group, cols], rs_smem.at[wg], scale_bar.at[wg])
+        plgpu.barrier_wait(scale_bar.at[wg])
+        row_scale = load_whole(ls_smem.at[wg], plgpu.Layout.WGMMA.reduce(1))
+        col_scale = load_whole(rs_smem.at[wg], plgpu.Layout.WGMMA.reduce(0))
+        acc = acc * jax.lax.broadcast_in_dim(row_scale, acc.shape, [0])
+        return acc * jax.lax.broadcast_in_dim(col_scale, acc.shape, [1])
 
       def epilogue(acc):
         """Store this consumer's share ([64, 64] sub-tiles through two smem slots); acc None
@@ -194,7 +239,7 @@ def _gmm_kernel(
             lo = jnp.clip(lead - base, 0, EPI_TILE)
             rows = jnp.clip(end - base, 0, EPI_TILE) - lo
             rows = jnp.where(col0 < n, rows, 0)  # a sub-tile past the padded n stores nothing
-            plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # this slot's previous store has read it
+            plgpu.wait_smem_to_gmem(reuse_wait, wait_read_only=True)  # this slot's previous store has read it
             if acc is None:
               out_smem[wg, slot] = jnp.zeros((EPI_TILE, EPI_TILE), out_dtype)
             else:
@@ -209,11 +254,12 @@ def _gmm_kernel(
           run_pipeline(acc_ref)
           plgpu.wgmma_wait(0)
           plgpu.barrier_arrive(drained)
-          epilogue(acc_ref[...].astype(out_dtype))
+          acc = acc_ref[...]
+          epilogue((scale(acc) if scaled else acc).astype(out_dtype))
 
       def mma(_, lhs_smem, rhs_smem, acc_ref):
         a = lhs_smem.at[pl.ds(wg_row0, wg_rows)] if split_rows else lhs_smem
-        if transpose_rhs:  # read transposed; wgmma supports it for 16-bit inputs
+        if transpose_rhs:  # [n, k] tiles are k-major: the only B an 8-bit wgmma takes
           b = (rhs_smem if split_rows else rhs_smem.at[pl.ds(wg_col0, wg_cols)]).T
         else:
           b = rhs_smem if split_rows else rhs_smem.at[:, pl.ds(wg_col0, wg_cols)]
@@ -223,7 +269,6 @@ def _gmm_kernel(
 
       @pl.when(is_group)
       def _matmul():
-        group = jnp.clip(seg - 1, 0, g_local - 1)
         pipeline(mma, compute_context)(
           lhs_gmem.at[pl.ds(row0, block_m), :], rhs_tile(group, j), allocations=allocations
         )
@@ -271,26 +316,43 @@ def gmm(
   group_offset: jax.Array | None = None,
   precision=None,
   interpret=False,
+  lhs_scale: jax.Array | None = None,
+  rhs_scale: jax.Array | None = None,
 ) -> jax.Array:
   """Grouped matmul [m,k] x [g,k,n] (or [g,n,k] with transpose_rhs) -> [m,n].
 
-  lhs and rhs must share a 16-bit dtype (the ragged_dot wrapper casts them). rhs holds
-  groups [group_offset, group_offset + g) of group_sizes; every other row comes out 0.
-  precision is accepted for a uniform signature: wgmma on 16-bit inputs has one.
+  lhs and rhs must share a 16-bit dtype (the ragged_dot wrapper casts them), or be
+  float8_e4m3fn with channelwise lhs_scale and rhs_scale (kernels.quant). An 8-bit wgmma
+  takes its B k-major only, so fp8 weights are read as [g, n, k]: stored so (transpose_rhs,
+  as a checkpoint's nn.Linear weights are), or transposed here, a copy of the weights.
+  rhs holds groups [group_offset, group_offset + g) of group_sizes; every other row comes out 0.
+  precision is accepted for a uniform signature: wgmma has one precision per input type.
   interpret: False, True (the GPU interpreter with default params) or InterpretGPUParams.
   """
   del precision
-  check_inputs(lhs, rhs)
-  if why := config.valid_for("fwd"):
-    raise ValueError(f"MosaicConfig {config} cannot drive gmm: {why}")
+  scaled = lhs_scale is not None
   m, k = lhs.shape
   g_local = rhs.shape[0]
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  if scaled:
+    fmt = quant.check(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
+    if fmt not in FP8_FORMATS:
+      raise TypeError(f"Mosaic GPU kernels take quantized operands as {FP8_FORMATS}, got {fmt}")
+    check_inputs(lhs, rhs, allowed=("float8_e4m3fn",))
+    if not transpose_rhs:
+      rhs, transpose_rhs = rhs.swapaxes(1, 2), True
+  else:
+    check_inputs(lhs, rhs)
+  if why := config.valid_for("fwd", lhs.dtype):
+    raise ValueError(f"MosaicConfig {config} cannot drive gmm: {why}")
   cfg = config
   lhs, rhs, seg_starts, seg_ends, sched = tma_operands(
     lhs, rhs, group_sizes, group_offset, block_k=cfg.block_k, tile_rows=cfg.block_m, transpose_rhs=transpose_rhs
   )
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  scale_args = ()
+  if scaled:  # padded as the operands: rows past m and columns past n scale zeros
+    scale_args = (pad_to_multiple(lhs_scale[:, 0], 0, m_pad), pad_to_multiple(rhs_scale[:, 0, :], 1, n_pad))
 
   kernel = functools.partial(
     _gmm_kernel,
@@ -300,6 +362,7 @@ def gmm(
     num_col_blocks=pl.cdiv(n_pad, cfg.block_n),
     cfg=cfg,
     transpose_rhs=transpose_rhs,
+    scaled=scaled,
   )
   kernel.__name__ = "ragtune_mgpu_gmm"  # the kernel's name in the machine code and profiles
   call = plgpu.kernel(
@@ -322,6 +385,7 @@ def gmm(
     seg_ends,
     lhs,
     rhs,
+    *scale_args,
   )
   return out[:m, :n]
 

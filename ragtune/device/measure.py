@@ -49,12 +49,18 @@ def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str,
   }
 
 
+# Quantized problems are tuned with weights stored [g, n, k] and read with transpose_rhs: the
+# layout of a checkpoint's nn.Linear expert weights, which a serving model passes as they
+# are, and the only one an 8-bit wgmma reads without a copy (kernels/mosaic_gpu/gmm.py).
+QUANTIZED_RHS_NK = True
+
+
 def quantized_inputs(p: Problem, k1, k2, k3, gs: np.ndarray) -> dict[str, jax.Array]:
   """Normal lhs and rhs quantized to p's format (kernels.quant.quantize_operands), then
   the scales of each group times 2^u and of each row times 2^v (u in [-6, 6], v in [-3, 3],
   integers): outputs that differ by 10^4 between experts, as real checkpoints' do, so a
   kernel that reads another group's or row's scale is caught (the values stay as quantized;
-  a power of two changes no rounding)."""
+  a power of two changes no rounding). The weights are stored [g, n, k] (QUANTIZED_RHS_NK)."""
   lhs = jax.random.normal(k1, (p.m, p.k), jnp.float32)
   rhs = jax.random.normal(k2, (p.g, p.k, p.n), jnp.float32) / np.sqrt(p.k)
   lq, rq, ls, rs = quant.quantize_operands(lhs, rhs, p.dtype)
@@ -63,7 +69,7 @@ def quantized_inputs(p: Problem, k1, k2, k3, gs: np.ndarray) -> dict[str, jax.Ar
   row_exp = jax.random.randint(kv, (p.m, 1), -3, 4).astype(jnp.float32)
   return {
     "lhs": lq,
-    "rhs": rq,
+    "rhs": rq.swapaxes(1, 2),
     "lhs_scale": ls * jnp.exp2(row_exp),
     "rhs_scale": rs * jnp.exp2(group_exp),
     "group_sizes": jnp.asarray(gs),
@@ -96,10 +102,11 @@ def reference(op: str, x: dict[str, jax.Array], out_dtype=jnp.bfloat16) -> Expec
   in out_dtype."""
   if "lhs_scale" in x:
     args = (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
-    fmt = quant.check(x["lhs"], x["rhs"], x["lhs_scale"], x["rhs_scale"])
+    layout = dict(transpose_rhs=QUANTIZED_RHS_NK)
+    fmt = quant.check(x["lhs"], x["rhs"], x["lhs_scale"], x["rhs_scale"], **layout)
     tol = quant.tolerance(fmt, x["lhs"].shape[1], out_dtype)
-    scale = np.asarray(quant.error_scale(*args), np.float64)
-    return Expected(np.asarray(quant.reference(*args)), tol.gamma * scale, tol.rtol)
+    scale = np.asarray(quant.error_scale(*args, **layout), np.float64)
+    return Expected(np.asarray(quant.reference(*args, **layout)), tol.gamma * scale, tol.rtol)
   f32 = lambda a: a.astype(jnp.float32)
   lhs, rhs, dout, gs = f32(x["lhs"]), f32(x["rhs"]), f32(x["dout"]), x["group_sizes"]
   hi = jax.lax.Precision.HIGHEST
@@ -125,7 +132,9 @@ def build_op(p: Problem, backend: str, config, interpret: bool) -> Callable[...,
     interpret=interpret and registry.get(backend).config_type is not None,
   )
   if scheme(p.dtype):
-    return lambda a, b, gs, ls, rs: forward(a, b, gs, lhs_scale=ls, rhs_scale=rs, **common)
+    return lambda a, b, gs, ls, rs: forward(
+      a, b, gs, lhs_scale=ls, rhs_scale=rs, transpose_rhs=QUANTIZED_RHS_NK, **common
+    )
   if p.op == "fwd":
     return lambda a, b, gs: forward(a, b, gs, **common)
   if p.op == "dlhs":
@@ -139,6 +148,8 @@ def dense_args(p: Problem, x: dict[str, jax.Array]) -> tuple:
   rows = max(1, int(sum(p.group_sizes)))
   a = x["lhs"][:rows] if p.op != "dlhs" else x["dout"][:rows]
   b = x["rhs"][0] if p.op == "fwd" else (x["rhs"][0].T if p.op == "dlhs" else x["dout"][:rows])
+  if "lhs_scale" in x and QUANTIZED_RHS_NK:  # weights stored [g, n, k]
+    b = x["rhs"][0].T
   if p.op == "drhs":
     a = a.T  # [k, rows] x [rows, n]
   return (jnp.asarray(a), jnp.asarray(b))

@@ -36,14 +36,17 @@ _RIEGELI_MAGIC = bytes.fromhex("83af70d10d884a3f")
 _ELF_MAGIC = b"\x7fELF"
 
 # Instructions that say how a kernel computes and moves data (SASS names, as cuobjdump 13
-# prints them). HGMMA: Hopper's wgmma; HMMA: mma.sync. Blackwell (sm_100): UTCHMMA is tcgen05.mma
-# on 16-bit inputs (UTCHMMA.2CTA: cta_group::2, a CTA pair's MMA), UTCBAR tcgen05.commit,
-# LDTM/STTM tcgen05.ld/st (tensor memory to and from registers), UTCATOMSWS tensor memory's
-# allocator (.FIND_AND_SET: tcgen05.alloc). UTMALDG/UTMASTG: TMA loads/stores; LDGSTS: cp.async;
-# STL/LDL: local memory (spills) traffic; USETMAXREG: setmaxnreg, warp specialization's move of
-# registers between warpgroups.
+# prints them). HGMMA: Hopper's wgmma on 16-bit inputs (QGMMA on fp8, IGMMA on int8); HMMA:
+# mma.sync. Blackwell (sm_100): UTCHMMA is tcgen05.mma on 16-bit inputs (UTCHMMA.2CTA:
+# cta_group::2, a CTA pair's MMA), UTCBAR tcgen05.commit, LDTM/STTM tcgen05.ld/st (tensor
+# memory to and from registers), UTCATOMSWS tensor memory's allocator (.FIND_AND_SET:
+# tcgen05.alloc). UTMALDG/UTMASTG: TMA loads/stores; LDGSTS: cp.async; STL/LDL: local memory
+# (spills) traffic; USETMAXREG: setmaxnreg, warp specialization's move of registers between
+# warpgroups.
 INSTRUCTIONS = (
   "HGMMA",
+  "QGMMA",
+  "IGMMA",
   "UTCHMMA",
   "HMMA",
   "UTCBAR",
@@ -58,7 +61,8 @@ INSTRUCTIONS = (
   "LDL",
   "USETMAXREG",
 )
-_MMA_OPS = ("HGMMA", "UTCHMMA")  # the asynchronous MMAs whose loops are the main loops
+WGMMA_OPS = ("HGMMA", "QGMMA", "IGMMA")  # wgmma, by input width
+_MMA_OPS = (*WGMMA_OPS, "UTCHMMA")  # the asynchronous MMAs whose loops are the main loops
 
 
 class MachineCodeError(RuntimeError):
@@ -138,7 +142,7 @@ class KernelCode(SassFacts):
   @property
   def mma(self) -> str:
     for op, kind in (
-      ("HGMMA", "wgmma"),
+      *((op, "wgmma") for op in WGMMA_OPS),
       ("UTCHMMA", "tcgen05.2cta" if self.cta_pair else "tcgen05"),
       ("HMMA", "mma.sync"),
     ):
@@ -429,7 +433,7 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
   for name, body in zip(parts[1::2], parts[2::2]):
     instrs = _instructions(body)
     counts = collections.Counter(ins.op for ins in instrs if ins.op in INSTRUCTIONS)
-    hgmma = [i for i, ins in enumerate(instrs) if ins.op == "HGMMA"]
+    hgmma = [i for i, ins in enumerate(instrs) if ins.op in WGMMA_OPS]
 
     def is_wait(i, level):
       ins = instrs[i]
@@ -444,7 +448,7 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
     # kernel issues a step's wgmmas back to back and waits once a step, for all but one.
     waited = sum(any(is_wait(j, 0) for j in range(i + 1, min(i + 4, len(instrs)))) for i in hgmma)
     loops = _natural_loops(instrs)
-    wgmma_loops = [body for body in loops if any(instrs[j].op == "HGMMA" for j in body)]
+    wgmma_loops = [body for body in loops if any(instrs[j].op in WGMMA_OPS for j in body)]
     main_loops = [body for body in loops if any(instrs[j].op in (*_MMA_OPS, "LDTM") for j in body)]
     in_main_loops = set().union(*main_loops)
     shapes = [_HGMMA_SHAPE.match(instrs[i].mods) for i in hgmma]
@@ -457,7 +461,7 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
       hgmma_n=max((int(s.group(2)) for s in shapes if s), default=0),
       tmem_alloc=any(ins.op == "UTCATOMSWS" and ".FIND_AND_SET" in ins.mods for ins in instrs),
       cta_pair=any(ins.op == "UTCHMMA" and ".2CTA" in ins.mods for ins in instrs),
-      mma_inputs=_mma_inputs([(ins.op, ins.mods) for ins in instrs if ins.op in ("HGMMA", "HMMA", "UTCHMMA")]),
+      mma_inputs=_mma_inputs([(ins.op, ins.mods) for ins in instrs if ins.op in (*_MMA_OPS, "HMMA")]),
     )
   return facts
 

@@ -31,6 +31,7 @@ import pandas as pd
 
 import kernels
 from kernels import registry, target
+from kernels.common import scheme
 from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
 from ragtune.device import ceilings, measure
@@ -253,11 +254,14 @@ def tokamax_gpu_note() -> str:
   return f"GPU ragged_dot: {have}" + "".join(f"; {w}" for w in why.values() if w)
 
 
-def tokamax_op(tokamax: ModuleType, op: str, device: bool, implementation: str | None = None) -> Callable:
+def tokamax_op(
+  tokamax: ModuleType, op: str, device: bool, implementation: str | None = None, quantized: bool = False
+) -> Callable:
   """tokamax's ragged_dot for `op`, taking measure.op_args. On a device tokamax picks its
   implementation (Mosaic GPU, Triton, XLA) and config itself, unless `implementation` names
-  one; on a CPU host, its XLA one."""
-  contract, ragged, group = TOKAMAX_DIMS[op]
+  one; on a CPU host, its XLA one. quantized: a forward of quantized operands with their
+  scales, the weights stored [g, n, k] (measure.QUANTIZED_RHS_NK), as qwix QArrays."""
+  contract, ragged, group = TOKAMAX_DIMS["dlhs" if quantized else op]  # dlhs's: rhs contracted on its last dim
   dims = jax.lax.RaggedDotDimensionNumbers(
     dot_dimension_numbers=contract, lhs_ragged_dimensions=ragged, rhs_group_dimensions=group
   )
@@ -269,11 +273,11 @@ def tokamax_op(tokamax: ModuleType, op: str, device: bool, implementation: str |
     if scales:  # quantized operands (fwd): tokamax takes them as qwix QArrays, scales of our layout
       import qwix
 
-      k, n = a.shape[1], b.shape[2]
+      k, n = a.shape[1], b.shape[1]
       if scales[0].shape[1] > 1 and (k % 128 or n % 128):  # a QArray's scale tile is shape // scale.shape
         raise ValueError(f"qwix QArray cannot hold 128-block scales of a partial block (k={k}, n={n})")
-
-      a, b, out_dtype = qwix.QArray(a, scales[0]), qwix.QArray(b, scales[1]), jnp.bfloat16
+      rhs_scale = scales[1].swapaxes(1, 2)  # ours are in the [g, k, n] frame
+      a, b, out_dtype = qwix.QArray(a, scales[0]), qwix.QArray(b, rhs_scale), jnp.bfloat16
     return tokamax.ragged_dot_general(a, b, sizes, dims, preferred_element_type=out_dtype, implementation=impl)
 
   return call
@@ -344,7 +348,8 @@ def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]
   out.append(Variant(XLA, (registry.REFERENCE, None), "", measure.build_op(p, registry.REFERENCE, None, False), args))
   if bench.tokamax is not None:
     impl = "implementation=" + ("auto" if bench.on_device else "xla")
-    out.append(Variant(TOKAMAX, ("tokamax", None), impl, tokamax_op(bench.tokamax, p.op, bench.on_device), args))
+    tok = tokamax_op(bench.tokamax, p.op, bench.on_device, quantized=bool(scheme(p.dtype)))
+    out.append(Variant(TOKAMAX, ("tokamax", None), impl, tok, args))
   dense = measure.dense_args(p, x)
   out.append(Variant(DENSE, ("dense", None), "", measure.dense_matmul, dense, checked=False))
   c = lut_choice(p, bench)

@@ -212,7 +212,8 @@ def interpret_skips(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
   cannot (its backend's interpret_unsupported), naming the ops whose problems are left out."""
   keep, skipped = [], {}
   for p in problems:
-    why = registry.get(p.backend).interpret_unsupported().get(p.op)
+    unsupported = registry.get(p.backend).interpret_unsupported()
+    why = unsupported.get(p.op) or unsupported.get(f"{p.op}:{p.dtype}")
     if why is None:
       keep.append(p)
     else:

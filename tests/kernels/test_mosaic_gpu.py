@@ -180,6 +180,64 @@ def test_gmm_warp_specialized_in_interpreter(cfg, transpose_rhs):
   _check(out, ref, jnp.bfloat16)
 
 
+@pytest.mark.mgpu_interpret
+def test_fp8_channelwise_gmm_in_interpreter():
+  """fp8 gmm with channelwise scales (kernels.quant) against the dequantized reference by
+  its elementwise bound, with no race, on weights stored [g, n, k] and [g, k, n] (transposed
+  by the wrapper: an 8-bit wgmma reads its B k-major only): group starts off 8-row multiples,
+  an empty group, rows past sum(group_sizes), group_offset, ragged k and n, scales of each
+  expert and row times powers of two up to 2^6 apart."""
+  from kernels import quant
+
+  if why := kernels.registry.get("mosaic_gpu").interpret_unsupported().get("fwd:float8_e4m3fn:channelwise"):
+    pytest.skip(why)
+  m, k, n, sizes, offset, g = 230, 200, 300, [21, 0, 13, 150, 3, 9], 1, 4
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(rng.standard_normal((m, k), np.float32))
+  w = jnp.asarray(rng.standard_normal((len(sizes), k, n), np.float32) / 14)
+  lq, rq, ls, rs = quant.quantize_operands(x, w, "float8_e4m3fn:channelwise")
+  ls = ls * jnp.asarray(2.0 ** rng.integers(-3, 4, (m, 1)), jnp.float32)
+  rs = rs * jnp.asarray(2.0 ** rng.integers(-6, 7, (len(sizes), 1, 1)), jnp.float32)
+  gs = jnp.array(sizes, jnp.int32)
+  ref = np.asarray(quant.reference(lq, rq, gs, ls, rs), np.float64)
+  bound = quant.tolerance("float8_e4m3fn:channelwise", k, jnp.bfloat16).bound(
+    ref, quant.error_scale(lq, rq, gs, ls, rs)
+  )
+  local = np.zeros(m, bool)
+  local[sizes[0] : sum(sizes[: offset + g])] = True
+  cfg = kernels.MosaicConfig(128, 256, 128, 2, 2)
+  for transpose_rhs in (True, False):
+    shard = rq[offset : offset + g]
+    with transposed_wgmma():
+      out = mgpu_gmm.gmm(
+        lq,
+        shard.swapaxes(1, 2) if transpose_rhs else shard,
+        gs,
+        config=cfg,
+        out_dtype=jnp.bfloat16,
+        transpose_rhs=transpose_rhs,
+        group_offset=jnp.int32(offset),
+        interpret=_race_checked(),
+        lhs_scale=ls,
+        rhs_scale=rs[offset : offset + g],
+      )
+      out = np.asarray(out, np.float64)
+    assert not _races_found()
+    np.testing.assert_array_equal(out[~local], 0.0)
+    assert np.all(np.abs(out - ref)[local] <= bound[local]), transpose_rhs
+
+
+def test_fp8_config_rules():
+  fmt, cfg = "float8_e4m3fn:channelwise", kernels.MosaicConfig(128, 256, 128, 3, 16)
+  assert cfg.fits("fwd", fmt, 8192, 4096, 14336, H100)
+  assert not cfg.fits("dlhs", fmt, 8192, 4096, 14336, H100)
+  assert not cfg.fits("fwd", "float8_e4m3fn:block128", 8192, 4096, 14336, H100)
+  assert "block_k = 128" in kernels.MosaicConfig(128, 256, 64).valid_for("fwd", fmt)
+  assert "64x256 consumer tiles" in kernels.MosaicConfig(128, 128, 128).valid_for("fwd", fmt)
+  space = kernels.registry.get("mosaic_gpu").space("fwd", fmt, 8192, 4096, 14336, H100)
+  assert space and all(c.fits("fwd", fmt, 8192, 4096, 14336, H100) for c in space)
+
+
 def test_gmm_refuses_a_config_its_consumers_cannot_split():
   x = jnp.zeros((64, 64), jnp.bfloat16)
   with pytest.raises(ValueError, match="consumer warpgroups"):
@@ -269,15 +327,17 @@ def test_tgmm_refuses_a_consumer_share_under_64():
 
 def test_interpret_unsupported_is_what_the_interpreter_cannot_run():
   """The backend says which ops jax's interpreter here cannot run (a sweep on a CPU skips
-  them): dlhs and drhs, which read a tile transposed in wgmma, exactly when the interpreter's
-  wgmma reads its operands by index ranges alone (jax < 0.11). Running the kernel itself to
-  see it fail would hang: one warpgroup raises while the others wait at a barrier."""
+  them): dlhs and drhs, which read a tile transposed in wgmma, and fp8's forward, which reads
+  its weights so too, exactly when the interpreter's wgmma reads its operands by index ranges
+  alone (jax < 0.11). Running the kernel itself to see it fail would hang: one warpgroup
+  raises while the others wait at a barrier."""
   from jax._src.pallas.mosaic.interpret import utils as interpret_utils
   from jax._src.state.types import TransposeTransform
   from mgpu_interpret import INTERPRETER_READS_TRANSPOSES
 
   unsupported = kernels.registry.get("mosaic_gpu").interpret_unsupported()
-  assert set(unsupported) == (set() if INTERPRETER_READS_TRANSPOSES else {"dlhs", "drhs"})
+  transposed = {"dlhs", "drhs", "fwd:float8_e4m3fn:channelwise"}
+  assert set(unsupported) == (set() if INTERPRETER_READS_TRANSPOSES else transposed)
   if unsupported:
     with pytest.raises(AttributeError, match="indices"):
       interpret_utils.to_range((TransposeTransform((1, 0)),))

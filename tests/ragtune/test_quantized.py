@@ -167,7 +167,7 @@ def test_fp8_pipeline_reaches_ragged_dot(tmp_path):
 def test_sass_names_the_mma_inputs():
   sass = """
         Function : fp8_wgmma
-        /*0010*/                   HGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24 ;
+        /*0010*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24 ;
         /*0020*/                   EXIT ;
         Function : f16_mma
         /*0010*/                   HMMA.16816.F32 R36, R112, R34, R36 ;
@@ -178,6 +178,7 @@ def test_sass_names_the_mma_inputs():
 """
   facts = machine_code.sass_facts(sass)
   assert facts["fp8_wgmma"].mma_inputs == "e4m3" and facts["fp8_wgmma"].hgmma_n == 128
+  assert facts["fp8_wgmma"].counts == {"QGMMA": 1}
   assert facts["f16_mma"].mma_inputs == "f16"
   assert facts["bf16_wgmma"].mma_inputs == "bf16"
 
@@ -186,14 +187,22 @@ def test_sass_names_the_mma_inputs():
   compiler_missing("h100") or (None if machine_code.find_tool("cuobjdump") else "no cuobjdump"),
   "deviceless compile tests",
 )
-@pytest.mark.parametrize("fmt", ["float8_e4m3fn:channelwise", "float8_e4m3fn:block128"])
-def test_h100_fp8_defaults_compile_clean(fmt):
-  """The fp8 defaults build for sm_90a with no spill. Their MMAs are f16 mma.sync: jax's
-  Triton lowering leaves tt.dot's max_num_imprecise_acc at 0, and Triton keeps an fp8 dot
-  that must accumulate in full f32 off wgmma, converting the fp8 values (exactly) to f16."""
+@pytest.mark.parametrize(
+  ("backend", "fmt", "mma", "inputs"),
+  [
+    # jax's Triton lowering leaves tt.dot's max_num_imprecise_acc at 0, and Triton keeps an fp8
+    # dot that must accumulate in full f32 off wgmma: it converts the fp8 values (exactly) to
+    # f16 and runs mma.sync.
+    ("pallas_gpu", "float8_e4m3fn:channelwise", "mma.sync", "f16"),
+    ("pallas_gpu", "float8_e4m3fn:block128", "mma.sync", "f16"),
+    ("mosaic_gpu", "float8_e4m3fn:channelwise", "wgmma", "e4m3"),  # QGMMA: fp8 wgmma
+  ],
+)
+def test_h100_fp8_defaults_compile_clean(backend, fmt, mma, inputs):
+  """The fp8 defaults build for sm_90a with no spill, on the MMAs they are known to use."""
   from ragtune.deviceless import aot
 
-  report = aot.compile_ragged_dot("h100", 8192, 4096, 14336, 8, fmt, backend="pallas_gpu")
+  report = aot.compile_ragged_dot("h100", 8192, 4096, 14336, 8, fmt, backend=backend)
   assert report.ok, f"{report.outcome}: {report.error}"
   (k,) = report.kernels
-  assert k.spill_bytes == 0 and k.mma == "mma.sync" and k.mma_inputs == "f16", k
+  assert k.spill_bytes == 0 and k.loop_spills == 0 and k.mma == mma and k.mma_inputs == inputs, k
