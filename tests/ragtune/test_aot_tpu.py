@@ -157,7 +157,7 @@ def test_static_vmem_rule_is_a_lower_bound_the_compiler_confirms():
   for target, op in [("v5e", "fwd"), ("v6e", "fwd"), ("v5e", "drhs"), ("v6e", "drhs"), ("v7x", "fwd")]:
     limit = tpu.vmem_limit(prune.target_facts(target)["device_kind"])
     near = [c for c in _all_tilings() if 0.75 <= c.vmem_bytes(op, BF16, m, k, n) / limit <= 1.5]
-    for cfg in rng.sample(near, 2):
+    for cfg in rng.sample(near, 1):
       rule = cfg.vmem_bytes(op, BF16, m, k, n)
       r = aot.compile_op(target, "pallas_tpu", op, BF16, m, k, n, g, cfg)
       assert r.outcome in (aot.OK, aot.VMEM_OOM), f"{target} {op} {cfg}: {r.outcome}: {r.error}"
