@@ -132,12 +132,11 @@ def test_triton_config_rules_for_scales():
 
 # --- the kernels against the references ---------------------------------------------------
 
-# (m, k, n, sizes): k off the 128-blocks, n off the kernel's columns, an empty group, rows
-# past sum(group_sizes), one group taking all the rows.
+# (m, k, n, sizes): k off the 128-blocks, n off the kernel's columns, empty groups, rows past
+# sum(group_sizes), one group taking all the routed rows.
 CASES = {
   "ragged": (72, 200, 160, [30, 0, 25, 7]),
-  "one-group": (40, 136, 96, [0, 40, 0]),
-  "empty-tail": (48, 256, 130, [0, 0, 20]),
+  "empty-tail": (48, 256, 130, [0, 0, 20]),  # and one group taking every routed row
   "k128": (40, 128, 256, [25, 15]),  # one k block: block128's lhs_scale is [m, 1] as channelwise's
 }
 
