@@ -37,7 +37,8 @@ _ELF_MAGIC = b"\x7fELF"
 
 # Instructions that say how a kernel computes and moves data (SASS names, as cuobjdump 13
 # prints them). HGMMA: Hopper's wgmma on 16-bit inputs (QGMMA on fp8, IGMMA on int8); HMMA:
-# mma.sync. Blackwell (sm_100): UTCHMMA is tcgen05.mma on 16-bit inputs (UTCHMMA.2CTA:
+# mma.sync. Blackwell (sm_100): UTCHMMA is tcgen05.mma on 16-bit inputs (UTCQMMA on 8-bit
+# floats, kind::f8f6f4; UTCIMMA on int8) (UTCHMMA.2CTA:
 # cta_group::2, a CTA pair's MMA), UTCBAR tcgen05.commit, LDTM/STTM tcgen05.ld/st (tensor
 # memory to and from registers), UTCATOMSWS tensor memory's allocator (.FIND_AND_SET:
 # tcgen05.alloc). UTMALDG/UTMASTG: TMA loads/stores; LDGSTS: cp.async; STL/LDL: local memory
@@ -48,6 +49,8 @@ INSTRUCTIONS = (
   "QGMMA",
   "IGMMA",
   "UTCHMMA",
+  "UTCQMMA",
+  "UTCIMMA",
   "HMMA",
   "UTCBAR",
   "LDTM",
@@ -62,7 +65,10 @@ INSTRUCTIONS = (
   "USETMAXREG",
 )
 WGMMA_OPS = ("HGMMA", "QGMMA", "IGMMA")  # wgmma, by input width
-_MMA_OPS = (*WGMMA_OPS, "UTCHMMA")  # the asynchronous MMAs whose loops are the main loops
+TCGEN05_OPS = ("UTCHMMA", "UTCQMMA", "UTCIMMA")  # tcgen05.mma, by input width
+_MMA_OPS = (*WGMMA_OPS, *TCGEN05_OPS)  # the asynchronous MMAs whose loops are the main loops
+# The inputs a tcgen05 MMA's opcode says (its descriptor names the exact type).
+_TCGEN05_INPUTS = {"UTCQMMA": "f8f6f4", "UTCIMMA": "i8"}
 
 
 class MachineCodeError(RuntimeError):
@@ -109,11 +115,14 @@ _MMA_INPUT_TYPES = ("E4M3", "E5M2", "BF16", "F16", "TF32", "S8", "U8")
 
 def _mma_inputs(mma: list[tuple[str, str]]) -> str:
   """The input types of (op, modifiers) MMAs. An HMMA or HGMMA that names none takes f16, the
-  SASS's default (``HMMA.16816.F32``: f16 x f16 -> f32); a UTCHMMA's are in its descriptor."""
+  SASS's default (``HMMA.16816.F32``: f16 x f16 -> f32); a tcgen05 MMA's are in its
+  descriptor, and its opcode says the class (UTCQMMA: "f8f6f4"; UTCHMMA: none named)."""
   found = set()
   for op, mods in mma:
     kinds = {t.lower() for t in mods.split(".") if t in _MMA_INPUT_TYPES}
-    found |= kinds or ({"f16"} if op in ("HMMA", "HGMMA") else set())
+    found |= kinds or (
+      {"f16"} if op in ("HMMA", "HGMMA") else {_TCGEN05_INPUTS[op]} if op in _TCGEN05_INPUTS else set()
+    )
   return "+".join(sorted(found))
 
 
@@ -143,7 +152,7 @@ class KernelCode(SassFacts):
   def mma(self) -> str:
     for op, kind in (
       *((op, "wgmma") for op in WGMMA_OPS),
-      ("UTCHMMA", "tcgen05.2cta" if self.cta_pair else "tcgen05"),
+      *((op, "tcgen05.2cta" if self.cta_pair else "tcgen05") for op in TCGEN05_OPS),
       ("HMMA", "mma.sync"),
     ):
       if self.counts.get(op):
@@ -460,7 +469,7 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
       setmaxnreg=bool(counts.get("USETMAXREG")),
       hgmma_n=max((int(s.group(2)) for s in shapes if s), default=0),
       tmem_alloc=any(ins.op == "UTCATOMSWS" and ".FIND_AND_SET" in ins.mods for ins in instrs),
-      cta_pair=any(ins.op == "UTCHMMA" and ".2CTA" in ins.mods for ins in instrs),
+      cta_pair=any(ins.op in TCGEN05_OPS and ".2CTA" in ins.mods for ins in instrs),
       mma_inputs=_mma_inputs([(ins.op, ins.mods) for ins in instrs if ins.op in (*_MMA_OPS, "HMMA")]),
     )
   return facts

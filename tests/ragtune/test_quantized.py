@@ -174,12 +174,16 @@ def test_sass_names_the_mma_inputs():
         Function : bf16_wgmma
         /*0010*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8].tnspB, R24 ;
         /*0020*/                   EXIT ;
+        Function : fp8_tcgen05
+        /*0010*/                   UTCQMMA gdesc[UR10], gdesc[UR18], tmem[UR46], tmem[UR44], idesc[UR45], UPT ;
+        /*0020*/                   EXIT ;
 """
   facts = machine_code.sass_facts(sass)
   assert facts["fp8_wgmma"].mma_inputs == "e4m3" and facts["fp8_wgmma"].hgmma_n == 128
   assert facts["fp8_wgmma"].counts == {"QGMMA": 1}
   assert facts["f16_mma"].mma_inputs == "f16"
   assert facts["bf16_wgmma"].mma_inputs == "bf16"
+  assert facts["fp8_tcgen05"].mma_inputs == "f8f6f4" and facts["fp8_tcgen05"].counts == {"UTCQMMA": 1}
 
 
 @needs_compiler(
@@ -187,21 +191,23 @@ def test_sass_names_the_mma_inputs():
   "deviceless compile tests",
 )
 @pytest.mark.parametrize(
-  ("backend", "fmt", "mma", "inputs"),
+  ("target", "backend", "fmt", "mma", "inputs"),
   [
     # jax's Triton lowering leaves tt.dot's max_num_imprecise_acc at 0, and Triton keeps an fp8
     # dot that must accumulate in full f32 off wgmma: it converts the fp8 values (exactly) to
     # f16 and runs mma.sync.
-    ("pallas_gpu", "float8_e4m3fn:channelwise", "mma.sync", "f16"),
-    ("pallas_gpu", "float8_e4m3fn:block128", "mma.sync", "f16"),
-    ("mosaic_gpu", "float8_e4m3fn:channelwise", "wgmma", "e4m3"),  # QGMMA: fp8 wgmma
+    ("h100", "pallas_gpu", "float8_e4m3fn:channelwise", "mma.sync", "f16"),
+    ("h100", "pallas_gpu", "float8_e4m3fn:block128", "mma.sync", "f16"),
+    ("h100", "mosaic_gpu", "float8_e4m3fn:channelwise", "wgmma", "e4m3"),  # QGMMA: fp8 wgmma
+    # Blackwell's tcgen05 accumulates fp8 in f32: Triton takes it (UTCQMMA, kind::f8f6f4).
+    ("b200", "pallas_gpu", "float8_e4m3fn:block128", "tcgen05", "f8f6f4"),
   ],
 )
-def test_h100_fp8_defaults_compile_clean(backend, fmt, mma, inputs):
-  """The fp8 defaults build for sm_90a with no spill, on the MMAs they are known to use."""
+def test_fp8_defaults_compile_clean(target, backend, fmt, mma, inputs):
+  """The fp8 defaults build with no spill, on the MMAs they are known to use."""
   from ragtune.deviceless import aot
 
-  report = aot.compile_ragged_dot("h100", 8192, 4096, 14336, 8, fmt, backend=backend)
+  report = aot.compile_ragged_dot(target, 8192, 4096, 14336, 8, fmt, backend=backend)
   assert report.ok, f"{report.outcome}: {report.error}"
   (k,) = report.kernels
   assert k.spill_bytes == 0 and k.loop_spills == 0 and k.mma == mma and k.mma_inputs == inputs, k
