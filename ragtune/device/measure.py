@@ -69,7 +69,7 @@ def quantized_inputs(p: Problem, k1, k2, k3, gs: np.ndarray) -> dict[str, jax.Ar
   row_exp = jax.random.randint(kv, (p.m, 1), -3, 4).astype(jnp.float32)
   return {
     "lhs": lq,
-    "rhs": rq.swapaxes(1, 2),
+    "rhs": rq.swapaxes(1, 2) if QUANTIZED_RHS_NK else rq,
     "lhs_scale": ls * jnp.exp2(row_exp),
     "rhs_scale": rs * jnp.exp2(group_exp),
     "group_sizes": jnp.asarray(gs),

@@ -490,9 +490,12 @@ def op_arg_shapes(op: str, m: int, k: int, n: int, g: int, dtype: str) -> list[t
   """The operands of one op of the forward problem (m, k, n, g), as measure.op_args orders them."""
   dt = jnp.dtype(common.element_dtype(dtype))
   gs = ((g,), jnp.int32)
-  if common.scheme(dtype):  # quantized operands, weights [g, n, k], and their float32 scales (kernels.quant)
+  if common.scheme(dtype):  # quantized operands in measure's layout, and their float32 scales (kernels.quant)
+    from ragtune.device.measure import QUANTIZED_RHS_NK
+
     ls, rs = quant.scale_shapes(common.scheme(dtype), m, k, n, g)
-    return [((m, k), dt), ((g, n, k), dt), gs, (ls, jnp.float32), (rs, jnp.float32)]
+    rhs = (g, n, k) if QUANTIZED_RHS_NK else (g, k, n)
+    return [((m, k), dt), (rhs, dt), gs, (ls, jnp.float32), (rs, jnp.float32)]
   if op == "fwd":
     return [((m, k), dt), ((g, k, n), dt), gs]
   if op == "dlhs":
@@ -567,10 +570,11 @@ def compile_ragged_dot(
 
 def _compile_quantized(target: str, m: int, k: int, n: int, g: int, fmt: str, *, backend: str, config) -> CompileReport:
   """compile_ragged_dot of quantized operands: the forward, as a serving model calls it
-  (weights stored [g, n, k], as measure.QUANTIZED_RHS_NK tunes them)."""
+  (the weights' layout of measure.QUANTIZED_RHS_NK)."""
+  from ragtune.device.measure import QUANTIZED_RHS_NK
 
   def fn(lhs, rhs, gs, ls, rs):
-    kw = dict(backend=backend, config=config, interpret=False, transpose_rhs=True)
+    kw = dict(backend=backend, config=config, interpret=False, transpose_rhs=QUANTIZED_RHS_NK)
     return kernels.ragged_dot(lhs, rhs, gs, lhs_scale=ls, rhs_scale=rs, **kw)
 
   t = resolve_target(target)

@@ -67,8 +67,9 @@ INSTRUCTIONS = (
 WGMMA_OPS = ("HGMMA", "QGMMA", "IGMMA")  # wgmma, by input width
 TCGEN05_OPS = ("UTCHMMA", "UTCQMMA", "UTCIMMA")  # tcgen05.mma, by input width
 _MMA_OPS = (*WGMMA_OPS, *TCGEN05_OPS)  # the asynchronous MMAs whose loops are the main loops
-# The inputs a tcgen05 MMA's opcode says (its descriptor names the exact type).
-_TCGEN05_INPUTS = {"UTCQMMA": "f8f6f4", "UTCIMMA": "i8"}
+# The inputs an MMA takes when its modifiers name none: HMMA's and HGMMA's SASS default, f16;
+# a tcgen05 MMA's class, from its opcode (its descriptor names the exact type).
+_UNNAMED_INPUTS = {"HMMA": "f16", "HGMMA": "f16", "UTCQMMA": "f8f6f4", "UTCIMMA": "i8"}
 
 
 class MachineCodeError(RuntimeError):
@@ -120,9 +121,7 @@ def _mma_inputs(mma: list[tuple[str, str]]) -> str:
   found = set()
   for op, mods in mma:
     kinds = {t.lower() for t in mods.split(".") if t in _MMA_INPUT_TYPES}
-    found |= kinds or (
-      {"f16"} if op in ("HMMA", "HGMMA") else {_TCGEN05_INPUTS[op]} if op in _TCGEN05_INPUTS else set()
-    )
+    found |= kinds or ({_UNNAMED_INPUTS[op]} if op in _UNNAMED_INPUTS else set())
   return "+".join(sorted(found))
 
 

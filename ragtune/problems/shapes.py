@@ -282,17 +282,11 @@ class ShapeSet(BaseModel):
     quantized = None
     for key in ("shapes", "models"):
       for i, entry in enumerate(getattr(self, key)):
-        if entry.dtype == SHIPPED:
-          fmt = entry.shipped
-        else:
+        try:
+          fmt = _format(entry, self)
+        except ValueError as e:  # the key at fault: the entry's own, else the file's dtype
           own = entry.dtype is not None or entry.scales is not None
-          dtype, scales = (entry.dtype or self.dtype, entry.scales) if own else (self.dtype, self.scales)
-          try:
-            fmt = operand_format(dtype, scales)
-          except ValueError as e:
-            raise At(
-              (key, i, "scales" if entry.scales is not None else "dtype") if own else ("dtype",), str(e)
-            ) from None
+          raise At((key, i, "scales" if entry.scales is not None else "dtype") if own else ("dtype",), str(e)) from None
         quantized = quantized or (fmt if ":" in fmt else None)
         if ":" in fmt and not any(fmt in registry.get(b).dtypes for b in self.backends):
           computes = [b for b in BACKENDS if fmt in registry.get(b).dtypes]
