@@ -61,6 +61,7 @@ from anchors import ANCHORS, chosen  # noqa: E402
 
 import kernels  # noqa: E402
 from ragtune import provenance  # noqa: E402
+from ragtune.cli.views import setmaxnreg_cell  # noqa: E402
 from ragtune.deviceless import aot  # noqa: E402
 from ragtune.errors import RagtuneError  # noqa: E402
 from ragtune.lut import bench  # noqa: E402
@@ -152,7 +153,7 @@ class PeerRow:
     cell |= {"tile mxkxn": self.tile, "outcome": outcome, "compile s": f"{self.seconds:.1f}"}
     if k is not None:
       cell |= {"regs": str(k.registers), "spill B": str(k.spill_bytes), "wgmma N": str(k.hgmma_n or "-")}
-      cell |= {"setmaxnreg": yes(k.setmaxnreg), "copy": k.copy, "C7511": yes(k.serialized_wgmma)}
+      cell |= {"setmaxnreg": setmaxnreg_cell(dataclasses.asdict(k)), "copy": k.copy, "C7511": yes(k.serialized_wgmma)}
       cell |= {"loop spills": str(k.loop_spills), "2-CTA": yes(k.cta_pair), "mma": k.mma}
       cell["TMEM cols"] = self.tmem if k.tmem_alloc else "-"  # the config's figure, for a kernel that allocates
     return tuple(cell.get(c, "-") for c in columns)

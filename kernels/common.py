@@ -72,6 +72,43 @@ def gpu_smem_limit(device_kind: str | None) -> int:
   return GPU_SMEM_BYTES.get(gpu_family(device_kind), GPU_SMEM_BYTES_SAFE)
 
 
+# Registers of a warp-specialized CTA. Every thread starts with the launch count; setmaxnreg
+# (PTX ISA, "setmaxnreg") then moves them between warpgroups: .dec gives a warpgroup's
+# registers above its new count back to the CTA's pool, and .inc waits until the pool holds
+# what it asks for. The pool is what the CTA was launched with, launch registers x threads,
+# so a plan that asks for more waits forever: a deadlock, which no interpreter shows.
+REGISTER_FILE = (
+  64 * 1024
+)  # 32-bit registers per SM on sm_80 to sm_100 (CUDA C++ Programming Guide, compute capabilities)
+WARPGROUP = 128  # threads
+SETMAXNREG_RANGE = (24, 256)  # a setmaxnreg count is a multiple of 8 in this range (PTX ISA)
+
+
+def launch_registers(threads: int) -> int:
+  """The most registers a thread of a `threads`-thread CTA can start with, one CTA an SM: the
+  register file shared out in ptxas's units of 8, at most 255 (168 for 3 warpgroups)."""
+  return min(255, REGISTER_FILE // threads // 8 * 8)
+
+
+def register_split(warpgroups: int, producer: int, consumers: int) -> int:
+  """The registers a thread each of `consumers` warpgroups can ask for with setmaxnreg.inc
+  once the other warpgroups (producers) have gone down to `producer`: what is left of the
+  pool of a CTA of `warpgroups` warpgroups launched at launch_registers, shared out in
+  multiples of 8 (at most 256). ValueError when `producer` is no setmaxnreg count or leaves
+  the consumers less than they start with."""
+  lo, hi = SETMAXNREG_RANGE
+  if producer % 8 or not lo <= producer <= hi:
+    raise ValueError(f"setmaxnreg takes a multiple of 8 in [{lo}, {hi}], got {producer}")
+  launch = launch_registers(warpgroups * WARPGROUP)
+  pool = launch * warpgroups  # per thread of a warpgroup
+  share = min(hi, (pool - producer * (warpgroups - consumers)) // consumers // 8 * 8)
+  if share < launch:
+    raise ValueError(
+      f"a producer at {producer} registers leaves {consumers} consumers {share}, under the {launch} they start with"
+    )
+  return share
+
+
 # --- TPU chips ----------------------------------------------------------------------------
 # Device facts, as GPU_SMEM_BYTES above: which TPU a jax device_kind is, and its memories.
 

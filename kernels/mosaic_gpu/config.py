@@ -18,6 +18,7 @@ from kernels.common import (
   itemsize,
   narrowed_to_fit,
   op_dims,
+  register_split,
   round_up,
   row_tiles,
   scheme,
@@ -42,6 +43,35 @@ FP8_BLOCK_K = 128  # one 128-byte swizzle row of 8-bit elements
 # persistent loop (deviceless ptxas, jax 0.10.2 and 0.12; without the scales they do not):
 # fp8 cells are 128x256, two 64x256 consumers.
 FP8_CONSUMER_TILE = (64, 256)
+
+# setmaxnreg (common.register_split): the producer warpgroup only issues TMA and goes down to
+# this many registers a thread; the two consumers take the rest of the CTA's pool, gmm's 232
+# and tgmm's 240 (at 232 ptxas spills 8 B/thread in tgmm's wgmma loop with jax 0.10.2: the
+# H100 drhs default, built deviceless).
+PRODUCER_REGISTERS = {"gmm": 40, "tgmm": 24}
+
+
+def jax_consumer_registers(producer: int, consumers: int) -> int:
+  """What jax's emit_pipeline_warp_specialized has each consumer warpgroup ask for when its
+  producer keeps `producer` (its _compute_registers, jax 0.10-0.12): (512 - producer) /
+  consumers in multiples of 8, at most 256. 512 is a one-warpgroup CTA's pool a thread;
+  three warpgroups start at 168 each, 504."""
+  return int(min(256.0, (512 - producer) / consumers) // 8 * 8)
+
+
+def pipeline_registers(kernel: str) -> int:
+  """The producer's count for `kernel`'s pipeline ("gmm" or "tgmm"), checked against the pool:
+  ValueError when jax's split asks for more than common.register_split leaves, a kernel that
+  would hang in its consumers' setmaxnreg (tgmm's 32 did: 32 + 2 x 240 = 512 > 504)."""
+  producer = PRODUCER_REGISTERS[kernel]
+  fits = register_split(CONSUMERS + 1, producer, CONSUMERS)
+  asked = jax_consumer_registers(producer, CONSUMERS)
+  if asked > fits:
+    raise ValueError(
+      f"{kernel}: a producer at {producer} registers gets its {CONSUMERS} consumers {asked} each from jax's "
+      f"pipeline, over the {fits} the CTA's pool leaves them: setmaxnreg would wait forever"
+    )
+  return producer
 
 
 @dataclasses.dataclass(frozen=True)

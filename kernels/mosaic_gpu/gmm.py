@@ -35,7 +35,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common, quant, target
-from kernels.mosaic_gpu.config import CONSUMERS, EPI_TILE, FP8_FORMATS, MosaicConfig
+from kernels.mosaic_gpu.config import CONSUMERS, EPI_TILE, FP8_FORMATS, MosaicConfig, pipeline_registers
 
 # H100 SXM's SM count: the grid size when the default device is not a GPU (export for
 # CUDA from a CPU host). A persistent grid of any size is correct, only its speed moves.
@@ -44,9 +44,6 @@ FALLBACK_NUM_SMS = 132
 INTERPRET_NUM_SMS = 2
 DTYPES = ("bfloat16", "float16")  # wgmma's 16-bit inputs; kernels/mosaic_gpu/__init__.py
 ROW_TILE = 8  # rows of a TMA box in the swizzled layout
-# setmaxnreg for the producer warpgroup, which only issues TMA; the consumers get the rest
-# ((512 - 40) / 2, rounded down to 232, in emit_pipeline_warp_specialized).
-PRODUCER_REGISTERS = 40
 
 
 def check_inputs(*arrays, allowed: tuple[str, ...] = DTYPES) -> None:
@@ -149,7 +146,7 @@ def _gmm_kernel(
     return plgpu.emit_pipeline_warp_specialized(
       body,
       grid=(k // block_k,),
-      memory_registers=PRODUCER_REGISTERS,
+      memory_registers=pipeline_registers("gmm"),
       in_specs=[lhs_spec, rhs_spec],
       wg_axis="wg",
       num_compute_wgs=CONSUMERS,

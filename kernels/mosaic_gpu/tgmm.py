@@ -33,12 +33,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common
+from kernels.mosaic_gpu.config import CONSUMERS, pipeline_registers  # the last warpgroup (index CONSUMERS) produces
 from kernels.mosaic_gpu.gmm import ROW_TILE, check_inputs, interpret_params, num_sms, pad_to_multiple, swizzle_elems
 
-CONSUMERS = 2  # consumer warpgroups; the last warpgroup (index CONSUMERS) produces
-# Registers per thread of the TMA warpgroup (setmaxnreg); the consumers get (512 - 32) / 2 = 240.
-# jax's Hopper matmul gives its producer 40, but here ptxas then spills in the producer (also at 48).
-PRODUCER_REGISTERS = 32
 EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer
 
 
@@ -84,7 +81,7 @@ def _tgmm_kernel(
     return plgpu.emit_pipeline_warp_specialized(
       body,
       grid=(steps,),
-      memory_registers=PRODUCER_REGISTERS,
+      memory_registers=pipeline_registers("tgmm"),
       in_specs=[
         plgpu.BlockSpec((block_m, tile_a), lambda i: (i, ai), transforms=transforms, delay_release=1),
         plgpu.BlockSpec((block_m, tile_b), lambda i: (i, bi), transforms=transforms, delay_release=1),

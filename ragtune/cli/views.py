@@ -167,7 +167,8 @@ def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]]) -> T
 
 
 def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str) -> Table:
-  """One row per kernel of each (problem, config) compiled deviceless for `kind`."""
+  """One row per kernel of each (problem, config) compiled deviceless for `kind`; setmaxnreg:
+  the registers its plan holds at worst over those the CTA is launched with."""
   t = _table(
     f"deviceless compile for {kind} (default configs)",
     (
@@ -205,8 +206,19 @@ def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str)
         " ".join(filter(None, (kr.get("mma", "-"), kr.get("mma_inputs")))),  # "mma.sync e4m3"
         {True: "yes", False: "no"}.get(kr.get("tmem_alloc"), "-"),
         str(kr.get("hgmma_n") or "-"),
-        {True: "yes", False: "no"}.get(kr.get("setmaxnreg"), "-"),
+        setmaxnreg_cell(kr),
         kr.get("copy", "-"),
         f"{rep['compile_s']:.1f}",
       )
   return t
+
+
+def setmaxnreg_cell(kr: dict) -> str:
+  """ "no" for a kernel that moves no registers; else its setmaxnreg demand over its pool
+  ("64512/64512"), or "yes" where the cubin gave no thread count to size them."""
+  if kr.get("setmaxnreg") is None:
+    return "-"
+  if not kr["setmaxnreg"]:
+    return "no"
+  demand = kr.get("setmaxnreg_demand")
+  return f"{demand}/{kr.get('register_pool')}" if demand is not None else "yes"

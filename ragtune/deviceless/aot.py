@@ -52,14 +52,17 @@ TARGETS = {"h100": "h100_sxm.txtpb", "h200": "h200.txtpb", "b200": "b200.txtpb"}
 TPU_TOPOLOGIES = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2", "v7x": "tpu7x:2x2x1"}
 # Our kernels' names in the machine code (kernels/<backend>/gmm.py, tgmm.py).
 KERNEL_PREFIX = "ragtune_"
-# Outcomes, in the order a report names them. loop_spill: spills inside the wgmma loops,
+# Outcomes, in the order a report names them. register_deadlock: its setmaxnreg plan asks
+# for more registers than the CTA is launched with, so a warpgroup waits for them forever.
+# loop_spill: spills inside the wgmma loops,
 # paid at every step (worse than a spill elsewhere, which is a spill too).
 # vmem_oom, hbm_oom: a TPU kernel's tiles over the scoped VMEM, a TPU program over the HBM.
 # no_kernel: a GPU program built, but its machine code held none of the kernels it runs, so
 # nothing of them was checked: no verdict on the config (ragtune.candidates.prune keeps it).
-OK, NO_FIT, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, NO_KERNEL, ERROR = (
+OK, NO_FIT, DEADLOCK, LOOP_SPILL, SPILL, SERIALIZED, VMEM_OOM, HBM_OOM, UNSUPPORTED, NO_KERNEL, ERROR = (
   "ok",
   "no_fit",
+  "register_deadlock",
   "loop_spill",
   "spill",
   "serialized_wgmma",
@@ -103,6 +106,9 @@ class KernelReport:
   tmem_alloc: bool = False  # allocates tensor memory (tcgen05.alloc)
   cta_pair: bool = False  # its tcgen05 MMAs are a CTA pair's (cta_group::2)
   mma_inputs: str = ""  # the MMAs' input types in the SASS ("bf16", "e4m3"; "" for tcgen05, which names none)
+  threads: int = 0  # the CTA's, as the cubin declares them; 0: none declared
+  register_pool: int = 0  # launch registers x threads: what setmaxnreg shares out
+  setmaxnreg_demand: int | None = None  # what its setmaxnreg counts hold at worst (KernelCode); None: no setmaxnreg
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -110,6 +116,13 @@ class KernelReport:
   def fault(self) -> tuple[str, str]:
     """(outcome, why) of what makes this kernel unfit though ptxas built it; (OK, "") if
     nothing does."""
+    if self.setmaxnreg and not self.threads:
+      return DEADLOCK, f"{self.name}: moves registers (setmaxnreg) but declares no thread count to check them against"
+    if self.setmaxnreg_demand is not None and self.setmaxnreg_demand > self.register_pool:
+      return DEADLOCK, (
+        f"{self.name}: setmaxnreg asks for {self.setmaxnreg_demand} registers of a CTA launched with "
+        f"{self.register_pool} ({self.threads} threads x {self.registers}): a warpgroup would wait for them forever"
+      )
     if self.loop_spills:
       return LOOP_SPILL, f"{self.name}: {self.loop_spills} STL/LDL in its MMA loops ({self.spill_bytes} B/thread)"
     if self.spill_bytes:
@@ -119,14 +132,14 @@ class KernelReport:
     return OK, ""
 
 
-_FAULTS = (LOOP_SPILL, SPILL, SERIALIZED)  # the worst first
+_FAULTS = (DEADLOCK, LOOP_SPILL, SPILL, SERIALIZED)  # the worst first
 
 
 def verdict(reports: tuple[KernelReport, ...]) -> tuple[str, str]:
   """(outcome, error) of a compile that ptxas finished: the worst fault of any kernel, and
-  every faulty kernel named; (OK, "") when none has one."""
-  faults = [f for f in (r.fault() for r in reports) if f[0] != OK]
-  return min((o for o, _ in faults), key=_FAULTS.index, default=OK), "; ".join(why for _, why in faults)
+  every faulty kernel named, the worst first; (OK, "") when none has one."""
+  faults = sorted((f for f in (r.fault() for r in reports) if f[0] != OK), key=lambda f: _FAULTS.index(f[0]))
+  return (faults[0][0] if faults else OK), "; ".join(why for _, why in faults)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +171,10 @@ class CompileReport:
   seconds: float
   kernels: tuple[KernelReport, ...] = ()
   memory: MemoryReport | None = None
+  # What the GPU program runs, in order (XLA's thunk sequence): "<thunk kind> <name>", a loop's
+  # body indented under it ("kWhile", then "  kCustomKernel loop_add_fusion"). A loop runs
+  # its body's kernels from the host, outside the program's CUDA graph, on every call.
+  thunks: tuple[str, ...] = ()
 
   @property
   def ok(self) -> bool:
@@ -172,7 +189,22 @@ class CompileReport:
       "compile_s": round(self.seconds, 3),
       "kernels": [k.to_dict() for k in self.kernels],
       **({"memory": self.memory.to_dict()} if self.memory is not None else {}),
+      **({"thunks": list(self.thunks)} if self.thunks else {}),
     }
+
+  @property
+  def xla_kernels(self) -> list[str]:
+    """The kernels XLA runs beside ours (its fusions, copies' kernels), loop bodies included."""
+    return [
+      t.split()[1]
+      for t in self.thunks
+      if t.split()[0] == "kCustomKernel" and not t.split()[1].startswith(KERNEL_PREFIX)
+    ]
+
+  @property
+  def loops(self) -> list[str]:
+    """The program's loops and conditionals (kWhile, kConditional thunks)."""
+    return [t.strip() for t in self.thunks if t.split()[0] in ("kWhile", "kConditional")]
 
 
 # --- the target ---------------------------------------------------------------------------
@@ -390,6 +422,8 @@ _MISSING_TOOL = re.compile(
   r"ptxas.*(not found|no such file)|(couldn't|could not|can't|cannot|unable to) (find|locate)\S* .*ptxas", re.I | re.S
 )
 _THUNK = re.compile(r"kCustomKernel\s+\[[^\]]*\]\s+(\S+) grid: .*?shared_memory: (\d+) bytes")
+# A line of XLA's thunk sequence: its indent (a loop's body is indented), kind and name.
+_THUNK_LINE = re.compile(r"^( *)\d+: (k\w+)\s+\[[^\]]*\]\s*(\S*)", re.M)
 
 
 def compile_fn(
@@ -433,10 +467,14 @@ def compile_fn(
       return CompileReport(name, dev.device_kind, _classify(e), error, time.perf_counter() - start)
     _GPU_KINDS_COMPILED.add(dev.device_kind)
     seconds = time.perf_counter() - start
-    launch_smem = {}
-    for f in Path(dump).glob("*thunk_sequence.txt"):
-      for kname, smem in _THUNK.findall(f.read_text()):
+    launch_smem, thunks = {}, []
+    for f in sorted(Path(dump).glob("*thunk_sequence.txt")):
+      text = f.read_text()
+      for kname, smem in _THUNK.findall(text):
         launch_smem[kname] = int(smem)
+      for indent, kind, tname in _THUNK_LINE.findall(text):
+        depth = len(indent) // 4  # a loop's condition and body sit 4 spaces in
+        thunks.append(f"{'  ' * depth}{kind} {tname}".rstrip())
   # jax's public serializer: a pickle around XLA's executable proto, whose Riegeli record
   # the machine-code reader finds by its magic bytes.
   from jax.experimental import serialize_executable
@@ -471,6 +509,9 @@ def compile_fn(
         kc.tmem_alloc,
         kc.cta_pair,
         kc.mma_inputs,
+        kc.threads,
+        kc.register_pool,
+        kc.setmaxnreg_demand,
       )
     )
   if expect_kernel and not reports:
@@ -481,9 +522,9 @@ def compile_fn(
     else:
       what = f"no {KERNEL_PREFIX}* kernel ({n} cubins read)"
     error = f"the machine code held {what}: nothing was checked"
-    return CompileReport(name, dev.device_kind, NO_KERNEL, error, seconds, (), _memory(compiled))
+    return CompileReport(name, dev.device_kind, NO_KERNEL, error, seconds, (), _memory(compiled), tuple(thunks))
   outcome, error = verdict(tuple(reports))
-  return CompileReport(name, dev.device_kind, outcome, error, seconds, tuple(reports), _memory(compiled))
+  return CompileReport(name, dev.device_kind, outcome, error, seconds, tuple(reports), _memory(compiled), tuple(thunks))
 
 
 def op_arg_shapes(op: str, m: int, k: int, n: int, g: int, dtype: str) -> list[tuple[tuple[int, ...], Any]]:

@@ -97,6 +97,9 @@ class SassFacts:
   cta_pair: its tcgen05 MMAs are a CTA pair's (UTCHMMA.2CTA, cta_group::2).
   mma_inputs: the MMAs' input types as the SASS names them (``HMMA.16832.F32.E4M3.E4M3``:
   "e4m3"; ``HGMMA.64x256x16.F32.BF16``: "bf16"), several joined by "+"; "" without MMAs.
+  setmaxnreg_dec, setmaxnreg_inc: the distinct counts its setmaxnreg instructions set, those
+  that give registers back to the CTA's pool (``USETMAXREG.DEALLOC``) and those that take
+  them (``USETMAXREG.TRY_ALLOC``, which retries until the pool has them).
   """
 
   counts: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -108,6 +111,8 @@ class SassFacts:
   tmem_alloc: bool = False
   cta_pair: bool = False
   mma_inputs: str = ""
+  setmaxnreg_dec: tuple[int, ...] = ()
+  setmaxnreg_inc: tuple[int, ...] = ()
 
 
 # The input types an MMA's modifiers name (F32 is the accumulator's; F16 may be either).
@@ -133,6 +138,8 @@ class KernelCode(SassFacts):
   puts in the stack frame (STACK) or local memory (LOCAL); 0 means none. stack_bytes,
   local_bytes: the two figures as cuobjdump gives them. static_smem_bytes: shared memory
   declared in the cubin (dynamic shared memory is set at launch, see aot.KernelReport).
+  threads: the CTA's threads as the cubin declares them (.maxntid or .reqntid); 0 if it
+  declares none.
   """
 
   name: str
@@ -140,6 +147,26 @@ class KernelCode(SassFacts):
   local_bytes: int
   stack_bytes: int
   static_smem_bytes: int
+  threads: int = 0
+
+  @property
+  def register_pool(self) -> int:
+    """Registers the CTA is launched with, all its threads': what setmaxnreg shares out."""
+    return self.registers * self.threads
+
+  @property
+  def setmaxnreg_demand(self) -> int | None:
+    """Registers the CTA holds once every warpgroup has set its count, in the worst case the
+    SASS allows: each count it gives back (DEALLOC) is one warpgroup's, and every other
+    warpgroup takes the largest count asked for (TRY_ALLOC), or keeps its launch count if
+    none is. None without setmaxnreg, or with no thread count to place it in; over
+    register_pool, the last warpgroup's TRY_ALLOC never succeeds: the kernel hangs."""
+    if not (self.setmaxnreg_dec or self.setmaxnreg_inc) or not self.threads:
+      return None
+    warpgroups = -(-self.threads // _WARPGROUP)
+    rest = max(0, warpgroups - len(self.setmaxnreg_dec))
+    taken = max(self.setmaxnreg_inc, default=self.registers)
+    return _WARPGROUP * (sum(self.setmaxnreg_dec) + rest * taken)
 
   @property
   def spill_bytes(self) -> int:
@@ -359,6 +386,8 @@ _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)((?
 _JUMPS = ("BRA", "JMP")  # to an address in their operand
 _ENDS = ("EXIT", "RET", "BRX", "JMX")  # no fall-through, and no successor we can name
 _HGMMA_SHAPE = re.compile(r"^\.(\d+)x(\d+)x(\d+)")
+_IMMEDIATE = re.compile(r"0x([0-9a-f]+)\s*$")
+_WARPGROUP = 128  # threads; setmaxnreg sets a whole warpgroup's count
 
 
 class _Instr(NamedTuple):
@@ -470,8 +499,53 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
       tmem_alloc=any(ins.op == "UTCATOMSWS" and ".FIND_AND_SET" in ins.mods for ins in instrs),
       cta_pair=any(ins.op in TCGEN05_OPS and ".2CTA" in ins.mods for ins in instrs),
       mma_inputs=_mma_inputs([(ins.op, ins.mods) for ins in instrs if ins.op in (*_MMA_OPS, "HMMA")]),
+      setmaxnreg_dec=_setmaxnreg_counts(instrs, dealloc=True),
+      setmaxnreg_inc=_setmaxnreg_counts(instrs, dealloc=False),
     )
   return facts
+
+
+def _setmaxnreg_counts(instrs: list[_Instr], *, dealloc: bool) -> tuple[int, ...]:
+  """The distinct register counts of the USETMAXREG instructions that give registers back
+  (dealloc) or take them: ``USETMAXREG.DEALLOC.CTAPOOL 0x28`` sets 40."""
+  found = set()
+  for ins in instrs:
+    if ins.op == "USETMAXREG" and (".DEALLOC" in ins.mods) == dealloc:
+      imm = _IMMEDIATE.search(ins.args)
+      if imm is None:
+        raise MachineCodeError(f"USETMAXREG{ins.mods} {ins.args.strip()}: no register count")
+      found.add(int(imm.group(1), 16))
+  return tuple(sorted(found))
+
+
+# EIATTR_MAX_THREADS (.maxntid) and EIATTR_REQNTID (.reqntid): a function's CTA shape in its
+# .nv.info.<name> section, as cuobjdump -elf names them; each attribute is a format byte, an id
+# byte, and for EIFMT_SVAL a 16-bit size and its value (three 32-bit dims here), else 2 bytes.
+_EIATTR_THREADS = (0x05, 0x10)
+_EIFMT_SVAL = 4
+
+
+def cta_threads(cubin: bytes) -> dict[str, int]:
+  """Function name -> threads of its CTA, from the cubin's .nv.info.<name> sections."""
+  from elftools.elf.elffile import ELFFile
+
+  out = {}
+  for sec in ELFFile(io.BytesIO(cubin)).iter_sections():
+    if not sec.name.startswith(".nv.info."):
+      continue
+    data, pos, dims = sec.data(), 0, {}
+    while pos + 4 <= len(data):
+      fmt, attr = data[pos], data[pos + 1]
+      size = struct.unpack_from("<H", data, pos + 2)[0] if fmt == _EIFMT_SVAL else 0
+      if attr in _EIATTR_THREADS and fmt == _EIFMT_SVAL and size == 12:
+        dims[attr] = struct.unpack_from("<3I", data, pos + 4)
+      pos += 4 + size
+    for attr in _EIATTR_THREADS:
+      if attr in dims:
+        x, y, z = dims[attr]
+        out[sec.name[len(".nv.info.") :]] = x * y * z
+        break
+  return out
 
 
 def read_cubin(cubin: bytes, cuobjdump: str) -> list[KernelCode]:
@@ -483,6 +557,7 @@ def read_cubin(cubin: bytes, cuobjdump: str) -> list[KernelCode]:
     res = _run(cuobjdump, "-res-usage", path)
     sass = _run(cuobjdump, "-sass", path)
   facts = sass_facts(sass)
+  threads = cta_threads(cubin)
   return [
     KernelCode(
       name=name,
@@ -490,6 +565,7 @@ def read_cubin(cubin: bytes, cuobjdump: str) -> list[KernelCode]:
       local_bytes=int(local),
       stack_bytes=int(stack),
       static_smem_bytes=int(shared),
+      threads=threads.get(name, 0),
       **vars(facts.get(name, SassFacts())),
     )
     for name, reg, stack, shared, local in _RES.findall(res)

@@ -430,3 +430,49 @@ def test_auto_without_an_applicable_entry_falls_back_to_pallas_gpu(monkeypatch):
   kernels.lut.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
   explicit = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "mosaic_gpu"), argnums=(0, 1)), *args)
   assert _custom_calls(explicit) == {"pallas_gpu": 0, "mosaic_gpu": 3}
+
+
+def test_register_split_shares_out_the_ctas_pool():
+  """setmaxnreg moves registers within what the CTA was launched with: 3 warpgroups start at
+  168 a thread (504 a lane of a warpgroup), so a producer at 40 leaves two consumers 232, at
+  24 it leaves 240, and at 32 it leaves 232 too, not the 240 that hung tgmm."""
+  common = kernels.common
+  assert (common.launch_registers(384), common.launch_registers(256), common.launch_registers(128)) == (168, 255, 255)
+  assert [common.register_split(3, p, 2) for p in (24, 32, 40, 48)] == [240, 232, 232, 224]
+  for producer in range(24, 257, 8):
+    try:
+      share = common.register_split(3, producer, 2)
+    except ValueError:
+      assert producer + 2 * 168 > 504, producer  # only a producer that starves the consumers
+      continue
+    assert producer + 2 * share <= 3 * 168 and share % 8 == 0, (producer, share)
+  for bad in (20, 30, 264):
+    with pytest.raises(ValueError, match="multiple of 8"):
+      common.register_split(3, bad, 2)
+
+
+def test_mosaic_pipelines_ask_for_what_the_pool_holds(monkeypatch):
+  """Each kernel's producer count makes jax's pipeline ask its consumers for no more than the
+  pool leaves; tgmm's old 32 is refused before it can build a kernel that hangs."""
+  from kernels.mosaic_gpu import config
+
+  for kernel in ("gmm", "tgmm"):
+    producer = config.pipeline_registers(kernel)
+    assert producer + config.CONSUMERS * config.jax_consumer_registers(producer, config.CONSUMERS) <= 3 * 168
+  monkeypatch.setitem(config.PRODUCER_REGISTERS, "tgmm", 32)
+  with pytest.raises(ValueError, match="240 each .* over the 232 .* wait forever"):
+    config.pipeline_registers("tgmm")
+
+
+def test_the_consumer_split_is_jaxs_own():
+  """config.jax_consumer_registers is what jax's emit_pipeline_warp_specialized sets (its
+  private _compute_registers, on whichever jax runs): the check above means nothing if it
+  drifts."""
+  from kernels.mosaic_gpu import config
+
+  pipeline = importlib.import_module("jax._src.pallas.mosaic_gpu.pipeline")
+  if not hasattr(pipeline, "_compute_registers"):
+    pytest.fail(f"jax {jax.__version__} has no pipeline._compute_registers: read how its pipeline splits registers")
+  for producer in range(24, 257, 8):
+    for consumers in (1, 2, 3):
+      assert pipeline._compute_registers(producer, consumers) == config.jax_consumer_registers(producer, consumers)

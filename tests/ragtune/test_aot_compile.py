@@ -91,10 +91,12 @@ def test_h100_defaults_compile_clean_fwd_and_vjp(anchor, backend):
 
 
 def _assert_warp_specialized(report):
-  """Mosaic GPU v2: a producer warpgroup gives registers to two consumers (setmaxnreg),
-  wgmma at least 128 wide, one wgmma left in flight in the loop and no local memory in it."""
+  """Mosaic GPU v2: a producer warpgroup gives registers to two consumers (setmaxnreg) within
+  the pool of its 3 x 128 threads, wgmma at least 128 wide, one wgmma left in flight in the
+  loop and no local memory in it."""
   for kr in report.kernels:
     assert kr.setmaxnreg and kr.hgmma_n >= 128 and kr.loops_wait_one and not kr.loop_spills, kr
+    assert kr.threads == 384 and kr.setmaxnreg_demand <= kr.register_pool, kr
 
 
 def test_h200_mosaic_defaults_compile_warp_specialized():
@@ -203,6 +205,24 @@ def test_mosaic_tgmm_default_is_warp_specialized_and_clean():
   assert kr.counts.get("USETMAXREG") == 2, kr
 
 
+def test_tgmm_register_plan_fits_and_the_plan_that_hung_is_a_deadlock(monkeypatch):
+  """tgmm's setmaxnreg plan on the ragged shape that hung on an H100: 24 + 2 x 240 registers a
+  lane, all of its 3 x 168. The plan that hung (a producer at 32, so jax's pipeline gave the
+  consumers 240: 65,536 of 64,512) builds clean in ptxas; the machine code's check refuses it."""
+  from kernels.mosaic_gpu import tgmm
+
+  m, k, n, g = 1000, 520, 776, 8
+  cfg = kernels.registry.default_config("mosaic_gpu", "drhs", BF16, m, k, n, g, device_kind=H100)
+  r = aot.compile_op("h100", "mosaic_gpu", "drhs", BF16, m, k, n, g, cfg)
+  _assert_clean(r, kernels_expected=1)
+  (kr,) = r.kernels
+  assert (kr.threads, kr.registers, kr.setmaxnreg_demand, kr.register_pool) == (384, 168, 64512, 64512), kr
+  monkeypatch.setattr(tgmm, "pipeline_registers", lambda kernel: 32)
+  r = aot.compile_op("h100", "mosaic_gpu", "drhs", BF16, m, k, n, g, cfg)
+  assert r.outcome == aot.DEADLOCK, (r.outcome, r.error)
+  assert "asks for 65536 registers of a CTA launched with 64512 (384 threads x 168)" in r.error, r.error
+
+
 def test_the_wait_check_sees_a_missing_wait(monkeypatch):
   from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -254,6 +274,8 @@ def _assert_tcgen05(report, *, pair: bool):
   _assert_clean(report, smem_limit=gpu_smem_limit(B200), mma="tcgen05.2cta" if pair else "tcgen05")
   for kr in report.kernels:
     assert kr.tmem_alloc and kr.cta_pair == pair and kr.copy == "tma" and not kr.loop_spills, kr
+    # No warpgroup moves registers (the TMA and MMA warps need few, the epilogue's keep theirs).
+    assert kr.threads in (256, 384) and not kr.setmaxnreg and kr.setmaxnreg_demand is None, kr
     assert kr.counts.get("LDTM") and kr.counts.get("UTCBAR"), kr.counts  # the epilogue reads TMEM
 
 
@@ -411,3 +433,4 @@ def test_serialized_wgmma_and_loop_spills_are_seen():
     (k,) = machine_code.read_executable(serialize_executable.serialize(c)[0], only=b"mosaic")
     flags[tile_n] = (k.serialized_wgmma, k.loop_spills > 0, k.setmaxnreg, k.hgmma_n)
   assert flags == {256: (True, True, True, 256), 128: (False, False, True, 128)}
+

@@ -169,7 +169,7 @@ def test_setmaxnreg_and_the_widest_wgmma():
 def _report(name: str, **kw) -> aot.KernelReport:
   base = dict(registers=168, spill_bytes=0, stack_bytes=0, smem_bytes=1 << 17, smem_source="config", mma="wgmma")
   base.update(copy="tma", counts={"HGMMA": 8}, serialized_wgmma=False, loops_wait_one=True)
-  base.update(loop_spills=0, setmaxnreg=True, hgmma_n=256)
+  base.update(loop_spills=0, setmaxnreg=True, hgmma_n=256, threads=384, register_pool=64512, setmaxnreg_demand=64512)
   return aot.KernelReport(name, **{**base, **kw})
 
 
@@ -183,7 +183,62 @@ def test_a_loop_spill_is_the_worst_outcome_and_every_fault_is_named():
   assert aot.verdict((serialized, spill))[0] == aot.SPILL
   outcome, error = aot.verdict((spill, looped))
   assert outcome == aot.LOOP_SPILL
-  assert error == "ragtune_gmm: 16 B/thread spilled; ragtune_gmm: 496 STL/LDL in its MMA loops (1032 B/thread)"
+  assert error == "ragtune_gmm: 496 STL/LDL in its MMA loops (1032 B/thread); ragtune_gmm: 16 B/thread spilled"
+
+
+def test_setmaxnreg_counts_and_the_worst_case_they_hold():
+  """The counts each USETMAXREG sets, and what a CTA holds once its warpgroups have set them:
+  tgmm's plan that hung on an H100 (a producer at 32, consumers at 240) against gmm's that
+  runs (40 and 232), in a CTA of 3 warpgroups launched at 168 registers a thread."""
+  ws = _sass(
+    "k_ws",
+    "USETMAXREG.DEALLOC.CTAPOOL 0x20",
+    "@P0 BRA 0x40",
+    "USETMAXREG.TRY_ALLOC.CTAPOOL UP1, 0xf0",
+    "EXIT",
+    "USETMAXREG.TRY_ALLOC.CTAPOOL UP1, 0xf0",
+    "EXIT",
+  )
+  (f,) = machine_code.sass_facts(ws).values()
+  assert (f.setmaxnreg, f.setmaxnreg_dec, f.setmaxnreg_inc) == (True, (32,), (240,))
+
+  def code(dec, inc, threads=384):
+    return machine_code.KernelCode(
+      name="k",
+      registers=168,
+      local_bytes=0,
+      stack_bytes=0,
+      static_smem_bytes=0,
+      threads=threads,
+      setmaxnreg=bool(dec or inc),
+      setmaxnreg_dec=dec,
+      setmaxnreg_inc=inc,
+    )
+
+  hung = code((32,), (240,))
+  assert (hung.setmaxnreg_demand, hung.register_pool) == (128 * (32 + 2 * 240), 384 * 168) == (65536, 64512)
+  assert code((40,), (232,)).setmaxnreg_demand == code((24,), (240,)).setmaxnreg_demand == 64512
+  assert code((40,), ()).setmaxnreg_demand == 128 * (40 + 2 * 168)  # the others keep their launch count
+  assert code((), ()).setmaxnreg_demand is None and code((40,), (232,), threads=0).setmaxnreg_demand is None
+
+
+def test_a_setmaxnreg_plan_over_the_pool_is_a_deadlock_and_the_worst_outcome(tmp_path):
+  over = _report("ragtune_mgpu_tgmm", setmaxnreg_demand=65536)
+  looped = _report("ragtune_mgpu_gmm", loop_spills=4, spill_bytes=8, stack_bytes=8)
+  outcome, error = aot.verdict((looped, over, _report("ragtune_mgpu_gmm")))
+  assert outcome == aot.DEADLOCK
+  assert (
+    "ragtune_mgpu_tgmm: setmaxnreg asks for 65536 registers of a CTA launched with 64512 (384 threads x 168)" in error
+  )
+  assert aot.verdict((_report("k", threads=0, register_pool=0, setmaxnreg_demand=None),))[0] == aot.DEADLOCK
+  assert aot.verdict((_report("k", setmaxnreg=False, threads=256, setmaxnreg_demand=None),)) == (aot.OK, "")
+  # prune drops it from a sweep
+  cfg = kernels.MosaicConfig(128, 128, 64, 4, 1)
+  row = {"id": f"{prune.shape_key(H100, PROBLEM)}|{store.candidate_id(cfg)}", "candidate": store.candidate_id(cfg)}
+  (tmp_path / prune.COMPILE_RECORDS).write_text(json.dumps(row | {"outcome": outcome, "error": error}) + "\n")
+  assert (
+    "register_deadlock: ragtune_mgpu_tgmm" in prune.rejected(tmp_path, H100, PROBLEM)[store.candidate_id(cfg)].reason
+  )
 
 
 def test_a_loop_spill_row_is_rejected_for_the_sweep(tmp_path):
