@@ -237,14 +237,9 @@ def gmm_cells(p: Problem, kern: Kernel, sizes: np.ndarray):
   rows, _, cols = common.op_dims(p.op, p.m, p.k, p.n)
   num_tiles = common.num_tiles_bound(rows, kern.block_m, p.g)
   seg_starts, seg_ends = common.segment_bounds(jnp.asarray(sizes), rows, jnp.int32(0), p.g)
-  sched = common.TileSchedule(
-    *(
-      np.asarray(a)
-      for a in common.tile_schedule(
-        seg_starts, seg_ends, kern.block_m, num_tiles, group_start=kern.group_start, align=kern.align
-      )
-    )
-  )
+  sched = common.tile_schedule(
+    seg_starts, seg_ends, kern.block_m, num_tiles, group_start=kern.group_start, align=kern.align
+  ).to_numpy()
   active = int(sched.active[0])
   ncol = _cdiv(cols, kern.block_n)
   if kern.order == "banded":

@@ -28,7 +28,8 @@ no memset, no races.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -246,6 +247,15 @@ def group_row_bounds(group_sizes: jax.Array, m: int, group_offset: jax.Array, g_
   return starts, ends
 
 
+def _rows_before(group_sizes, m: int, i):
+  """min(sum(group_sizes[:i]), m) for each i of an int32 vector (i past the groups: all of
+  them). A cumulative sum read by index, with no loop, scatter or concatenation: XLA fuses it
+  into the ops that use it (on a GPU, one small kernel computes a whole tile schedule)."""
+  sizes = group_sizes.astype(jnp.int32)
+  ends = jnp.minimum(jnp.cumsum(sizes), m)
+  return jnp.where(i <= 0, 0, ends[jnp.clip(i - 1, 0, sizes.shape[0] - 1)]).astype(jnp.int32)
+
+
 def local_row_mask(group_sizes, m: int, group_offset, g_local: int) -> jax.Array:
   """True for the rows [m] that belong to one of the local groups."""
   starts, ends = group_row_bounds(group_sizes, m, group_offset, g_local)
@@ -260,17 +270,16 @@ def row_groups(group_sizes, m: int, group_offset, g_local: int) -> jax.Array:
   (callers zero those rows)."""
   _, ends = group_row_bounds(group_sizes, m, group_offset, g_local)
   rows = jnp.arange(m, dtype=jnp.int32)
-  return jnp.minimum(jnp.searchsorted(ends, rows, side="right"), g_local - 1).astype(jnp.int32)
+  return jnp.minimum(jnp.searchsorted(ends, rows, side="right", method="scan_unrolled"), g_local - 1).astype(jnp.int32)
 
 
 def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
   """[start, end) of the g_local + 2 segments described in the module docstring."""
-  starts, ends = group_row_bounds(group_sizes, m, group_offset, g_local)
-  lo = starts[0] if g_local else jnp.int32(0)
-  hi = ends[-1] if g_local else jnp.int32(0)
-  seg_starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), starts, hi[None]])
-  seg_ends = jnp.concatenate([lo[None], ends, jnp.full((1,), m, jnp.int32)])
-  return seg_starts, seg_ends
+  s = jnp.arange(g_local + 2, dtype=jnp.int32)
+  first = jnp.asarray(group_offset, jnp.int32)
+  starts = jnp.where(s == 0, 0, _rows_before(group_sizes, m, first + s - 1))
+  ends = jnp.where(s == g_local + 1, m, _rows_before(group_sizes, m, first + s))
+  return starts, ends
 
 
 def row_tiles(group_sizes, m: int, block_m: int, group_start: bool = False, align: int = 1) -> tuple[list[int], int]:
@@ -292,14 +301,93 @@ def row_tiles(group_sizes, m: int, block_m: int, group_start: bool = False, alig
   return tiles, count(start, m)
 
 
-class TileSchedule(NamedTuple):
-  """Which rows each scheduled row tile covers; see tile_schedule."""
+# The tables of a tile schedule, in their order in its one int32 buffer.
+SCHEDULE_TABLES = (
+  "tile_segment",  # [num_tiles]: the segment of tile t
+  "tile_row",  # [num_tiles]: the first row of tile t, in units of `align` rows (block_m rows from it)
+  "active",  # [1]: tiles t >= active are spare launch slots
+  "segment_first_tile",  # [num_segments]: index of each segment's first tile
+  "segment_num_tiles",  # [num_segments]: tiles of each segment (0 if empty)
+  "segment_start",  # [num_segments]: the segment's rows [start, end)
+  "segment_end",
+)
 
-  tile_segment: jax.Array  # int32 [num_tiles]: the segment of tile t
-  tile_row_start: jax.Array  # int32 [num_tiles]: the first row of tile t (block_m rows from it)
-  active: jax.Array  # int32 [1]: tiles t >= active are spare launch slots
-  segment_first_tile: jax.Array  # int32 [g_local + 2]: index of each segment's first tile
-  segment_num_tiles: jax.Array  # int32 [g_local + 2]: tiles of each segment (0 if empty)
+
+class Table(NamedTuple):
+  """One table of a schedule: table[i] reads buffer[offset + i], where buffer is the packed
+  array, a kernel's ref of it, or a NumPy copy (i may be a vector)."""
+
+  buffer: Any
+  offset: int
+  size: int
+
+  @property
+  def shape(self) -> tuple[int]:
+    return (self.size,)
+
+  def __getitem__(self, i):
+    return self.buffer[self.offset + i]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleLayout:
+  """Where each of SCHEDULE_TABLES lies in a schedule's buffer (static: a kernel's parameter)."""
+
+  num_tiles: int
+  num_segments: int
+  align: int
+
+  def sizes(self) -> tuple[int, ...]:
+    t, s = self.num_tiles, self.num_segments
+    return (t, t, 1, s, s, s, s)
+
+  @property
+  def length(self) -> int:
+    return sum(self.sizes())
+
+  def tables(self, buffer) -> dict[str, Table]:
+    """Each table of SCHEDULE_TABLES over `buffer`, by name."""
+    offsets = np.cumsum((0, *self.sizes()))
+    return {name: Table(buffer, int(o), size) for name, o, size in zip(SCHEDULE_TABLES, offsets, self.sizes())}
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["packed"], meta_fields=["layout"])
+@dataclasses.dataclass(frozen=True)
+class TileSchedule:
+  """Which rows each scheduled row tile covers (see tile_schedule): every table in one int32
+  buffer, so XLA computes the whole schedule in one or two small fusions beside the kernel
+  and a kernel takes it as one operand, reading it through layout.tables(its ref)."""
+
+  packed: Any  # int32 [layout.length]: a jax.Array, or a NumPy copy (to_numpy)
+  layout: ScheduleLayout
+
+  def to_numpy(self) -> TileSchedule:
+    """The same schedule with its buffer on the host (benchmarks and tests walk it there)."""
+    return TileSchedule(np.asarray(self.packed), self.layout)
+
+  def table(self, name: str) -> jax.Array:
+    t = self.layout.tables(self.packed)[name]
+    return self.packed[t.offset : t.offset + t.size]
+
+  @property
+  def tile_segment(self) -> jax.Array:
+    return self.table("tile_segment")
+
+  @property
+  def tile_row_start(self) -> jax.Array:  # in rows
+    return self.table("tile_row") * self.layout.align
+
+  @property
+  def active(self) -> jax.Array:
+    return self.table("active")
+
+  @property
+  def segment_first_tile(self) -> jax.Array:
+    return self.table("segment_first_tile")
+
+  @property
+  def segment_num_tiles(self) -> jax.Array:
+    return self.table("segment_num_tiles")
 
 
 def tile_schedule(
@@ -310,7 +398,12 @@ def tile_schedule(
   for copies whose row offset must be a multiple of `align` (TMA's 8-row boxes); those rows
   are a neighbour's and are not stored. num_tiles_bound bounds both ways: a segment takes at
   most as many group-start tiles as aligned ones (its first tile starts at or after the
-  aligned grid's), and a segment of r rows at most ceil(r / block_m) + 1 aligned ones."""
+  aligned grid's), and a segment of r rows at most ceil(r / block_m) + 1 aligned ones.
+
+  No loop: a while loop (jnp.searchsorted's default) splits a GPU program's CUDA graph and
+  sends each of its steps' kernels from the host, on every call."""
+  if block_m % align:
+    raise ValueError(f"block_m {block_m} is not a multiple of align {align}")
   nonempty = seg_ends > seg_starts
   if group_start:
     first_row = seg_starts // align * align
@@ -319,14 +412,16 @@ def tile_schedule(
     first_row = (seg_starts // block_m) * block_m
     count = (seg_ends + block_m - 1) // block_m - seg_starts // block_m
   tiles_per_seg = jnp.where(nonempty, count, 0).astype(jnp.int32)
-  tiles_end = jnp.cumsum(tiles_per_seg)
-  tiles_begin = (tiles_end - tiles_per_seg).astype(jnp.int32)
+  tiles_end = jnp.cumsum(tiles_per_seg).astype(jnp.int32)
+  tiles_begin = tiles_end - tiles_per_seg
   t = jnp.arange(num_tiles, dtype=jnp.int32)
-  seg = jnp.searchsorted(tiles_end, t, side="right").astype(jnp.int32)
+  seg = jnp.searchsorted(tiles_end, t, side="right", method="scan_unrolled").astype(jnp.int32)
   seg = jnp.minimum(seg, seg_starts.shape[0] - 1)
-  row_start = first_row[seg] + (t - tiles_begin[seg]) * block_m
-  active = tiles_end[-1:].astype(jnp.int32)
-  return TileSchedule(seg, row_start.astype(jnp.int32), active, tiles_begin, tiles_per_seg)
+  row = (first_row[seg] + (t - tiles_begin[seg]) * block_m) // align
+  packed = jnp.concatenate(
+    [seg, row, tiles_end[-1:], tiles_begin, tiles_per_seg, seg_starts, seg_ends], dtype=jnp.int32
+  )
+  return TileSchedule(packed, ScheduleLayout(num_tiles, seg_starts.shape[0], align))
 
 
 # --- launch order -------------------------------------------------------------------------

@@ -286,15 +286,12 @@ def store_strips(acc_tmem, has_acc, out_smem, o_gmem, *, row0, lo, rows, col0, n
 def _gmm_kernel(
   cell_tile_ref,
   cell_col_ref,
-  tile_seg_ref,
-  tile_row8_ref,
-  active_ref,
-  seg_start_ref,
-  seg_end_ref,
+  sched_ref,
   lhs_gmem,
   rhs_gmem,
   o_gmem,
   *,
+  layout: common.ScheduleLayout,
   n,
   k,
   g_local,
@@ -310,6 +307,7 @@ def _gmm_kernel(
   transforms = operand_transforms(dtype)
   cta = lax.axis_index(PAIR) if cfg.cta_pair else 0
   rhs_tile_shape = (cta_cols, block_k) if transpose_rhs else (block_k, cta_cols)
+  tables = layout.tables(sched_ref)  # common.SCHEDULE_TABLES; tile rows in TMA boxes
 
   @functools.partial(
     pl.run_scoped,
@@ -328,7 +326,7 @@ def _gmm_kernel(
       t, j = cell_tile_ref[flat], cell_col_ref[flat]
       # A tile starts at its segment's first row rounded down to a TMA box (8 rows): the rows
       # before the segment are a neighbour's. Only a segment's last tile ends before cell_rows.
-      seg, row0 = tile_seg_ref[t], tile_row8_ref[t] * ROW_TILE
+      seg, row0 = tables["tile_segment"][t], tables["tile_row"][t] * ROW_TILE
       is_group = (seg >= 1) & (seg <= g_local)
       group = lax.max(lax.min(seg - 1, g_local - 1), 0)
       return Cell(is_group.astype(jnp.int32) * k_steps, (seg, row0, group, j))
@@ -370,14 +368,14 @@ def _gmm_kernel(
 
     def epilogue(at, buf, has_acc):
       seg, row0, _, j = at
-      my_row0, lo, rows = cta_rows(seg_start_ref[seg], seg_end_ref[seg], row0, cta, block_m)
+      my_row0, lo, rows = cta_rows(tables["segment_start"][seg], tables["segment_end"][seg], row0, cta, block_m)
       store_strips(
         accumulator(buf), has_acc, out_smem, o_gmem, row0=my_row0, lo=lo, rows=rows, col0=j * block_n, n=n, cols=block_n
       )
 
     pipeline_roles(
       cfg=cfg,
-      grid=(active_ref[0] * num_col_blocks,),
+      grid=(tables["active"][0] * num_col_blocks,),
       cell=cell,
       load=load,
       mma=mma,
@@ -415,13 +413,14 @@ def gmm(
   m = lhs.shape[0]
   g_local = rhs.shape[0]
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
-  lhs, rhs, seg_starts, seg_ends, sched = tma_operands(
+  lhs, rhs, sched = tma_operands(
     lhs, rhs, group_sizes, group_offset, block_k=cfg.block_k, tile_rows=cfg.cell("fwd")[0], transpose_rhs=transpose_rhs
   )
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
   num_col_blocks = pl.cdiv(n_pad, cfg.block_n)
   kernel = functools.partial(
     _gmm_kernel,
+    layout=sched.layout,
     n=n_pad,
     k=lhs.shape[1],
     g_local=g_local,
@@ -438,11 +437,7 @@ def gmm(
   out = launch(kernel, "ragtune_tcgen05_gmm", out_type, cfg, interpret)(
     cell_tile.astype(jnp.int32),
     cell_col.astype(jnp.int32),
-    sched.tile_segment,
-    sched.tile_row_start // ROW_TILE,  # in TMA boxes, so the kernel's row offsets are whole ones
-    sched.active,
-    seg_starts,
-    seg_ends,
+    sched.packed,
     lhs,
     rhs,
   )

@@ -108,16 +108,11 @@ def store_rows(src_smem, dst_gmem, first, num_rows, max_rows: int, row0, col0, c
 
 
 def _gmm_kernel(
-  tile_seg_ref,
-  tile_row8_ref,
-  active_ref,
-  seg_first_ref,
-  seg_tiles_ref,
-  seg_start_ref,
-  seg_end_ref,
+  sched_ref,
   lhs_gmem,
   rhs_gmem,
   *refs,
+  layout: common.ScheduleLayout,
   n,
   k,
   g_local,
@@ -193,20 +188,27 @@ def _gmm_kernel(
     **scale_scratch,
   )
   def _scope(allocations, out_smem, drained, scale_smem=None, scale_bar=None):
+    tables = layout.tables(sched_ref)  # common.SCHEDULE_TABLES; tile rows in TMA boxes
+    tile_seg, seg_start, seg_end = tables["tile_segment"], tables["segment_start"], tables["segment_end"]
     wg = jax.lax.axis_index("wg")
     wg_row0 = wg * wg_rows if split_rows else 0
     wg_col0 = 0 if split_rows else wg * wg_cols
 
-    @plgpu.nd_loop((active_ref[0] * num_col_blocks,), collective_axes="sm")
+    @plgpu.nd_loop((tables["active"][0] * num_col_blocks,), collective_axes="sm")
     def _cell(loop_info):
       t, j = common.launch_cell(
-        loop_info.index[0], tile_seg_ref, seg_first_ref, seg_tiles_ref, num_col_blocks, cfg.group_m
+        loop_info.index[0],
+        tile_seg,
+        tables["segment_first_tile"],
+        tables["segment_num_tiles"],
+        num_col_blocks,
+        cfg.group_m,
       )
       # Tiles start at their segment's first row rounded down to a TMA box (8 rows): the rows
       # before `lead` are a neighbour's. Only a segment's last tile ends before block_m.
-      seg, row0 = tile_seg_ref[t], tile_row8_ref[t] * ROW_TILE
-      lead = jnp.maximum(seg_start_ref[seg] - row0, 0)
-      end = jnp.minimum(seg_end_ref[seg] - row0, block_m)
+      seg, row0 = tile_seg[t], tables["tile_row"][t] * ROW_TILE
+      lead = jnp.maximum(seg_start[seg] - row0, 0)
+      end = jnp.minimum(seg_end[seg] - row0, block_m)
       is_group = (seg >= 1) & (seg <= g_local)
       group = jnp.clip(seg - 1, 0, g_local - 1)
 
@@ -282,8 +284,8 @@ def _gmm_kernel(
 
 
 def tma_operands(lhs, rhs, group_sizes, group_offset, *, block_k: int, tile_rows: int, transpose_rhs: bool):
-  """(lhs, rhs, seg_starts, seg_ends, schedule) of a gmm kernel fed by TMA over group-start
-  row tiles of tile_rows rows.
+  """(lhs, rhs, schedule) of a gmm kernel fed by TMA over group-start row tiles of tile_rows
+  rows (common.tile_schedule, its tile rows in TMA boxes of 8).
 
   TMA tiles global memory in [8, 128-byte] boxes, so both dims of every operand must be
   multiples of those; a ragged last k step would also add another tile's columns. The
@@ -299,7 +301,7 @@ def tma_operands(lhs, rhs, group_sizes, group_offset, *, block_k: int, tile_rows
   num_tiles = common.num_tiles_bound(m_pad, tile_rows, g_local)
   seg_starts, seg_ends = common.segment_bounds(group_sizes, m_pad, offset, g_local)
   sched = common.tile_schedule(seg_starts, seg_ends, tile_rows, num_tiles, group_start=True, align=ROW_TILE)
-  return lhs, rhs, seg_starts, seg_ends, sched
+  return lhs, rhs, sched
 
 
 def gmm(
@@ -343,7 +345,7 @@ def gmm(
   if why := config.valid_for("fwd", lhs.dtype):
     raise ValueError(f"MosaicConfig {config} cannot drive gmm: {why}")
   cfg = config
-  lhs, rhs, seg_starts, seg_ends, sched = tma_operands(
+  lhs, rhs, sched = tma_operands(
     lhs, rhs, group_sizes, group_offset, block_k=cfg.block_k, tile_rows=cfg.block_m, transpose_rhs=transpose_rhs
   )
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
@@ -353,6 +355,7 @@ def gmm(
 
   kernel = functools.partial(
     _gmm_kernel,
+    layout=sched.layout,
     n=n_pad,
     k=lhs.shape[1],
     g_local=g_local,
@@ -372,18 +375,7 @@ def gmm(
     compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
     interpret=interpret_params(interpret),
   )
-  out = call(
-    sched.tile_segment,
-    sched.tile_row_start // ROW_TILE,  # in TMA boxes, so the kernel's row offsets are whole ones
-    sched.active,
-    sched.segment_first_tile,
-    sched.segment_num_tiles,
-    seg_starts,
-    seg_ends,
-    lhs,
-    rhs,
-    *scale_args,
-  )
+  out = call(sched.packed, lhs, rhs, *scale_args)
   return out[:m, :n]
 
 

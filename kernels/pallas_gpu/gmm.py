@@ -40,15 +40,11 @@ def load(ref, mask):
 
 
 def _gmm_kernel(
-  tile_seg_ref,
-  tile_row_ref,
-  active_ref,
-  seg_first_ref,
-  seg_tiles_ref,
-  seg_end_ref,
+  sched_ref,
   lhs_ref,
   rhs_ref,
   *refs,
+  layout: common.ScheduleLayout,
   scales,
   m,
   k,
@@ -66,19 +62,22 @@ def _gmm_kernel(
   # [g, n], applied to the accumulator once; block128 lhs [k/128, m] (transposed, so a
   # step reads a contiguous row) and rhs [g, k/128, n/128], applied to each step's product.
   *scale_refs, out_ref = refs
+  tables = layout.tables(sched_ref)  # common.SCHEDULE_TABLES
   pid = pl.program_id(0)
-  is_real = pid < active_ref[0] * num_col_blocks  # spare launch slots return at once
-  t, j = launch_cell(jnp.where(is_real, pid, 0), tile_seg_ref, seg_first_ref, seg_tiles_ref, num_col_blocks, group_m)
-  seg = tile_seg_ref[t]
+  is_real = pid < tables["active"][0] * num_col_blocks  # spare launch slots return at once
+  tile_seg = tables["tile_segment"]
+  cell = jnp.where(is_real, pid, 0)
+  t, j = launch_cell(cell, tile_seg, tables["segment_first_tile"], tables["segment_num_tiles"], num_col_blocks, group_m)
+  seg = tile_seg[t]
   is_group = (seg >= 1) & (seg <= g_local)
 
-  row0 = tile_row_ref[t]
+  row0 = tables["tile_row"][t]
   rows = row0 + jnp.arange(block_m)
   cols = j * block_n + jnp.arange(block_n)
   # The store drops the rows of the next segment (and those past m); they are computed from
   # this segment's weights. Loads mask only what can fall outside the arrays: rows for any m,
   # since a tile may start anywhere, k and n only when not a multiple of their block.
-  row_mask = rows < seg_end_ref[seg]
+  row_mask = rows < tables["segment_end"][seg]
   rows_in = rows < m
   cols_in = (cols < n) if n % block_n else None
   out_mask = mask_2d(row_mask, cols_in, (block_m, block_n))
@@ -172,6 +171,7 @@ def gmm(
   num_col_blocks = pl.cdiv(n, cfg.block_n)
   kernel = functools.partial(
     _gmm_kernel,
+    layout=sched.layout,
     m=m,
     k=k,
     n=n,
@@ -192,14 +192,4 @@ def gmm(
     compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
     interpret=interpret,
     name="ragtune_gmm",
-  )(
-    sched.tile_segment,
-    sched.tile_row_start,
-    sched.active,
-    sched.segment_first_tile,
-    sched.segment_num_tiles,
-    seg_ends,
-    lhs,
-    rhs,
-    *scale_args,
-  )
+  )(sched.packed, lhs, rhs, *scale_args)

@@ -53,10 +53,12 @@ def test_grid_steps_are_the_pallas_calls_grid(op):
     grid = call.params["grid_mapping"].grid
     work = b.grid_work(cfg, op, p.m, p.k, p.n, p.group_sizes)
     assert work.steps == math.prod(grid), (op, cfg)
-    if op != "drhs":  # gmm: the row tiles its schedule made (its one int32[1] operand) x column blocks
-      (active,) = [v for v in call.invars if v.aval.shape == (1,)]
-      before = jaxpr.jaxpr.replace(eqns=jaxpr.jaxpr.eqns[: jaxpr.jaxpr.eqns.index(call)], outvars=[active])
-      (tiles,) = jax.core.eval_jaxpr(before, jaxpr.consts, *measure.op_args(op, x))
+    if op != "drhs":  # gmm: the row tiles its schedule made (its first operand's "active") x column blocks
+      before = jaxpr.jaxpr.replace(eqns=jaxpr.jaxpr.eqns[: jaxpr.jaxpr.eqns.index(call)], outvars=[call.invars[0]])
+      (packed,) = jax.core.eval_jaxpr(before, jaxpr.consts, *measure.op_args(op, x))
       rows, contraction, cols = common.op_dims(op, p.m, p.k, p.n)
-      col_blocks = -(-cols // cfg.clamped(rows, contraction, cols).block_n)
-      assert work.tile_steps == int(tiles[0]) * col_blocks, (op, cfg)
+      clamped = cfg.clamped(rows, contraction, cols)
+      layout = common.ScheduleLayout(common.num_tiles_bound(rows, clamped.block_m, p.g), p.g + 2, 1)
+      assert packed.shape == (layout.length,), (packed.shape, layout)
+      tiles = int(layout.tables(np.asarray(packed))["active"][0])
+      assert work.tile_steps == tiles * -(-cols // clamped.block_n), (op, cfg)

@@ -72,9 +72,7 @@ def test_launch_cell_covers_every_scheduled_tile_once_and_keeps_bands_in_a_group
   m = max(1, sum(sizes) + slack)
   g = len(sizes)
   starts, ends = common.segment_bounds(jnp.asarray(sizes, jnp.int32), m, jnp.int32(0), g)
-  sched = common.TileSchedule(
-    *(np.asarray(a) for a in common.tile_schedule(starts, ends, block_m, common.num_tiles_bound(m, block_m, g)))
-  )
+  sched = common.tile_schedule(starts, ends, block_m, common.num_tiles_bound(m, block_m, g)).to_numpy()
   active = int(sched.active[0])
   pids = np.arange(active * num_cols)
   tile, col = gpu_gmm.launch_cell(
@@ -92,9 +90,7 @@ def test_configs_share_a_launch_key_when_they_launch_alike():
   m, k, n, sizes, block_m, cols = 256, 64, 192, (60, 80, 116), 64, 3
   starts, ends = common.segment_bounds(jnp.asarray(sizes, jnp.int32), m, jnp.int32(0), len(sizes))
   bound = common.num_tiles_bound(m, block_m, len(sizes))
-  sched = common.TileSchedule(
-    *(np.asarray(a) for a in common.tile_schedule(starts, ends, block_m, bound, group_start=True))
-  )
+  sched = common.tile_schedule(starts, ends, block_m, bound, group_start=True).to_numpy()
   pids = np.arange(int(sched.active[0]) * cols)
   keys, orders = {}, {}
   for group_m in range(1, 6):
