@@ -67,7 +67,8 @@ MGPU_BACKENDS = tuple(name for name, b in kernels.registry.REGISTRY.items() if b
 # RAGTUNE_MGPU_CORE=1 (CI's second stack, whose interpreter is the fast one): CI's few, every
 # case of the backends' own files, and the conformance cases that reach the kernels in a way
 # no other case does: both rhs layouts (fwd, dlhs and drhs over four group-size patterns), a
-# shape below every block, many small groups off the block grid, a group_offset shard. The
+# shape below every block, many small groups off the block grid, a group_offset shard, the
+# tiles an H100 and a B200 run (each backend's device defaults) on a ragged shape. The
 # rest (a single group, each dtype and promotion, vmap) go through the same kernel paths via
 # ragged_dot's wrapper, which pallas_gpu's conformance cases check on both stacks.
 MGPU_CORE = "RAGTUNE_MGPU_CORE"
@@ -77,6 +78,7 @@ CORE_CONFORMANCE = (
   "test_shapes[{b}-tiny_k8_n16]",
   "test_many_small_groups_off_the_block_grid[{b}]",
   "test_group_offset_shards[{b}-kn]",
+  "test_device_defaults[{b}]",
 )
 
 

@@ -91,7 +91,8 @@ def store_rows(src_smem, dst_gmem, first, num_rows, max_rows: int, row0, col0, c
 
   TMA copies need static shapes, so the dynamic row count is stored as its binary digits:
   one copy of 2**i rows for each set bit i of num_rows (num_rows <= max_rows). The copies
-  join the calling thread's open group: the caller commits it."""
+  join the calling thread's open group: the caller commits it (num_rows 0 leaves it empty, a
+  group jax's interpreter, which counts copies, does not see: see _gmm_kernel's epilogue)."""
   start = first
   for bit in reversed(range(int(math.log2(max_rows)) + 1)):
     rows = 1 << bit
@@ -227,9 +228,18 @@ def _gmm_kernel(
 
       def epilogue(acc):
         """Store this consumer's share ([64, 64] sub-tiles through two smem slots); acc None
-        stores zeros (rows of no local group)."""
+        stores zeros (rows of no local group).
+
+        Before sub-tile s writes slot s % 2, the store of sub-tile s - 2 must have read it.
+        Each sub-tile commits one bulk group, so on the GPU that is all but the last group
+        (wait 1). A sub-tile with no row to store (past the padded n, or past its segment's
+        rows) commits an empty group: PTX counts it, jax's interpreter (which counts copies
+        and ignores commits) does not, and there wait 1 would leave sub-tile s - 2's last
+        copy in flight. So after such a sub-tile the consumer also waits for every store
+        (wait 0): on the GPU the same wait, the one group wait 1 leaves being the empty one."""
         sub_cols = wg_cols // EPI_TILE
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last cell's copies have read the slots
+        prev_rows = None
         for ei in range(wg_rows // EPI_TILE):
           for ej in range(sub_cols):
             slot = (ei * sub_cols + ej) % 2
@@ -239,6 +249,12 @@ def _gmm_kernel(
             rows = jnp.clip(end - base, 0, EPI_TILE) - lo
             rows = jnp.where(col0 < n, rows, 0)  # a sub-tile past the padded n stores nothing
             plgpu.wait_smem_to_gmem(reuse_wait, wait_read_only=True)  # this slot's previous store has read it
+            if reuse_wait and ei * sub_cols + ej >= 2:  # the first two: the wait 0 above; fp8 waits 0
+
+              @pl.when(prev_rows == 0)
+              def _after_empty():
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
             if acc is None:
               out_smem[wg, slot] = jnp.zeros((EPI_TILE, EPI_TILE), out_dtype)
             else:
@@ -246,6 +262,7 @@ def _gmm_kernel(
             plgpu.commit_smem()
             store_rows(out_smem.at[wg, slot], o_gmem, lo, rows, EPI_TILE, row0 + base, col0, EPI_TILE)
             plgpu.commit_smem_to_gmem_group()
+            prev_rows = rows
 
       def compute_context(run_pipeline):
         @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((wg_rows, wg_cols), jnp.float32))

@@ -73,19 +73,20 @@ def _widest(backend: str) -> str:
   return next(d for d in TOL if d in registry.get(backend).dtypes)
 
 
-def _ragged_dot(backend, lhs, rhs, gs, **kw):
-  return kernels.ragged_dot(
-    lhs, rhs, gs, precision=HI, backend=backend, config=CONFIGS.get(backend), interpret=True, **kw
-  )
+def _ragged_dot(backend, lhs, rhs, gs, config=None, **kw):
+  config = config or CONFIGS.get(backend)
+  return kernels.ragged_dot(lhs, rhs, gs, precision=HI, backend=backend, config=config, interpret=True, **kw)
 
 
-def _fwd_and_grads(backend: str, transpose_rhs: bool = False):
+def _fwd_and_grads(backend: str, transpose_rhs: bool = False, config=None):
   """jit (lhs, rhs, group_sizes, dout, group_offset) -> (out, dlhs, drhs): all three ops in
-  one compile, which serves any group sizes and offset (they are traced)."""
+  one compile, which serves any group sizes and offset (they are traced). config: what
+  ragged_dot takes (None: CONFIGS' or the backend's defaults)."""
 
   def f(lhs, rhs, gs, dout, offset=None):
     kw = {} if offset is None else {"group_offset": offset}
-    out, vjp = jax.vjp(lambda a, b: _ragged_dot(backend, a, b, gs, transpose_rhs=transpose_rhs, **kw), lhs, rhs)
+    ragged = lambda a, b: _ragged_dot(backend, a, b, gs, config, transpose_rhs=transpose_rhs, **kw)
+    out, vjp = jax.vjp(ragged, lhs, rhs)
     return (out, *vjp(dout))
 
   return jax.jit(f)
@@ -121,12 +122,12 @@ def _refuses(backend, dtype):
   return pytest.raises(TypeError, match=f"backend '{backend}' supports lhs/rhs dtypes .* got {dtype} x")
 
 
-def _check(backend, dtype, m, k, n, group_sizes, transpose_rhs=False, seed=0):
+def _check(backend, dtype, m, k, n, group_sizes, transpose_rhs=False, seed=0, config=None):
   """Forward, dlhs and drhs against lax and NumPy, for each group sizes in `group_sizes`
   (one compile serves them all); rows past sum(group_sizes) and the weights of empty groups
   get exact zeros."""
   lhs, rhs, dout = _operands(seed, m, k, n, len(group_sizes[0]), dtype, transpose_rhs)
-  f = _fwd_and_grads(backend, transpose_rhs)
+  f = _fwd_and_grads(backend, transpose_rhs, config)
   for sizes in group_sizes:
     gs = jnp.array(sizes, jnp.int32)
     out, dlhs, drhs = f(lhs, rhs, gs, dout)
@@ -188,6 +189,26 @@ SMALL_GROUPS = [
 
 def test_many_small_groups_off_the_block_grid(backend):
   _check(backend, _widest(backend), 256, 24, 40, SMALL_GROUPS, seed=15)
+
+
+# The Mosaic backends' defaults for the GPUs they are tuned for, the tiles a GPU runs, which
+# CONFIGS' small ones do not reach: [128, 256] cells (tgmm's [128, 256] of [k, n]), stored in
+# [64, 64] sub-tiles, four a consumer (Hopper), or [128, 64] strips (Blackwell). On m, k and n
+# off every block: 100 rows a group keep the 128-row cells (decode's 96 or fewer take 64), and
+# n 328 and k 72 (padded to 384 and 128) leave two sub-tiles past the padded output after two
+# stored ones in the last column block of fwd, dlhs and drhs; an empty group, a group starting
+# off 8 rows, rows past sum(group_sizes).
+DEVICE_KINDS = {"mosaic_gpu": "NVIDIA H100 80GB HBM3", "mosaic_blackwell": "NVIDIA B200"}
+DEFAULTS_SHAPE = (300, 72, 328, [130, 0, 141])
+
+
+@pytest.mark.parametrize("backend", list(DEVICE_KINDS), indirect=True)
+def test_device_defaults(backend):
+  m, k, n, sizes = DEFAULTS_SHAPE
+  dtype = _widest(backend)
+  kind = DEVICE_KINDS[backend]
+  config = {op: registry.default_config(backend, op, dtype, m, k, n, len(sizes), kind) for op in common.OPS}
+  _check(backend, dtype, m, k, n, [sizes], seed=25, config=config)
 
 
 @pytest.mark.parametrize("dtype", common.DTYPES)
