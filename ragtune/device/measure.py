@@ -22,7 +22,9 @@ import numpy as np
 from kernels import quant, registry
 from kernels.common import itemsize, scheme
 from kernels.ragged_dot import forward, grad_lhs, grad_rhs
+from ragtune.device import reference as lax_reference
 from ragtune.device.numerics import TOLERANCE, NumericsResult, compare
+from ragtune.problems import limits
 from ragtune.problems.shapes import Problem
 
 OpBuilder = Callable[[Problem, str, Any, bool], Callable[..., jax.Array]]
@@ -88,8 +90,9 @@ def op_args(op: str, x: dict[str, jax.Array]) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class Expected:
-  """The reference result, and for a quantized format the elementwise bound on a kernel's
-  error beyond rtol * |value| (kernels.quant.Tolerance): None judges by numerics.TOLERANCE."""
+  """The reference result (float32, on the host), and for a quantized format the elementwise
+  bound on a kernel's error beyond rtol * |value| (kernels.quant.Tolerance, in float32): None
+  judges by numerics.TOLERANCE."""
 
   value: np.ndarray
   atol: np.ndarray | None = None
@@ -97,25 +100,22 @@ class Expected:
 
 
 def reference(op: str, x: dict[str, jax.Array], out_dtype=jnp.bfloat16) -> Expected:
-  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision; for quantized operands
-  that of the dequantized operands, with the bound of kernels.quant.tolerance for an output
-  in out_dtype."""
+  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision, on the host; for
+  quantized operands that of the dequantized operands (kernels.quant.reference), with the
+  bound of kernels.quant.tolerance for an output in out_dtype. Computed group by group
+  (ragtune.device.reference), so its memory is near the operands' and its FLOPs near the
+  problem's, where lax's own lowering takes g times both; refused (reference.DoesNotFit)
+  where even that needs more than the device's memory."""
+  memory = limits.device_memory_bytes()
   if "lhs_scale" in x:
-    args = (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
     layout = dict(transpose_rhs=QUANTIZED_RHS_NK)
     fmt = quant.check(x["lhs"], x["rhs"], x["lhs_scale"], x["rhs_scale"], **layout)
     tol = quant.tolerance(fmt, x["lhs"].shape[1], out_dtype)
-    scale = np.asarray(quant.error_scale(*args, **layout), np.float64)
-    return Expected(np.asarray(quant.reference(*args, **layout)), tol.gamma * scale, tol.rtol)
-  f32 = lambda a: a.astype(jnp.float32)
-  lhs, rhs, dout, gs = f32(x["lhs"]), f32(x["rhs"]), f32(x["dout"]), x["group_sizes"]
-  hi = jax.lax.Precision.HIGHEST
-  fwd = lambda a, b: jax.lax.ragged_dot(a, b, gs, precision=hi)
-  if op == "fwd":
-    return Expected(np.asarray(fwd(lhs, rhs)))
-  _, vjp = jax.vjp(fwd, lhs, rhs)
-  dlhs, drhs = vjp(dout)
-  return Expected(np.asarray(dlhs if op == "dlhs" else drhs))
+    args = (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
+    value, scale = lax_reference.quantized(*args, memory=memory, **layout)
+    scale *= np.float32(tol.gamma)  # in place: the bound's array is the size of the output
+    return Expected(value, scale, tol.rtol)
+  return Expected(lax_reference.ragged_dot(op, x["lhs"], x["rhs"], x["dout"], x["group_sizes"], memory=memory))
 
 
 def out_dtype(p: Problem):
@@ -197,7 +197,7 @@ def error_text(e: BaseException, limit: int = 500) -> str:
 
 
 def check(p: Problem, out, ref: Expected) -> NumericsResult:
-  test = np.asarray(jnp.asarray(out).astype(jnp.float32))
+  test = np.asarray(out)  # to the host as it is: numerics.compare widens it a chunk at a time
   if ref.atol is not None:
     return compare(ref.value, test, rtol=ref.rtol, atol=ref.atol)
   return compare(ref.value, test, rtol=TOLERANCE[p.dtype])

@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,8 +33,10 @@ from kernels import registry, target
 from kernels.common import scheme
 from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
-from ragtune.device import ceilings, measure
+from ragtune.device import ceilings, measure, xla_fit
+from ragtune.device.xla_fit import XLA_PATHS, xla_path  # noqa: F401 - bench's names for them
 from ragtune.errors import RagtuneError
+from ragtune.problems import limits
 from ragtune.problems.shapes import GroupDist, Problem
 from ragtune.records import report, store
 from ragtune.run import estimate
@@ -60,26 +61,6 @@ TOKAMAX_DIMS = {
 # jax_triton from 0.0.15 (triton.py). The keys are tokamax's implementation names (its api.py's
 # IMPLEMENTATIONS), a peer library's, not kernels.registry's backends.
 TOKAMAX_MODULES = {"triton": ("triton", "pallas_triton"), "mosaic_gpu": ("pallas_mosaic_gpu",)}
-
-# How XLA compiled jax.lax.ragged_dot on a GPU, told from the compiled HLO text. XLA's
-# RaggedDotRewriter (openxla/xla, xla/hlo/transforms/expanders/ragged_dot_rewriter.cc) either
-# keeps the ragged-dot for a cuDNN grouped GEMM (a fusion of kind "__cudnn$fusion"; with
-# --xla_gpu_experimental_use_ragged_dot_fusion and cuDNN >= 9.22, openxla/xla#40189, upstream's
-# NVIDIA default since openxla/xla#42313; jaxlib 0.10.2 and 0.12.0.1 leave it off) or for
-# hipBLASLt's grouped GEMM on ROCm (a "__cublas$lt$groupedMatmul" custom call, openxla/xla#43210),
-# or expands it to one dense dot over an lhs masked per group and broadcast over all of them: g
-# times the FLOPs.
-XLA_PATHS = {
-  "cudnn": "cuDNN grouped GEMM",
-  "grouped_gemm": "hipBLASLt grouped GEMM",
-  "ragged_dot": "ragged-dot kept",
-  "dense": "dense fallback: one dot over every group, masked",
-  "unknown": "unknown: the compiled HLO has neither a ragged-dot nor a dot",
-  "unread": "unknown: no HLO text from this client",
-}
-_HLO_COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) .*\{$")
-_HLO_CALLS = re.compile(r"calls=%([\w.\-]+)")
-_HLO_KIND = re.compile(r'"kind":"([^"]+)"')
 
 
 @dataclasses.dataclass
@@ -283,37 +264,6 @@ def tokamax_op(
   return call
 
 
-def _hlo_computations(hlo: str) -> dict[str, list[str]]:
-  """The instruction lines of each computation of an HLO module's text, by name."""
-  comps: dict[str, list[str]] = {}
-  body: list[str] | None = None
-  for line in hlo.splitlines():
-    head = _HLO_COMPUTATION.match(line)
-    if head:
-      body = comps.setdefault(head.group(1), [])
-    elif line.startswith("}"):
-      body = None
-    elif body is not None:
-      body.append(line)
-  return comps
-
-
-def xla_path(hlo: str) -> str:
-  """Which way XLA compiled jax.lax.ragged_dot (a key of XLA_PATHS), from the compiled module's
-  text (`jax.jit(f).lower(...).compile().as_text()`)."""
-  comps = _hlo_computations(hlo)
-  lines = [l for body in comps.values() for l in body] or hlo.splitlines()
-  if any("__cublas$lt$groupedMatmul" in l for l in lines):
-    return "grouped_gemm"
-  ragged = {name for name, body in comps.items() if any(" ragged-dot(" in l for l in body)}
-  if ragged:
-    kinds = {k for l in lines if (c := _HLO_CALLS.search(l)) and c.group(1) in ragged for k in _HLO_KIND.findall(l)}
-    return "cudnn" if "__cudnn$fusion" in kinds else "ragged_dot"
-  if any(" dot(" in l or "__cublas$gemm" in l or "__cublas$lt$matmul" in l for l in lines):
-    return "dense"
-  return "unknown"
-
-
 def lut_choice(p: Problem, bench: Bench) -> Choice:
   """What kernels.ragged_dot runs for p.op with the bench's LUT: backend="auto" on a device;
   on a CPU host, where auto runs XLA, the first GPU backend's LUT entry (or heuristic)."""
@@ -377,20 +327,28 @@ def _fill_times(
 
 def bench_problem(p: Problem, bench: Bench) -> list[Row]:
   """Check every variant against jax.lax.ragged_dot, then (on a device) time those that
-  passed together, in one timer run."""
+  passed together, in one timer run. A variant whose program needs more than the device's
+  memory (XLA's dense fallback, ragtune.device.xla_fit) is not run: its row says so."""
   x = measure.make_inputs(p)
   ref = measure.reference(p.op, x)
   vs = variants(p, x, bench)
   rows = {v.label: Row(p.source, p.shape_label, p.op, p.dtype, v.label, v.config) for v in vs}
   ready = {}
+  memory = limits.device_memory_bytes()
   for v in vs:
     if v.same_as:
       continue
     row = rows[v.label]
+    if v.label == XLA and (why := xla_fit.refusal(p, memory)):
+      row.config, row.status = f"path: {XLA_PATHS['dense']}", f"too_big: {why}"
+      continue
     try:
       compiled = measure.compile_fn(v.fn, v.args)
       if v.label == XLA:
-        row.config = f"path: {XLA_PATHS[_xla_path_of(compiled)]}"
+        row.config = f"path: {XLA_PATHS[xla_fit.path_of(compiled)]}"
+      if why := xla_fit.compiled_refusal(compiled, memory):
+        row.status = f"too_big: {why}"
+        continue
       out = jax.block_until_ready(compiled(*v.args))
     except Exception as e:  # noqa: BLE001 - a variant that does not run is reported, not fatal
       row.status = "error: " + measure.error_text(e, 160)
@@ -410,13 +368,6 @@ def bench_problem(p: Problem, bench: Bench) -> list[Row]:
       src = rows[v.same_as]
       rows[v.label] = dataclasses.replace(src, variant=v.label, config=v.config, same_as=v.same_as)
   return list(rows.values())
-
-
-def _xla_path_of(compiled) -> str:
-  try:
-    return xla_path(compiled.as_text())
-  except Exception:  # noqa: BLE001 - a client without HLO text: say so, bench on
-    return "unread"
 
 
 def run(problems: list[Problem], bench: Bench, on_problem: Callable[[Problem, list[Row]], None]) -> list[Row]:
@@ -468,7 +419,6 @@ def plan(
   """The LUT (lut, or the one a model here loads), the problems that fit this device (a
   warning each through `say` for those that do not) and the CSV path, checked writable."""
   from ragtune import paths
-  from ragtune.problems import limits
   from ragtune.run import prepare
 
   kind = kernels.lut.current_device_kind()

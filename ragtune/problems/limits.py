@@ -31,10 +31,21 @@ def bytes_needed(op: str, dtype: str, m: int, k: int, n: int, g: int) -> int:
   return itemsize(dtype) * (inputs + out) + 4 * (inputs + out)
 
 
+# Bytes that stand in for the device's memory: a device shared with another job, or a CPU
+# host (which reports no limit of its own) standing in for a smaller device, as tests do.
+MEMORY_ENV = "RAGTUNE_DEVICE_MEMORY"
+
+
 def device_memory_bytes() -> int | None:
-  """The default device's memory limit; a CPU host's physical memory."""
+  """The default device's memory limit (RAGTUNE_DEVICE_MEMORY bytes when set); a CPU host's
+  physical memory."""
   import jax
 
+  if os.environ.get(MEMORY_ENV):
+    try:
+      return int(os.environ[MEMORY_ENV])
+    except ValueError:
+      raise RagtuneError(f"{MEMORY_ENV}={os.environ[MEMORY_ENV]!r}: expected a number of bytes") from None
   d = jax.devices()[0]
   try:
     stats = d.memory_stats() or {}

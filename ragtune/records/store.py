@@ -69,7 +69,7 @@ class Record:
   problem: Problem
   config: dict[str, Any] | None  # the candidate's fields, keys sorted; None for a baseline
   baseline: str  # "" for a candidate, else "xla" or "dense"
-  status: str  # ok, compile_error, timeout, crash, run_error, wrong, nan, timing_error
+  status: str  # ok, compile_error, too_big, timeout, crash, run_error, wrong, nan, timing_error
   device_kind: str
   error: str = ""
   time_s: float | None = None  # seconds per call; set only when timed

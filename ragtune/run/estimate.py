@@ -37,9 +37,9 @@ from ragtune.records.store import write_atomic
 # once and times 3 runs.
 RUNS = 5
 CACHE_FILE = "interpret-calibration.json"
-# The worker builds each problem's reference once (lax.ragged_dot, or its vjp): about two
-# more runs of the xla baseline. A baseline's compile (XLA's, not an interpreter's) took
-# 0.1-0.5 calibration compiles.
+# The worker builds each problem's reference once (ragtune.device.reference: the problem's
+# FLOPs, tile by tile): counted as two runs of a dense matmul of those FLOPs, with the xla
+# baseline. A baseline's compile (XLA's, not an interpreter's) took 0.1-0.5 calibration compiles.
 REFERENCE_RUNS = 2
 BASELINE_COMPILE = 0.3
 # A candidate on a device: compile, check and tune-jax's profile. Nominal, not measured on
@@ -211,9 +211,10 @@ class CostModel:
     if self.cal is None:
       return None
     # XLA's CPU ragged_dot computes every group's dense matmul over all m rows.
-    xla_flops = 2.0 * p.m * p.k * p.n * p.g
-    runs, flops = (RUNS + REFERENCE_RUNS, xla_flops) if name == "xla" else (RUNS, measure.flops(p))
-    return BASELINE_COMPILE * self.cal.compile_s + runs * flops / self.cal.matmul_flops
+    work = RUNS * measure.flops(p)
+    if name == "xla":
+      work = RUNS * 2.0 * p.m * p.k * p.n * p.g + REFERENCE_RUNS * measure.flops(p)
+    return BASELINE_COMPILE * self.cal.compile_s + work / self.cal.matmul_flops
 
   def _roofline_s(self, p: Problem) -> float | None:
     """A run's time at the device's recorded ceilings; None where none are recorded."""

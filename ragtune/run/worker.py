@@ -57,10 +57,12 @@ class _Problem:
 
   def __init__(self, p, opts: dict[str, Any]):
     from ragtune.device import measure
+    from ragtune.problems import limits
 
     self.p = p
     self.x = measure.make_inputs(p)
     self.args = measure.op_args(p.op, self.x)
+    self.memory = limits.device_memory_bytes()
     self.ref = measure.reference(p.op, self.x)
     self.builder = load_builder(opts["builder"])
 
@@ -69,7 +71,7 @@ def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: di
   import jax
 
   from kernels import registry
-  from ragtune.device import measure
+  from ragtune.device import measure, xla_fit
   from ragtune.records.store import make_row
 
   p = state.p
@@ -79,6 +81,8 @@ def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: di
     return make_row(p, cid, config, status, interpret=interpret, device=device, **kw)
 
   if cid == "baseline:xla":
+    if why := xla_fit.refusal(p, state.memory):  # asked before compiling: an H100 ran out of memory on it
+      return row("too_big", error=why)
     fn, args, do_check = measure.build_op(p, registry.REFERENCE, None, False), state.args, False
   elif cid == "baseline:dense":
     fn, args, do_check = measure.dense_matmul, measure.dense_args(p, state.x), False
@@ -92,6 +96,8 @@ def _measure(state: _Problem, cid: str, config, opts: dict[str, Any], device: di
     compiled = measure.compile_fn(fn, args)
   except Exception as e:  # noqa: BLE001
     return row("compile_error", error=measure.error_text(e))
+  if why := xla_fit.compiled_refusal(compiled, state.memory):
+    return row("too_big", error=why)
   try:
     out = jax.block_until_ready(compiled(*args))
   except Exception as e:  # noqa: BLE001

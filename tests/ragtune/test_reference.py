@@ -1,0 +1,256 @@
+"""The lax reference computed group by group (ragtune.device.reference): equal to
+jax.lax.ragged_dot and its vjp; memory near the operands' and FLOPs near the problem's at
+Mixtral's and DeepSeek-V3 prefill's sizes (XLA's memory analysis of the compiled loop, nothing
+run); XLA's own ragged_dot refused with the bytes it needs where its dense fallback does not
+fit; and sweep, verify and bench checking a 256-group problem on a device whose memory holds
+the operands many times over but not g times lhs."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import compiler_missing
+from typer.testing import CliRunner
+
+import kernels
+from kernels import quant
+from ragtune.cli.app import app
+from ragtune.device import measure, reference, xla_fit
+from ragtune.lut import bench
+from ragtune.problems import limits
+from ragtune.problems.shapes import GroupDist, Problem
+from ragtune.records import store
+from ragtune.run import devices
+
+runner = CliRunner()
+HI = jax.lax.Precision.HIGHEST
+NO_H100_COMPILE = compiler_missing("h100")
+# (m, k, n, g) of Mixtral-8x7B's prefill up projection and DeepSeek-V3's (shapes/anchors.yaml).
+MIXTRAL = (8192, 4096, 14336, 8)
+DSV3 = (131072, 7168, 2048, 256)
+SIZES = {
+  "empty+sum<m": (0, 17, 0, 30, 1, 20),  # 68 of 96 rows routed
+  "one-group": (0, 0, 96, 0, 0, 0),
+}
+
+
+def _lax(op, lhs, rhs, dout, gs):
+  """jax.lax.ragged_dot, or the cotangent `op` names, in float32 at HIGHEST."""
+  f32 = lambda a: jnp.asarray(a, jnp.float32)
+  fwd = lambda a, b: jax.lax.ragged_dot(a, b, jnp.asarray(gs, jnp.int32), precision=HI)
+  if op == "fwd":
+    return np.asarray(fwd(f32(lhs), f32(rhs)))
+  _, vjp = jax.vjp(fwd, f32(lhs), f32(rhs))
+  return np.asarray(vjp(f32(dout))[0 if op == "dlhs" else 1])
+
+
+@pytest.mark.parametrize(
+  ("dtype", "chunk_bytes"),
+  [("float32", reference.CHUNK_BYTES), ("bfloat16", 4 * 24 * 40 * 2)],
+  ids=["one-call", "chunked"],
+)
+def test_equals_lax_ragged_dot_and_its_vjp(dtype, chunk_bytes):
+  """Fresh random operands, empty groups, rows past sum(group_sizes), one group holding every
+  row; chunked: rows (fwd, dlhs) and groups (drhs) over several calls."""
+  m, k, n = 96, 24, 40
+  rng = np.random.default_rng()
+  dt = jnp.dtype(dtype)
+  for name, sizes in SIZES.items():
+    gs = np.asarray(sizes, np.int32)
+    lhs, dout = (jnp.asarray(rng.standard_normal(s, np.float32), dt) for s in ((m, k), (m, n)))
+    rhs = jnp.asarray(rng.standard_normal((len(gs), k, n), np.float32), dt)
+    for op in kernels.common.OPS:
+      got = reference.ragged_dot(op, lhs, rhs, dout, gs, chunk_bytes=chunk_bytes)
+      want = _lax(op, lhs, rhs, dout, gs)
+      assert got.dtype == np.float32 and got.shape == want.shape
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"{name} {op}")
+      if op == "drhs":
+        assert not got[gs == 0].any(), "an empty group's gradient is 0"
+      else:
+        assert not got[gs.sum() :].any(), "rows past sum(group_sizes) are 0"
+
+
+def test_one_compile_per_shape_whatever_the_routing():
+  m, k, n, g = 64, 8, 16, 4
+  x = {"lhs": jnp.ones((m, k)), "rhs": jnp.ones((g, k, n)), "dout": jnp.ones((m, n))}
+  reference.ragged_dot("fwd", *x.values(), np.array([64, 0, 0, 0]))
+  before = reference._compiled.cache_info()
+  for sizes in ([1, 2, 3, 58], [0, 0, 0, 40], [16, 16, 16, 16]):
+    reference.ragged_dot("fwd", *x.values(), np.array(sizes))
+  after = reference._compiled.cache_info()
+  assert (after.misses, after.hits) == (before.misses, before.hits + 3)
+
+
+@pytest.mark.parametrize(
+  ("fmt", "transpose_rhs"),
+  [("float8_e4m3fn:channelwise", True), ("float8_e4m3fn:block128", False), ("int8:block128", True)],
+)
+def test_quantized_equals_kernels_quant_reference(fmt, transpose_rhs):
+  m, k, n = 80, 200, 136  # k and n off the 128-blocks
+  rng = np.random.default_rng()
+  lq, rq, ls, rs = quant.quantize_operands(
+    rng.standard_normal((m, k), np.float32), rng.standard_normal((3, k, n), np.float32), fmt
+  )
+  rq = rq.swapaxes(1, 2) if transpose_rhs else rq
+  args = (lq, rq, jnp.asarray([30, 0, 41], jnp.int32), ls, rs)
+  value, scale = reference.quantized(*args, transpose_rhs=transpose_rhs, chunk_bytes=8 * n * 32)
+  want = np.asarray(quant.reference(*args, transpose_rhs=transpose_rhs))
+  np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+  np.testing.assert_allclose(scale, np.asarray(quant.error_scale(*args, transpose_rhs=transpose_rhs)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dist", ["multinomial", "zipf+empty", "one-group"])
+def test_work_is_the_problem_s_even_when_one_group_holds_every_row(dist):
+  """DeepSeek-V3 prefill's routings: the rows the tiles compute are within 1.5 m (lax's
+  lowering: g m = 256 m), and every routing fills tables of one length (one compile)."""
+  m, k, n, g = DSV3
+  if dist == "one-group":
+    sizes = np.zeros(g, np.int32)
+    sizes[7] = m
+  else:
+    sizes = GroupDist(dist=dist.split("+")[0], seed=3, empty_fraction=0.25 if "empty" in dist else 0.0).draw(m, g)
+  for plan, length in (
+    (reference.plan_rows(sizes, m, n), reference.plan_rows(np.full(g, m // g), m, n).length),
+    (reference.plan_groups(sizes, m, k, n), reference.plan_groups(np.full(g, m // g), m, k, n).length),
+  ):
+    rows = sum(c.count for c in plan.calls) * plan.rows
+    assert sizes.sum() <= rows <= min(1.5 * m, sizes.sum() + g * plan.rows)
+    assert plan.length == length and all(c.count <= plan.length for c in plan.calls)
+
+
+def _program(op, m, k, n, g, target=None):
+  """The bytes of the reference's compiled loop of one call at these sizes, in bf16 (shapes
+  only, nothing run), for this CPU or, deviceless, for `target`; and the bound it must keep:
+  the operands, the call's float32 output buffer and two of one group's weights in float32
+  (drhs: a tile's product and the buffer's group it adds to)."""
+  bf = jnp.bfloat16
+  if op == "drhs":
+    plan, operands = reference.plan_groups(np.full(g, m // g), m, k, n), [((m, k), bf), ((m, n), bf)]
+    buffer = 4 * plan.span * k * n
+  else:
+    width = n if op == "fwd" else k
+    plan, operands = reference.plan_rows(np.full(g, m // g), m, width), [((m, k if op == "fwd" else n), bf)]
+    operands.append(((g, k, n), bf))
+    buffer = 4 * plan.span * width
+  bound = sum(2 * int(np.prod(s)) for s, _ in operands) + buffer + 8 * k * n + (16 << 20)
+  if target is None:
+    return reference.program_bytes(reference.compile_call(op, operands, plan)), bound
+  from ragtune.deviceless import aot
+
+  fn = functools.partial(reference._BODIES[op], rows=plan.rows, span=plan.span)
+  scalar = ((), jnp.int32)
+  report = aot.compile_fn(target, fn, *operands, ((plan.length, 4), jnp.int32), scalar, scalar, expect_kernel=False)
+  assert report.ok, report.error
+  return report.memory.argument + report.memory.output + report.memory.temp, bound
+
+
+# What the old reference (lax.ragged_dot of the operands cast to f32, HIGHEST) compiled to, from
+# XLA's memory analysis of a deviceless H100 build (arguments + output + temporaries, GB):
+# Mixtral fwd 2.6, dlhs 6.0, drhs 7.0; DeepSeek-V3 prefill fwd 972, dlhs 294, drhs 1254. The
+# loop: Mixtral 1.6, 1.4, 1.5; DeepSeek-V3 10.5, 9.2, 3.5.
+@pytest.mark.parametrize("op", kernels.common.OPS)
+@pytest.mark.parametrize("shape", [MIXTRAL, DSV3], ids=["mixtral", "deepseek-v3"])
+def test_memory_near_the_operands_at_real_sizes(op, shape):
+  """The compiled loop holds the operands, one chunk of the float32 output (at most
+  CHUNK_BYTES) and a tile's temporaries, at most two of one group's weights in float32. lax's own
+  lowering adds g times lhs (DeepSeek-V3 prefill: 481 GB in bf16; Mixtral: 0.5 GB)."""
+  need, bound = _program(op, *shape)
+  assert need <= bound, (need, bound)
+
+
+@pytest.mark.skipif(NO_H100_COMPILE is not None, reason=str(NO_H100_COMPILE))
+def test_memory_near_the_operands_on_a_deviceless_h100():
+  """The same bound where bf16 dots are native: XLA's GPU compiler, for an H100, from this host."""
+  for op in kernels.common.OPS:
+    need, bound = _program(op, *DSV3, target="h100")
+    assert need <= bound, (op, need, bound)
+
+
+def test_a_reference_over_the_device_memory_is_refused_with_its_bytes(monkeypatch):
+  rng = np.random.default_rng()
+  x = {
+    name: rng.standard_normal(s, np.float32) for name, s in (("lhs", (256, 16)), ("rhs", (4, 16, 8)), ("dout", (8,)))
+  }
+  x["group_sizes"] = np.full(4, 64, np.int32)
+  monkeypatch.setenv(limits.MEMORY_ENV, "10000")
+  assert limits.device_memory_bytes() == 10_000
+  with pytest.raises(reference.DoesNotFit, match=r"needs [\d,]+ bytes .* more than its 10,000 bytes"):
+    measure.reference("fwd", x)
+  monkeypatch.setenv(limits.MEMORY_ENV, str(1 << 20))
+  want = _lax("fwd", x["lhs"], x["rhs"], x["dout"], x["group_sizes"])
+  np.testing.assert_allclose(measure.reference("fwd", x).value, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_xla_s_dense_fallback_is_refused_with_the_bytes_it_needs():
+  m, k, n, g = 4096, 16, 16, 256
+  p = Problem("drhs", "xla", "float32", m, k, n, g, "explicit", (m // g,) * g)
+  assert xla_fit.probe_path(p) == "dense"  # jax's own expansion on a CPU
+  need = xla_fit.dense_bytes(p)
+  assert need == 4 * (m * k + m * n + g * k * n + g * m * (k + n))  # lhs and dout masked per group
+  why = xla_fit.refusal(p, need - 1)
+  assert why.startswith("does not fit: XLA's ragged_dot compiles here to its dense fallback")
+  assert f"needs {need:,} bytes" in why and f"device's {need - 1:,} bytes" in why
+  assert xla_fit.refusal(p, need) is None and xla_fit.refusal(p, None) is None
+
+
+@pytest.mark.skipif(NO_H100_COMPILE is not None, reason=str(NO_H100_COMPILE))
+def test_dense_bytes_is_what_xla_s_h100_compile_of_it_needs():
+  """DeepSeek-V3 prefill through kernels.xla, built deviceless for an H100: XLA's memory
+  analysis and xla_fit.dense_bytes agree within 5% (fwd 491 GB, drhs 628 GB)."""
+  from ragtune.deviceless import aot
+
+  m, k, n, g = DSV3
+  for op in ("fwd", "drhs"):
+    p = Problem(op, "xla", "bfloat16", m, k, n, g, "explicit", (m // g,) * g)
+    fn = measure.build_op(p, kernels.registry.REFERENCE, None, False)
+    mem = aot.compile_fn("h100", fn, *aot.op_arg_shapes(op, m, k, n, g, p.dtype), expect_kernel=False).memory
+    assert 0.95 <= (mem.argument + mem.output + mem.temp) / xla_fit.dense_bytes(p) <= 1.05, (op, mem)
+
+
+# A 256-group problem with m = 256 n: operands of 0.75 MiB, g times lhs 64 MiB, XLA's dense
+# fallback 135 MB; the device is given 8 MiB.
+M, K, N, G = 4096, 16, 16, 256
+DEVICE = 8 << 20
+SPEC = f"""
+ops: [drhs]
+dtype: float32
+backends: [pallas_gpu]
+max_candidates: 1
+shapes:
+  - {{m: {M}, k: {K}, n: {N}, g: {G}}}
+"""
+
+
+@pytest.fixture
+def small_device(monkeypatch):
+  """DEVICE bytes of device memory, for this process and the workers it starts. The device
+  probe is asked once a process (cached): its answer is patched, not asked again."""
+  real = devices.probe_devices()
+  monkeypatch.setattr(devices, "probe_devices", lambda: dict(real, memory_bytes=DEVICE))
+  monkeypatch.setenv(limits.MEMORY_ENV, str(DEVICE))
+
+
+def test_sweep_verify_and_bench_check_256_groups_on_a_device_smaller_than_g_times_lhs(tmp_path, small_device):
+  spec, out = tmp_path / "s.yaml", tmp_path / "results"
+  spec.write_text(SPEC)
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  rows = {row.candidate: row for row in store.ResultsStore(out).rows()}
+  xla = rows.pop("baseline:xla")
+  assert xla.status == "too_big" and "dense fallback" in xla.error and "needs 135,004,160 bytes" in xla.error
+  assert all(row.status == "ok" for row in rows.values()), [row.error for row in rows.values()]
+  (checked,) = [row for row in rows.values() if not row.baseline]
+  assert checked.numerics["rel_error"] < 1e-5, "checked against the reference, not skipped"
+
+  r = runner.invoke(app, ["verify", str(out)])
+  assert r.exit_code == 0 and "1 passed, 0 failed" in r.output and "4/4 draws" in r.output, r.output
+
+  sizes = tuple(int(s) for s in GroupDist(dist="zipf", seed=1, empty_fraction=0.25).draw(M, G))
+  p = Problem("drhs", "pallas_gpu", "float32", M, K, N, G, "zipf", sizes, "t")
+  run = bench.Bench("cpu", False, ("pallas_gpu",), None, None, "", {}, None, 3)
+  got = {row.variant: row for row in bench.bench_problem(p, run)}
+  assert got[bench.XLA].status.startswith("too_big: does not fit: XLA's ragged_dot") and not got[bench.XLA].failed
+  kernel = got["pallas_gpu default [interpret]"]
+  assert kernel.status == "ok" and kernel.rel_error < 1e-5, kernel
