@@ -1,143 +1,328 @@
 #!/usr/bin/env bash
-# GPU work in stages, for a GPU machine with no package index (benchmarks/README.md). The
-# stages are time-boxed, so name several in one batch job where they fit:
+# The first check of ragtune on an NVIDIA GPU (an H100 or H200), in one run of about 8 minutes,
+# on a machine with Python, jax with CUDA and most of ragtune's dependencies but no package
+# index (benchmarks/README.md, "One GPU run"):
 #
-# Once, where a package index is reachable:  bash benchmarks/gpu_wheels.sh      (writes .whl/)
-# Each job on the GPU machine, with .whl/:   bash benchmarks/gpu_run.sh STAGE [STAGE ...]
+#   bash benchmarks/gpu_wheels.sh          # once, where PyPI is reachable: the wheels it lacks, into .whl/
+#   bash benchmarks/gpu_run.sh             # there, in the checkout with .whl/: every step below, in order
+#   bash benchmarks/gpu_run.sh STEP ...    # setup, versions, then only these, e.g. `tests` or `sweep verify export`
 #
-#   check       versions, the kernel tests compiled on the GPU, the ceilings, the timer   (~6 min)
-#   sweep       shapes/anchors.yaml (fwd first, then all ops), then shapes/gpu_slice.yaml,
-#               budgeted; stops itself after SWEEP_S seconds (default 330) and resumes in
-#               the next job
-#   ship        export-lut, verify the LUT, bundle it in kernels/luts/ only if it passes,
-#               report (verify gets VERIFY_S seconds, default 300)
-#   tuned       benchmarks/anchors.py with the bundled LUT (once shipped): its choice, each
-#               backend's default, XLA and dense, on the anchor problems (BENCH_S seconds,
-#               default 520)
-#   anchors     the same with the LUT a model finds (none before ship)
-#   exhaustive  every pruned config of Mixtral fwd into results/<slug>/exhaustive/ (SWEEP_S),
-#               resumable across jobs; ship merges it
+# Planned time per step. Each step runs under `timeout` with a cap (the variable beside it
+# changes it; for most steps the plan is the cap); one that overruns is stopped, and the next
+# one starts:
 #
-# Three 10-minute jobs: `check`; then `SWEEP_S=270 VERIFY_S=200 ... sweep ship`; then `tuned`.
+#   step        plan  cap   variable      what
+#   setup       0:15  1:00  SETUP_S       .whl/ into $SITE (pip --no-index --no-deps --target), once a machine
+#   versions    0:15  0:30  VERSIONS_S    nvidia-smi, jax, jaxlib, the CUDA plugin, CUDA, cuDNN, triton, tokamax
+#   tests       1:35  1:35  TESTS_S       tests/kernels/test_gpu_compiled.py: TEST_JOBS (4) pytest processes at
+#                                         once, TEST_TIMEOUT (60) s a test; after a hang the rest go on
+#   bench-fwd   2:00  2:00  BENCH_FWD_S   ragtune bench, fwd: [96,64]x[4,64,80], then the anchors
+#                                         (shapes/anchors.yaml: Mixtral 8x7B prefill, DeepSeek-V3 decode, up
+#                                         and down): the LUT's choice, each backend's default, XLA, tokamax
+#                                         and a dense matmul of the same FLOPs
+#   bench-dlhs  1:00  1:00  BENCH_DLHS_S  the same for the anchors' dlhs
+#   bench-drhs  0:50  0:50  BENCH_DRHS_S  and their drhs
+#   sweep       0:45  0:45  SWEEP_S       shapes/smoke.yaml --budget SWEEP_BUDGET (4) into results/<slug>/smoke;
+#                                         resumable: stopped at its cap it keeps its rows, the next run goes on
+#   export      0:05  0:15  EXPORT_S      ragtune export-lut -> results/<slug>/smoke/<slug>.json
+#   verify      0:40  0:40  VERIFY_S      ragtune verify of that LUT (fresh and adversarial group sizes)
+#   summary     0:05                      the step table and the bench table, last
+#   total       7:30  8:40
 #
-# Results: results/<device-slug>/ here is the sweep's folder. Each job packs it (and
-# kernels/luts/ once a LUT is bundled) into $OUT/results.tgz; unpack that into the checkout
-# before the next job (tar xzf results.tgz), so a fresh machine resumes where the last one
-# stopped. The exit status is the worst of the steps. OUT (the folder a job's outputs are
-# collected from) defaults to /tmp/ragtune-out.
+# Steps for longer jobs, not in the default run: anchors-sweep (shapes/anchors.yaml, fwd first,
+# then shapes/gpu_slice.yaml, budgeted, ANCHORS_SWEEP_S, resumable, into results/<slug>/),
+# ship (export that folder, verify it, bundle kernels/luts/<slug>.json only if verify passes),
+# exhaustive (every pruned config of Mixtral fwd into results/<slug>/exhaustive/, resumable).
+#
+# Output: every step writes into $OUT (default /tmp/ragtune-out) as soon as it has a result:
+# versions.txt, tests.txt and tests.json (tests-*.log: pytest's own output), bench-{fwd,dlhs,drhs}.csv
+# (a line per variant, written after each problem), sweep.log, verify.log, export.log, lut-smoke.json,
+# steps.tsv (a line per step as it ends) and summary.txt; copies of the results go to
+# results/<slug>/gpu-run/, and results.tgz packs results/<slug>/ (and kernels/luts/): unpack it in the
+# checkout before the next run (tar xzf results.tgz) so a sweep resumes. Exit status: 0 if every
+# step passed, 1 if any failed, 130 if a signal stopped the run; a failed step never stops the
+# steps after it.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || { echo "usage: gpu_run.sh STAGE [STAGE ...]: check, sweep, ship, tuned, anchors, exhaustive" >&2; exit 2; }
-SWEEP_S=${SWEEP_S:-330}
-VERIFY_S=${VERIFY_S:-300}
-BENCH_S=${BENCH_S:-520}
+cd "$(dirname "$0")/.." || exit 2
+START=$SECONDS
+exec 3>&1 4>&2  # the console, for what on_signal and finish print
+PY=${PYTHON:-python3}
 OUT=${OUT:-/tmp/ragtune-out}
 SITE=${RAGTUNE_SITE:-/tmp/site}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-log() { echo "== $(date -u +%H:%M:%S) $*"; }
-worst=0
-# After a step (a pipeline, under pipefail): note its failure, and go on with the stage. A
-# resumable sweep that `timeout` stopped (124) kept its rows: that is the plan, not a failure.
-ok() {
-  local rc=$?
-  if [ "$rc" -eq 124 ] && [ "${2:-}" = resumable ]; then log "$1: stopped at its time limit; rows kept, a rerun resumes"
-  elif [ "$rc" -ne 0 ]; then log "FAILED (rc $rc): $1"; worst=$rc; fi
-}
+SETUP_S=${SETUP_S:-60} VERSIONS_S=${VERSIONS_S:-30} TESTS_S=${TESTS_S:-95}
+BENCH_FWD_S=${BENCH_FWD_S:-120} BENCH_DLHS_S=${BENCH_DLHS_S:-60} BENCH_DRHS_S=${BENCH_DRHS_S:-50}
+SWEEP_S=${SWEEP_S:-45} VERIFY_S=${VERIFY_S:-40} EXPORT_S=${EXPORT_S:-15}
+TEST_JOBS=${TEST_JOBS:-4} TEST_TIMEOUT=${TEST_TIMEOUT:-60} SWEEP_BUDGET=${SWEEP_BUDGET:-4} ROW_TIMEOUT=${ROW_TIMEOUT:-30}
+ANCHORS_SWEEP_S=${ANCHORS_SWEEP_S:-330} SHIP_VERIFY_S=${SHIP_VERIFY_S:-300}
+GPU_TESTS=${GPU_TESTS:-tests/kernels/test_gpu_compiled.py}
+DEFAULT_STEPS=(tests bench-fwd bench-dlhs bench-drhs sweep export verify)
+OTHER_STEPS=(anchors-sweep ship exhaustive)
+STEPS=("$@")
+[ ${#STEPS[@]} -gt 0 ] || STEPS=("${DEFAULT_STEPS[@]}")
+for s in "${STEPS[@]}"; do
+  case " setup versions ${DEFAULT_STEPS[*]} ${OTHER_STEPS[*]} " in
+  *" $s "*) ;;
+  *) echo "error: unknown step '$s'; steps: ${DEFAULT_STEPS[*]} ${OTHER_STEPS[*]}" >&2; exit 2 ;;
+  esac
+done
 
-[ -d "$SITE/pydantic" ] || bash benchmarks/gpu_wheels.sh --install "$SITE" || exit 2
-export PYTHONPATH=$PWD:$SITE
-SLUG=$(python3 -c "import kernels; print(kernels.device_slug(kernels.lut.current_device_kind()))") || exit 2
+mkdir -p "$OUT"
+RESULTS=(versions.txt tests.txt tests.json bench-fwd.csv bench-dlhs.csv bench-drhs.csv lut-smoke.json steps.tsv summary.txt)
+# $OUT and results/<slug>/gpu-run/ hold this run's files only: an earlier run's go first.
+(cd "$OUT" && rm -f "${RESULTS[@]}" slug results.tgz summary.err setup.log versions.log tests.log tests-*.log \
+  tests-*.jsonl bench-*.log bench-shapes.yaml sweep.log export.log verify.log anchors-sweep.log ship.log exhaustive.log)
+export PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}
+log() { echo "== $(date -u +%H:%M:%S) +$((SECONDS - START))s $*"; }
+# jax's and XLA's start-up chatter, left out of what the console shows (the logs keep it)
+quiet() { grep -v -E '^(WARNING: All log messages|I0000 |W0000 |E0000 )|cudart_stub' || true; }
+show() { [ -f "$1" ] && quiet < "$1" | tail -n "${2:-15}" | sed 's/^/   /'; }
+
+if nvidia-smi -L > /dev/null 2>&1; then
+  export JAX_PLATFORMS=${JAX_PLATFORMS:-cuda,cpu}  # a CUDA that does not start is an error, not a CPU run
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
+else
+  log "no NVIDIA GPU here (nvidia-smi): the steps run on jax's default device; on a CPU the kernels are interpreted and nothing is timed"
+fi
+
+worst=0
+SLUG=unknown-device
 RES=results/$SLUG
-mkdir -p "$RES"
-pack() {
-  local what=("$RES")
-  [ -d kernels/luts ] && what+=(kernels/luts)
-  if tar czf "$OUT/results.tgz" "${what[@]}"; then log "packed ${what[*]} into \$OUT/results.tgz"
-  else log "FAILED to pack ${what[*]} into \$OUT/results.tgz"; fi
+CURRENT=""  # the process (and process group) of the command running now
+STEP=""  # the step running now and when it started: "NAME SECONDS"
+SETSID=()  # setsid -w: waits, passing the status on, should it ever need to fork
+if setsid -w true 2> /dev/null; then SETSID=(setsid -w); elif command -v setsid > /dev/null; then SETSID=(setsid); fi
+
+# capped [--parent-only] CAP CMD...: CMD under `timeout CAP`, in a session of its own, so that
+# this script alone decides what a signal stops. --parent-only: at the cap only CMD gets SIGTERM
+# (`timeout --foreground`), for the ragtune commands that run worker processes: a sweep then
+# stops at a safe point and ends its workers itself; signalling the workers too would record the
+# row in flight as a crash ("worker killed by SIGTERM"), which a resumed sweep never measures
+# again. KILL follows 10 s after TERM, and whatever is left of the command's process group after
+# it ends is killed, so no stray worker keeps the GPU's memory from the next step.
+capped() {
+  local fg=() cap rc
+  if [ "$1" = --parent-only ]; then fg=(--foreground); shift; fi
+  cap=$1; shift
+  "${SETSID[@]}" timeout "${fg[@]}" -k 10 "$cap" "$@" &
+  CURRENT=$!
+  wait "$CURRENT"
+  rc=$?
+  kill -KILL -- "-$CURRENT" 2> /dev/null
+  CURRENT=""
+  return "$rc"
 }
-finish() { pack; exit "$worst"; }
+# SIGINT or SIGTERM to this script (Ctrl-C, a batch system's time limit): stop the command
+# running now as its cap would, then write the summary and pack the results (finish).
+on_signal() {
+  exec 1>&3 2>&4  # the console again: a signal lands inside a step's redirection to its log
+  log "stopped by a signal: ending the step that runs now"
+  if [ -n "$CURRENT" ]; then
+    kill -TERM "$CURRENT" 2> /dev/null
+    for _ in $(seq 24); do kill -0 "$CURRENT" 2> /dev/null || break; sleep 0.5; done
+    kill -KILL -- "-$CURRENT" 2> /dev/null
+  fi
+  [ -n "$STEP" ] && printf '%s\t%s\t%s\t%s\t%s\t%s\n' "${STEP%% *}" "" "" "$((SECONDS - ${STEP##* }))" 130 \
+    "STOPPED by a signal" >> "$OUT/steps.tsv"
+  worst=130
+  exit 130
+}
+trap on_signal INT TERM
+
+# step NAME PLANNED CAP RESUMABLE FUNCTION: runs FUNCTION CAP (its commands run `capped`), notes
+# how it went in $OUT/steps.tsv, copies its results into $RES/gpu-run/, never stops the run.
+step() {
+  local name=$1 planned=$2 cap=$3 resumable=$4 fn=$5 t0=$SECONDS rc status
+  log "[$name] start, planned ${planned}s, cap ${cap}s"
+  STEP="$name $t0"
+  "$fn" "$cap"
+  rc=$?
+  STEP=""
+  if [ "$rc" -eq 0 ]; then
+    status=ok
+  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    if [ "$resumable" = resumable ]; then status="stopped at cap, resumable"; else status="FAILED: over its cap"; worst=1; fi
+  elif [ "$name" = tests ] && [ "$rc" -eq 3 ]; then
+    status="INCOMPLETE: not all run"; worst=1
+  else
+    status="FAILED (exit $rc)"; worst=1
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$planned" "$cap" "$((SECONDS - t0))" "$rc" "$status" >> "$OUT/steps.tsv"
+  keep
+  log "[$name] $status, $((SECONDS - t0))s"
+}
+# The results among $OUT's files, copied to $RES/gpu-run/ (the logs stay in $OUT).
+keep() {
+  [ "$SLUG" = unknown-device ] && return 0  # before versions names the device: $OUT only
+  mkdir -p "$RES/gpu-run"
+  local f
+  for f in "${RESULTS[@]}"; do
+    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RES/gpu-run/$f"
+  done
+  return 0
+}
+pack() {
+  [ -d "$RES" ] || { log "no results/<slug>/ to pack (the device was not named): the results are in $OUT"; return 0; }
+  local what=("$RES")
+  [ -n "$(ls kernels/luts/*.json 2> /dev/null)" ] && what+=(kernels/luts)
+  if tar czf "$OUT/results.tgz" --exclude='*.lock' --exclude=logs "${what[@]}" 2> /dev/null; then
+    log "packed ${what[*]} into $OUT/results.tgz"
+  else
+    log "FAILED to pack ${what[*]} into $OUT/results.tgz"; worst=1
+  fi
+}
+finish() {
+  trap - INT TERM
+  exec 1>&3 2>&4
+  if [ -f "$OUT/steps.tsv" ]; then
+    timeout 60 "$PY" benchmarks/gpu_run.py report --out "$OUT" --res "$RES" 2> "$OUT/summary.err" || log "the summary failed: $OUT/summary.err"
+    keep
+  fi
+  pack
+  log "done in $((SECONDS - START))s, exit $worst; everything is in $OUT"
+  exit "$worst"
+}
 trap finish EXIT
 
-for STAGE in "$@"; do
-case "$STAGE" in
-check)
-  log versions
-  { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-    python3 - <<'PY'
-import importlib.metadata as md
-import jax
-def version(p):
-  try:
-    return md.version(p)
-  except md.PackageNotFoundError:
-    return "not installed"
-print(", ".join(f"{p} {version(p)}" for p in ("jax", "jaxlib", "jax-cuda13-plugin", "triton", "tune-jax", "pydantic")))
-print(jax.devices())
-PY
-    date -u +%FT%TZ; } 2>&1 | tee "$RES/device.txt"
-  log "kernel tests, compiled on the GPU (full output: $RES/tests.txt)"
-  timeout 330 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfE \
-    tests/kernels/test_gpu_compiled.py tests/ragtune/test_timing.py tests/kernels/test_conformance.py \
-    -k "not pallas_tpu" > "$RES/tests.txt" 2>&1
-  ok "kernel tests"; tail -40 "$RES/tests.txt"
-  log "ceilings"
-  python3 - <<'PY' 2>&1 | tee -a "$RES/device.txt"
-import jax
-from pathlib import Path
-import kernels
-from ragtune.device import ceilings
-dev = jax.devices()[0]
-c = ceilings.measure_ceilings(["bfloat16", "float16"], dev.platform)
-ceilings.save(Path("results") / kernels.device_slug(dev.device_kind), {"device_kind": dev.device_kind, "jax_version": jax.__version__}, c)
-print("ceilings:", c)
-PY
-  ok ceilings
-  ;;
-anchors)
-  log "anchor benchmark, default configs"
-  timeout "$BENCH_S" python3 benchmarks/anchors.py --csv "$RES/anchors_default.csv" 2>&1 | tee "$RES/anchors_default.txt"
-  ok "anchor benchmark"
-  ;;
-sweep)
-  log "sweep the anchors (fwd first), then the GPU slice, for ${SWEEP_S}s in all (SIGTERM keeps the rows; the next call resumes)"
-  end=$(( $(date +%s) + SWEEP_S ))
-  left() { local l=$(( end - $(date +%s) )); [ "$l" -gt 5 ] && echo "$l" || echo 5; }
-  timeout -s TERM "$(left)" python3 -m ragtune sweep shapes/anchors.yaml -o "$RES" --op fwd --budget 8 --timeout 90 2>&1 | tail -25
-  ok "sweep anchors.yaml fwd" resumable
-  timeout -s TERM "$(left)" python3 -m ragtune sweep shapes/anchors.yaml -o "$RES" --budget 8 --timeout 90 2>&1 | tail -40
-  ok "sweep anchors.yaml" resumable
-  timeout -s TERM "$(left)" python3 -m ragtune sweep shapes/gpu_slice.yaml -o "$RES" --timeout 90 2>&1 | tail -20
-  ok "sweep gpu_slice.yaml" resumable
-  python3 -m ragtune plan shapes/anchors.yaml -o "$RES" --budget 8 2>&1 | tail -3
-  ;;
-ship)
-  log "export, verify, bundle"
-  dirs=("$RES"); [ -f "$RES/exhaustive/records.jsonl" ] && dirs+=("$RES/exhaustive")
-  python3 -m ragtune export-lut "${dirs[@]}" -o "$RES/$SLUG.json" 2>&1 | tail -5
-  ok export-lut
-  timeout "$VERIFY_S" python3 -m ragtune verify "$RES/$SLUG.json" --timeout 120 > "$RES/verify.txt" 2>&1
-  verified=$?; tail -30 "$RES/verify.txt"
-  if [ "$verified" -eq 0 ]; then
-    mkdir -p kernels/luts && cp "$RES/$SLUG.json" "kernels/luts/$SLUG.json" && log "bundled kernels/luts/$SLUG.json"
-  else
-    (exit "$verified"); ok "verify: the LUT is NOT bundled"
+# --- the steps (each takes its cap in seconds) ------------------------------------------------
+
+setup_() {
+  # The wheels the machine lacks (benchmarks/gpu_wheels.sh), installed once a machine: again
+  # only when .whl/ holds other files than the ones installed.
+  local have want
+  want=$(find .whl -maxdepth 1 -name '*.whl' -printf '%f\n' 2> /dev/null | sort | tr '\n' ' ')
+  have=$(cat "$SITE/.gpu_run_wheels" 2> /dev/null)
+  if [ -z "$want" ]; then
+    echo "no .whl/ here: using the packages $PY has" | tee "$OUT/setup.log"
+    "$PY" -c "import pydantic, tune_jax" >> "$OUT/setup.log" 2>&1 && return 0
+    echo "and it lacks pydantic or tune-jax: run benchmarks/gpu_wheels.sh where PyPI is reachable and carry .whl/" | tee -a "$OUT/setup.log"
+    return 2
   fi
-  python3 -m ragtune report "$RES" -o "$RES/report" 2>&1 | tail -3
-  ok report
-  ;;
-tuned)
-  lut=(); [ -f "kernels/luts/$SLUG.json" ] && lut=(--lut "kernels/luts/$SLUG.json")
-  log "anchor benchmark, defaults${lut:+ and the verified LUT}"
-  timeout "$BENCH_S" python3 benchmarks/anchors.py "${lut[@]}" --csv "$RES/anchors_tuned.csv" 2>&1 | tee "$RES/anchors_tuned.txt"
-  ok "anchor benchmark"
-  ;;
-exhaustive)
-  log "every pruned config of Mixtral fwd (resumable)"
-  timeout -s TERM "$SWEEP_S" python3 -m ragtune sweep shapes/anchors.yaml -o "$RES/exhaustive" --op fwd \
-    --shape 8192,4096,14336 --timeout 90 2>&1 | tail -20
-  ok "exhaustive sweep" resumable
-  ;;
-*) echo "error: unknown stage '$STAGE' (check, sweep, ship, tuned, anchors, exhaustive)" >&2; worst=2 ;;
-esac
+  if [ "$want" = "$have" ]; then
+    echo "the wheels of .whl/ are already in $SITE" | tee "$OUT/setup.log"
+    return 0
+  fi
+  [ -f "$SITE/.gpu_run_wheels" ] && rm -rf "$SITE"  # a folder this script filled: start it afresh
+  capped "$1" env PYTHON="$PY" bash benchmarks/gpu_wheels.sh --install "$SITE" > "$OUT/setup.log" 2>&1 || { show "$OUT/setup.log" 10; return 1; }
+  echo "$want" > "$SITE/.gpu_run_wheels"
+  show "$OUT/setup.log" 3
+}
+
+versions_() {
+  capped "$1" "$PY" benchmarks/gpu_run.py versions --out "$OUT/versions.txt" --slug-file "$OUT/slug" > "$OUT/versions.log" 2>&1
+  local rc=$?
+  quiet < "$OUT/versions.log" | sed 's/^/   /'
+  return $rc
+}
+
+tests_() {
+  # The helper stops its pytest processes at its own deadline; the cap is the backstop.
+  # shellcheck disable=SC2086  # GPU_TESTS: files, space-separated
+  capped "$(($1 + 10))" "$PY" benchmarks/gpu_run.py tests --out "$OUT" --deadline "$(($1 - 3))" \
+    --timeout "$TEST_TIMEOUT" --jobs "$TEST_JOBS" $GPU_TESTS > "$OUT/tests.log" 2>&1
+  local rc=$?
+  show "$OUT/tests.log" 20
+  return $rc
+}
+
+bench_() {  # CAP OP SHAPES_FILE
+  capped "$1" "$PY" -m ragtune bench "$3" --op "$2" --csv "$OUT/bench-$2.csv" > "$OUT/bench-$2.log" 2>&1
+  local rc=$?
+  show "$OUT/bench-$2.log" 40
+  return $rc
+}
+bench_fwd_() {
+  "$PY" benchmarks/gpu_run.py bench-shapes --out "$OUT/bench-shapes.yaml" || return 2
+  bench_ "$1" fwd "$OUT/bench-shapes.yaml"
+}
+bench_dlhs_() { bench_ "$1" dlhs shapes/anchors.yaml; }
+bench_drhs_() { bench_ "$1" drhs shapes/anchors.yaml; }
+
+sweep_() {
+  capped --parent-only "$1" "$PY" -m ragtune sweep shapes/smoke.yaml -o "$RES/smoke" --budget "$SWEEP_BUDGET" \
+    --timeout "$ROW_TIMEOUT" > "$OUT/sweep.log" 2>&1
+  local rc=$?
+  show "$OUT/sweep.log" 15
+  return $rc
+}
+
+# export-lut before verify: verify given a folder checks the LUT file in it when there is one,
+# which before this run's export is the last run's.
+export_() {
+  capped "$1" "$PY" -m ragtune export-lut "$RES/smoke" -o "$RES/smoke/$SLUG.json" > "$OUT/export.log" 2>&1
+  local rc=$?
+  [ -f "$RES/smoke/$SLUG.json" ] && cp "$RES/smoke/$SLUG.json" "$OUT/lut-smoke.json"
+  show "$OUT/export.log" 8
+  return $rc
+}
+
+verify_() {
+  capped --parent-only "$1" "$PY" -m ragtune verify "$RES/smoke/$SLUG.json" --timeout "$ROW_TIMEOUT" > "$OUT/verify.log" 2>&1
+  local rc=$?
+  show "$OUT/verify.log" 15
+  return $rc
+}
+
+anchors_sweep_() {
+  local end=$((SECONDS + $1)) rc
+  left() { local l=$((end - SECONDS)); [ "$l" -gt 5 ] && echo "$l" || echo 5; }
+  : > "$OUT/anchors-sweep.log"
+  capped --parent-only "$(left)" "$PY" -m ragtune sweep shapes/anchors.yaml -o "$RES" --op fwd --budget 8 --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || { show "$OUT/anchors-sweep.log" 15; return $rc; }
+  capped --parent-only "$(left)" "$PY" -m ragtune sweep shapes/anchors.yaml -o "$RES" --budget 8 --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || { show "$OUT/anchors-sweep.log" 15; return $rc; }
+  capped --parent-only "$(left)" "$PY" -m ragtune sweep shapes/gpu_slice.yaml -o "$RES" --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+  rc=$?
+  show "$OUT/anchors-sweep.log" 15
+  return $rc
+}
+
+ship_() {
+  local dirs=("$RES") rc
+  [ -f "$RES/exhaustive/records.jsonl" ] && dirs+=("$RES/exhaustive")
+  "$PY" -m ragtune export-lut "${dirs[@]}" -o "$RES/$SLUG.json" > "$OUT/ship.log" 2>&1 || { show "$OUT/ship.log"; return 1; }
+  capped --parent-only "$1" "$PY" -m ragtune verify "$RES/$SLUG.json" --timeout 120 >> "$OUT/ship.log" 2>&1
+  rc=$?
+  show "$OUT/ship.log" 30
+  [ "$rc" -eq 0 ] || { log "verify failed: the LUT is NOT bundled"; return $rc; }
+  mkdir -p kernels/luts && cp "$RES/$SLUG.json" "kernels/luts/$SLUG.json" && log "bundled kernels/luts/$SLUG.json"
+}
+
+exhaustive_() {
+  capped --parent-only "$1" "$PY" -m ragtune sweep shapes/anchors.yaml -o "$RES/exhaustive" --op fwd \
+    --shape 8192,4096,14336 --timeout 90 > "$OUT/exhaustive.log" 2>&1
+  local rc=$?
+  show "$OUT/exhaustive.log" 20
+  return $rc
+}
+
+# --- the run ------------------------------------------------------------------------------------
+
+step setup 15 "$SETUP_S" no setup_
+step versions 15 "$VERSIONS_S" no versions_
+SLUG=$(cat "$OUT/slug" 2> /dev/null || echo unknown-device)
+RES=results/$SLUG
+if [ "$SLUG" = unknown-device ]; then
+  log "versions could not name the device: the results stay in $OUT"
+else
+  mkdir -p "$RES/gpu-run"
+  (cd "$RES/gpu-run" && rm -f "${RESULTS[@]}")
+  keep
+fi
+for s in "${STEPS[@]}"; do
+  case "$s" in
+  setup | versions) ;;  # done above
+  tests) step tests "$TESTS_S" "$TESTS_S" no tests_ ;;
+  bench-fwd) step bench-fwd "$BENCH_FWD_S" "$BENCH_FWD_S" no bench_fwd_ ;;
+  bench-dlhs) step bench-dlhs "$BENCH_DLHS_S" "$BENCH_DLHS_S" no bench_dlhs_ ;;
+  bench-drhs) step bench-drhs "$BENCH_DRHS_S" "$BENCH_DRHS_S" no bench_drhs_ ;;
+  sweep) step sweep "$SWEEP_S" "$SWEEP_S" resumable sweep_ ;;
+  export) step export 5 "$EXPORT_S" no export_ ;;
+  verify) step verify "$VERIFY_S" "$VERIFY_S" no verify_ ;;
+  anchors-sweep) step anchors-sweep "$ANCHORS_SWEEP_S" "$ANCHORS_SWEEP_S" resumable anchors_sweep_ ;;
+  ship) step ship "$SHIP_VERIFY_S" "$SHIP_VERIFY_S" no ship_ ;;
+  exhaustive) step exhaustive "$ANCHORS_SWEEP_S" "$ANCHORS_SWEEP_S" resumable exhaustive_ ;;
+  esac
 done
