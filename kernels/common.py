@@ -78,9 +78,8 @@ def gpu_smem_limit(device_kind: str | None) -> int:
 # registers above its new count back to the CTA's pool, and .inc waits until the pool holds
 # what it asks for. The pool is what the CTA was launched with, launch registers x threads,
 # so a plan that asks for more waits forever: a deadlock, which no interpreter shows.
-REGISTER_FILE = (
-  64 * 1024
-)  # 32-bit registers per SM on sm_80 to sm_100 (CUDA C++ Programming Guide, compute capabilities)
+# 32-bit registers per SM on sm_80 to sm_100 (CUDA C++ Programming Guide, compute capabilities).
+REGISTER_FILE = 64 * 1024
 WARPGROUP = 128  # threads
 SETMAXNREG_RANGE = (24, 256)  # a setmaxnreg count is a multiple of 8 in this range (PTX ISA)
 
@@ -249,8 +248,8 @@ def group_row_bounds(group_sizes: jax.Array, m: int, group_offset: jax.Array, g_
 
 def _rows_before(group_sizes, m: int, i):
   """min(sum(group_sizes[:i]), m) for each i of an int32 vector (i past the groups: all of
-  them). A cumulative sum read by index, with no loop, scatter or concatenation: XLA fuses it
-  into the ops that use it (on a GPU, one small kernel computes a whole tile schedule)."""
+  them). A cumulative sum read by index, with no loop, scatter or concatenation, so XLA can
+  fuse it into the ops that use it."""
   sizes = group_sizes.astype(jnp.int32)
   ends = jnp.minimum(jnp.cumsum(sizes), m)
   return jnp.where(i <= 0, 0, ends[jnp.clip(i - 1, 0, sizes.shape[0] - 1)]).astype(jnp.int32)
@@ -355,8 +354,8 @@ class ScheduleLayout:
 @dataclasses.dataclass(frozen=True)
 class TileSchedule:
   """Which rows each scheduled row tile covers (see tile_schedule): every table in one int32
-  buffer, so XLA computes the whole schedule in one or two small fusions beside the kernel
-  and a kernel takes it as one operand, reading it through layout.tables(its ref)."""
+  buffer, so XLA computes the whole schedule in a few small fusions beside the kernel (two on a
+  small problem) and a kernel takes it as one operand, reading it through layout.tables(its ref)."""
 
   packed: Any  # int32 [layout.length]: a jax.Array, or a NumPy copy (to_numpy)
   layout: ScheduleLayout

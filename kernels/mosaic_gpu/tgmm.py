@@ -33,10 +33,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common
-from kernels.mosaic_gpu.config import CONSUMERS, pipeline_registers  # the last warpgroup (index CONSUMERS) produces
+from kernels.mosaic_gpu.config import CONSUMERS, EPI_TILE, pipeline_registers
 from kernels.mosaic_gpu.gmm import ROW_TILE, check_inputs, interpret_params, num_sms, pad_to_multiple, swizzle_elems
-
-EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer
 
 
 def group_steps(start, end, block_m: int):

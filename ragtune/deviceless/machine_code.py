@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from kernels.common import WARPGROUP
+
 _RIEGELI_BLOCK = 1 << 16
 _RIEGELI_BLOCK_HEADER = 24
 _RIEGELI_CHUNK_HEADER = 40
@@ -163,10 +165,10 @@ class KernelCode(SassFacts):
     register_pool, the last warpgroup's TRY_ALLOC never succeeds: the kernel hangs."""
     if not (self.setmaxnreg_dec or self.setmaxnreg_inc) or not self.threads:
       return None
-    warpgroups = -(-self.threads // _WARPGROUP)
+    warpgroups = -(-self.threads // WARPGROUP)  # setmaxnreg sets a whole warpgroup's count
     rest = max(0, warpgroups - len(self.setmaxnreg_dec))
     taken = max(self.setmaxnreg_inc, default=self.registers)
-    return _WARPGROUP * (sum(self.setmaxnreg_dec) + rest * taken)
+    return WARPGROUP * (sum(self.setmaxnreg_dec) + rest * taken)
 
   @property
   def spill_bytes(self) -> int:
@@ -387,7 +389,6 @@ _JUMPS = ("BRA", "JMP")  # to an address in their operand
 _ENDS = ("EXIT", "RET", "BRX", "JMX")  # no fall-through, and no successor we can name
 _HGMMA_SHAPE = re.compile(r"^\.(\d+)x(\d+)x(\d+)")
 _IMMEDIATE = re.compile(r"0x([0-9a-f]+)\s*$")
-_WARPGROUP = 128  # threads; setmaxnreg sets a whole warpgroup's count
 
 
 class _Instr(NamedTuple):

@@ -34,7 +34,7 @@ from kernels.common import scheme
 from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
 from ragtune.device import ceilings, measure, xla_fit
-from ragtune.device.xla_fit import XLA_PATHS, xla_path  # noqa: F401 - bench's names for them
+from ragtune.device.xla_fit import XLA_PATHS
 from ragtune.errors import RagtuneError
 from ragtune.problems import limits
 from ragtune.problems.shapes import GroupDist, Problem

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import kernels
 from ragtune.cli.app import app
-from ragtune.device import measure
+from ragtune.device import measure, xla_fit
 from ragtune.deviceless import aot
 from ragtune.lut import bench
 from ragtune.problems import shapes
@@ -84,7 +84,7 @@ def test_cpu_run_checks_every_variant_times_none_and_writes_the_csv_beside_the_l
   assert all(row[c] == "" for row in rows for c in ("ms", "tflops", "vs_peer", "timer")), "nothing is timed"
   assert all(0 < float(row["rel_error"]) < 0.02 for row in rows if row["variant"] != bench.DENSE)
   xla = next(row for row in rows if row["variant"] == bench.XLA)
-  assert xla["config"] == f"path: {bench.XLA_PATHS['dense']}", "jax expands ragged_dot itself on a CPU"
+  assert xla["config"] == f"path: {xla_fit.XLA_PATHS['dense']}", "jax expands ragged_dot itself on a CPU"
   assert rows[0]["config"] != rows[1]["config"] and "bm=16" in rows[0]["config"] and "w=2" in rows[0]["config"]
   assert tuned["block_m"] == 16
 
@@ -182,16 +182,16 @@ ENTRY %main.1 (a.1: bf16[512,7168], b.1: bf16[256,7168,2048], gs.1: s32[256]) ->
 
 
 def test_xla_path_tells_cudnn_from_a_kept_ragged_dot_and_from_the_dense_fallback():
-  assert bench.xla_path(CUDNN_FUSION) == "cudnn"
-  assert bench.xla_path(BEFORE_REWRITE) == "ragged_dot"
+  assert xla_fit.xla_path(CUDNN_FUSION) == "cudnn"
+  assert xla_fit.xla_path(BEFORE_REWRITE) == "ragged_dot"
   # ROCm's form, made from the text above: the custom call openxla/xla#43210 names.
   call = 'custom-call(%a.1, %b.1, %gs.1), custom_call_target="__cublas$lt$groupedMatmul"'
   grouped = BEFORE_REWRITE.replace("ragged-dot(%a.1, %b.1, %gs.1)", call)
-  assert bench.xla_path(grouped) == "grouped_gemm"
-  assert bench.xla_path("HloModule empty") == "unknown"
+  assert xla_fit.xla_path(grouped) == "grouped_gemm"
+  assert xla_fit.xla_path("HloModule empty") == "unknown"
   cpu = jax.jit(lambda a, b, gs: jax.lax.ragged_dot(a, b, gs))
   args = (jnp.ones((8, 4)), jnp.ones((2, 4, 3)), jnp.array([3, 5], jnp.int32))
-  assert bench.xla_path(cpu.lower(*args).compile().as_text()) == "dense"  # jax's own expansion on a CPU
+  assert xla_fit.xla_path(cpu.lower(*args).compile().as_text()) == "dense"  # jax's own expansion on a CPU
 
 
 @pytest.mark.skipif(NO_H100_COMPILE is not None, reason=str(NO_H100_COMPILE))
@@ -210,7 +210,7 @@ def test_xla_path_of_a_deviceless_h100_compile_is_the_dense_fallback(fusion_flag
   options = {} if fusion_flag is None else {"xla_gpu_experimental_use_ragged_dot_fusion": fusion_flag}
   with jax.set_mesh(mesh):
     hlo = jax.jit(fn).lower(*args).compile(compiler_options=options).as_text()
-  assert bench.xla_path(hlo) == "dense", hlo[:2000]
+  assert xla_fit.xla_path(hlo) == "dense", hlo[:2000]
   assert "bf16[512,256,7168]" in hlo, "the lhs masked and broadcast over all 256 groups"
 
 
