@@ -45,7 +45,7 @@ With --dtype float8_e4m3fn each design runs on fp8 operands: MMA at twice the 16
 (H100 SXM: 3,958 TF/s FP8 against 1,979 BF16, both with sparsity, on the datasheet above; HGX
 B200: 9 against 4.5 PFLOPS), one byte an element in shared memory and HBM, and bf16 out. It
 models the fp8 wgmma / tcgen05 kind::f8f6f4 kernels those designs would be. ragtune's fp8
-kernel today is pallas_gpu's, whose dots run on f16 mma.sync (README, "Quantized experts"):
+kernel today is pallas_gpu's, whose dots run on f16 mma.sync (docs/quantization.md):
 not modelled here.
 
 With --device b200 it models the Blackwell kernels (kernels/mosaic_blackwell, tcgen05) on a

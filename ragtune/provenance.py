@@ -3,7 +3,7 @@ checkout), jax, jaxlib, and the compiler stack behind the device where it can be
 
 Each part is read once per process. The host part opens no device, so any process may ask
 for it; the device part (`for_device`) is read by the process that holds the device, a
-sweep's worker, since the parent never opens one (README "Workers"). What is read:
+sweep's worker, since the parent never opens one (docs/workers.md). What is read:
 - GPU: the device client's `platform_version`, as XLA reports it, and the CUDA driver's
   version as jax reads it (`cudaDriverGetVersion`: 1000 * major + 10 * minor,
   https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART____VERSION.html);

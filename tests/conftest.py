@@ -43,7 +43,7 @@ os.environ.update(kernels.registry.interpreter_env())
 # mgpu_interpret) each run in a child process with a deadline, on every path (a plain
 # pytest, xdist, CI): a kernel that deadlocks leaves threads blocked in native code, where no
 # signal reaches them, so the parent kills the child and fails the case with the child's
-# stacks (faulthandler). See README, "Tests".
+# stacks (faulthandler). See docs/tests.md.
 MGPU_CHILD = "RAGTUNE_MGPU_INTERPRETER_CHILD"
 MGPU_DEADLINE_S = float(os.environ.get("RAGTUNE_MGPU_DEADLINE_S", 300))
 # Under CI, a few of each backend's. Hopper's gmm with the consumers splitting rows over a

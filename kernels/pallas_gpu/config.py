@@ -119,9 +119,9 @@ ABBREV = {
 
 # Defaults for large problems, per device family and op, in the op's own frame. Why:
 # - block_m (gmm) / block_k (tgmm) >= 64 with >= 4 warps, so Hopper uses wgmma; every
-#   default compiles for sm_90a with no spills (README: "What the kernels compile to").
+#   default compiles for sm_90a with no spills (docs/design.md: "Defaults, search space and what they compile to").
 # - The launch-order band (group_m, group_k) keeps HBM traffic near the unique bytes in
-#   benchmarks/l2_traffic.py on Mixtral and DeepSeek-V3 (README: "Launch order and L2").
+#   benchmarks/l2_traffic.py on Mixtral and DeepSeek-V3 (docs/design.md: "Launch order and L2").
 # - Shared memory within the family's bound, leaving room for 1-2 programs per SM.
 _DEFAULTS = {
   "hopper": {"gmm": TritonConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},

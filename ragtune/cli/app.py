@@ -230,7 +230,7 @@ def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
 
 # --- options several commands share -------------------------------------------------------
 
-ShapesFile = Annotated[Path, typer.Argument(metavar="SHAPES_FILE", help="Shape set YAML (see README: 'Shape sets').")]
+ShapesFile = Annotated[Path, typer.Argument(metavar="SHAPES_FILE", help="Shape set YAML (see docs/shapes.md).")]
 OutDir = Annotated[
   Path | None, typer.Option("--out", "-o", metavar="DIR", help="Results folder [default: results/<device-slug>/].")
 ]

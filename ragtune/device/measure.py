@@ -53,7 +53,7 @@ def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str,
 
 # Quantized problems are tuned with weights stored [g, n, k] and read with transpose_rhs: the
 # layout of a checkpoint's nn.Linear expert weights, which a serving model passes as they
-# are, and the only one Hopper's 8-bit wgmma reads without a copy (README, "Quantized experts").
+# are, and the only one Hopper's 8-bit wgmma reads without a copy (docs/quantization.md).
 QUANTIZED_RHS_NK = True
 
 

@@ -9,7 +9,7 @@ terms are the backend's (Backend.interpret_cost, fitted once where the backend i
 registered), in units of one interpreted grid step; that unit, and a compile's seconds, are
 measured on each host by timing a tiny interpreted kernel (calibration_backend's; a few
 seconds, once: cached per host and jax version). A candidate compiles once and runs RUNS
-times. It is a model: the README says how far off it was.
+times. It is a model: docs/commands.md (plan) says how far off it was.
 
 On a device the kernels run compiled: a candidate costs its compile, check and profile (a
 nominal figure) plus RUNS runs at its roofline at the ceilings a sweep measured there
