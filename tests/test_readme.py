@@ -219,3 +219,23 @@ def test_readme_examples_that_are_cheap_run(tmp_path, monkeypatch):
       assert r.exit_code == 0, (shlex.join(cmd), r.output)
       ran.append(cmd[1])
   assert sorted(set(ran)) == ["plan", "shapes"], ran
+
+
+def test_on_a_cpu_auto_runs_xla_and_a_cpu_lut_serves_an_explicit_backend():
+  """What README.md's "Using a LUT in a model" says of `kernels.explain` on a CPU."""
+  import jax
+
+  import kernels
+
+  if jax.devices()[0].platform != "cpu":
+    pytest.skip("a statement about CPU hosts")
+  config = {"block_m": 32, "block_k": 32, "block_n": 32, "num_warps": 4, "num_stages": 2, "group_m": 1, "group_k": 1}
+  entry = {"op": "fwd", "backend": "pallas_gpu", "dtype": "bfloat16", "m": 96, "k": 64, "n": 80, "g": 4}
+  lut = kernels.Lut.from_dict(
+    {"schema": "ragtune-lut", "schema_version": 2, "device_kind": "cpu", "entries": [{**entry, "config": config}]}
+  )
+  with kernels.use_lut(lut):
+    auto = kernels.explain((96, 64), (4, 64, 80), "bfloat16")
+    explicit = kernels.explain((96, 64), (4, 64, 80), "bfloat16", backend="pallas_gpu")
+  assert {str(c).split(": ", 1)[1] for c in auto.values()} == {"xla (no config) <- none"}
+  assert explicit["fwd"].source == "lut-exact"
