@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from ragtune.errors import RagtuneError
+from ragtune.filekind import FROM_CONFIG_MARK
 from ragtune.problems import shapes
 from ragtune.problems.presets import MoePreset
 
@@ -169,4 +170,5 @@ def shape_file(
   read = ", ".join(f"{field} {getattr(found.layer, key)}" for key, field in found.fields.items())
   if found.quant:
     read += f"; quantization_config: {found.quant}"
-  return f"# From {path}: {read}.\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+  head = f"{FROM_CONFIG_MARK}\n# From {path}: {read}.\n"
+  return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
