@@ -35,7 +35,7 @@ from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
 from ragtune.device import ceilings, measure, xla_fit
 from ragtune.device.xla_fit import XLA_PATHS
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, install_hint
 from ragtune.problems import limits
 from ragtune.problems.shapes import GroupDist, Problem
 from ragtune.records import report, store
@@ -195,7 +195,7 @@ def import_tokamax() -> tuple[ModuleType | None, str]:
   try:
     import tokamax
   except ImportError as e:
-    return None, f"not installed ({e}); pip install -e '.[bench]' adds it"
+    return None, f"not installed ({e}); {install_hint('bench')} adds it"
   except Exception as e:  # noqa: BLE001 - installed, but broken with this jax: say so, bench the rest
     return None, f"fails to import with jax {jax.__version__}: {measure.error_text(e, 200)}"
   from absl import flags

@@ -1,4 +1,4 @@
-"""`ragtune report` figures and report.md. matplotlib is an optional extra: `pip install -e '.[report]'`.
+"""`ragtune report` figures and report.md. matplotlib is an optional extra: `python3 -m pip install -e '.[report]'`.
 
 Per device kind:
 - <slug>-tflops.png:     per problem, TF/s of the tuned kernel, the default config, XLA and a dense matmul;
@@ -17,6 +17,7 @@ import kernels
 from kernels.lut import shape_text
 from ragtune import paths
 from ragtune.device import ceilings as ceilings_mod
+from ragtune.errors import install_hint
 from ragtune.filekind import REPORT_MD_MARK, Kind
 from ragtune.records import report
 from ragtune.records.store import Record, write_atomic
@@ -369,6 +370,6 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
         written.append(out / name)
         md += [f"### {caption}", "", f"![{caption}]({name})", ""]
   if not have_plots:
-    md += ["(No plots: install the optional extra with `pip install -e '.[report]'`.)", ""]
+    md += [f"(No plots: install the optional extra with `{install_hint('report')}`.)", ""]
   write_atomic(out / "report.md", "\n".join(md))
   return written + [out / "report.md"]
