@@ -51,7 +51,7 @@ def _json_kind(data: Any) -> Kind | None:
 
   if not isinstance(data, dict):
     return None
-  if {"problem", "candidate", "status"} <= data.keys():
+  if {"problem", "status"} <= data.keys():
     return Kind.RECORDS
   if data.get("schema") == kernels.lut.SCHEMA:
     try:

@@ -64,7 +64,8 @@ def output_file(path: Path, what: str, ours: Kind, *, force: bool) -> Path:
   `force`; and one `what` could not be written to."""
   path = writable_file(path, what)
   if not force and path.exists() and (found := classify(path)) != ours:
-    raise RagtuneError(f"{path}: exists and is {found.value}, not {ours.value}; use --force to replace it")
+    found_is = "is not" if found == Kind.OTHER else f"is {found.value}, not"
+    raise RagtuneError(f"{path}: exists and {found_is} {ours.value}; use --force to replace it")
   return path
 
 

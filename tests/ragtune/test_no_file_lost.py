@@ -44,13 +44,13 @@ def res(tmp_path, monkeypatch):
 
 def _refused(r, path, before: bytes, looks: str) -> None:
   line = _error(r)
-  assert f"{path}: exists and is {looks}" in line and "use --force to replace it" in line, line
+  assert f"{path}: exists and {looks}" in line and "use --force to replace it" in line, line
   assert path.read_bytes() == before, "the file is intact"
 
 
 def test_show_csv_refuses_the_records_file_and_a_readme(res, tmp_path):
   records = res / store.RECORDS
-  for target, looks in ((records, "a records file"), (tmp_path / "README.md", "a file of another kind")):
+  for target, looks in ((records, "is a records file"), (tmp_path / "README.md", "is not a CSV written by")):
     if not target.exists():
       target.write_text("# My project\n\nHours of notes.\n")
     before = target.read_bytes()
@@ -76,7 +76,7 @@ def test_bench_csv_refuses_the_lut(res, tmp_path):
   shapes = tmp_path / "s.yaml"
   shapes.write_text(HAND_SHAPES)
   before = lut.read_bytes()
-  _refused(runner.invoke(app, ["bench", str(shapes), "--csv", str(lut)]), lut, before, "a ragtune LUT")
+  _refused(runner.invoke(app, ["bench", str(shapes), "--csv", str(lut)]), lut, before, "is a ragtune LUT")
 
 
 def test_bench_csv_replaces_only_its_own_csv(tmp_path):
@@ -101,7 +101,7 @@ def test_from_config_replaces_its_own_shape_file_only(tmp_path):
   hand = tmp_path / "smoke.yaml"
   hand.write_text(HAND_SHAPES)
   r = runner.invoke(app, ["shapes", "from-config", str(config), "-o", str(hand)])
-  _refused(r, hand, HAND_SHAPES.encode(), "a shape file,")
+  _refused(r, hand, HAND_SHAPES.encode(), "is a shape file, not a shape file written by")
   r = runner.invoke(app, ["shapes", "from-config", str(config), "-o", str(hand), "--force"])
   assert r.exit_code == 0 and classify(hand) == Kind.FROM_CONFIG, r.output
 
@@ -116,10 +116,10 @@ def test_export_lut_replaces_a_lut_but_no_other_file(res, tmp_path):
   shapes = tmp_path / "shapes.json"
   shapes.write_text(json.dumps({"name": "x", "shapes": [{"m": 96, "k": 64, "n": 80, "g": 4}]}))
   before = shapes.read_bytes()
-  _refused(runner.invoke(app, ["export-lut", str(res), "-o", str(shapes)]), shapes, before, "a shape file")
+  _refused(runner.invoke(app, ["export-lut", str(res), "-o", str(shapes)]), shapes, before, "is a shape file")
   lut.write_text("my notes\n")  # a folder's <slug>.json that is no LUT: nothing at all is written
   (res / "fake_gpu_80gb.py").unlink()
-  _refused(runner.invoke(app, ["export-lut", str(res), "--format", "python"]), lut, b"my notes\n", "a file")
+  _refused(runner.invoke(app, ["export-lut", str(res), "--format", "python"]), lut, b"my notes\n", "is not a ragtune")
   assert not (res / "fake_gpu_80gb.py").exists()
   assert runner.invoke(app, ["export-lut", str(res), "--force"]).exit_code == 0
   assert classify(lut) == Kind.LUT
@@ -136,7 +136,7 @@ def test_report_defaults_to_report_in_the_results_folder_and_replaces_its_own(re
   mine = tmp_path / "mine"
   mine.mkdir()
   (mine / "report.md").write_text("# My report\n")
-  _refused(runner.invoke(app, ["report", str(res), "-o", str(mine)]), mine / "report.md", b"# My report\n", "a file")
+  _refused(runner.invoke(app, ["report", str(res), "-o", str(mine)]), mine / "report.md", b"# My report\n", "is not a")
   assert not (mine / "best.csv").exists(), "refused before anything was written"
   assert runner.invoke(app, ["report", str(res), "-o", str(mine), "--force"]).exit_code == 0
   assert classify(mine / "report.md") == Kind.REPORT_MD
