@@ -143,6 +143,6 @@ def check_input(path: Path, accepted: set[Kind], wanted: str) -> None:
   hint = ""
   if kind == Kind.HF_CONFIG:
     hint = f"; make a shape file from it with `ragtune shapes from-config {path} -o FILE.yaml`"
-  elif kind == Kind.RECORDS:
+  elif kind == Kind.RECORDS and Kind.RESULTS in accepted:
     hint = f" (its results folder is {path.parent})"
   raise RagtuneError(f"{path}: is {kind.value}, not {wanted}{hint}")

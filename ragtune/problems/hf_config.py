@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from ragtune import filekind
 from ragtune.errors import RagtuneError
 from ragtune.filekind import FROM_CONFIG_MARK
 from ragtune.problems import shapes
@@ -94,7 +95,9 @@ def _lookup(config: dict[str, Any], dotted: str) -> Any:
 
 
 def read_layer(path: Path) -> ConfigLayer:
-  """The MoE layer of the config.json at `path`; errors name the file and the field."""
+  """The MoE layer of the config.json at `path`; errors name the file and the field (or what
+  else the file is: a shape file, a LUT, a records file)."""
+  filekind.check_input(Path(path), {filekind.Kind.HF_CONFIG}, "a model's config.json")
   try:
     config = json.loads(Path(path).read_text())
   except FileNotFoundError:

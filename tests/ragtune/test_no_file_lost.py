@@ -186,3 +186,22 @@ def test_sweep_of_a_lut_or_a_model_config_says_so(res, tmp_path):
   assert f"{config}: is a Hugging Face model config, not a shape file" in line
   assert f"`ragtune shapes from-config {config} -o FILE.yaml`" in line
   assert not (tmp_path / "out").exists()
+
+
+def test_show_and_export_of_a_lut_or_a_shape_file_say_so(res, tmp_path):
+  lut = res / "fake-gpu-80gb.json"
+  shapes = tmp_path / "s.yaml"
+  shapes.write_text(HAND_SHAPES)
+  for cmd in ("show", "export-lut", "report"):
+    line = _error(runner.invoke(app, [cmd, str(lut)]))
+    assert line == f"error: {lut}: is a ragtune LUT, not a results folder or its records.jsonl", line
+  line = _error(runner.invoke(app, ["show", str(shapes)]))
+  assert line == f"error: {shapes}: is a shape file, not a results folder or its records.jsonl", line
+
+
+def test_from_config_of_a_shape_file_or_a_lut_says_so(res, tmp_path):
+  shapes = tmp_path / "s.yaml"
+  shapes.write_text(HAND_SHAPES)
+  for path, kind in ((shapes, "a shape file"), (res / "fake-gpu-80gb.json", "a ragtune LUT")):
+    line = _error(runner.invoke(app, ["shapes", "from-config", str(path)]))
+    assert line == f"error: {path}: is {kind}, not a model's config.json", line
