@@ -205,3 +205,11 @@ def test_from_config_of_a_shape_file_or_a_lut_says_so(res, tmp_path):
   for path, kind in ((shapes, "a shape file"), (res / "fake-gpu-80gb.json", "a ragtune LUT")):
     line = _error(runner.invoke(app, ["shapes", "from-config", str(path)]))
     assert line == f"error: {path}: is {kind}, not a model's config.json", line
+
+
+def test_a_lut_past_the_first_64_kib_is_still_a_lut(res):
+  lut = res / "fake-gpu-80gb.json"
+  data = json.loads(lut.read_text())
+  lut.write_text(json.dumps({**data, "note": "x" * 70_000}, indent=1))
+  assert lut.stat().st_size > 70_000 and classify(lut) == Kind.LUT
+  assert runner.invoke(app, ["export-lut", str(res)]).exit_code == 0, "export-lut replaces it"
