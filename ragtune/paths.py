@@ -1,5 +1,6 @@
 """Output paths checked before any work: a folder where a folder is needed, a file where a
-file is, somewhere we can write. Each check leaves nothing behind."""
+file is, somewhere we can write, and nothing there that the command did not write itself.
+Each check leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from ragtune.errors import RagtuneError
+from ragtune.filekind import Kind, classify
 
 
 def _reason(e: OSError) -> str:
@@ -54,6 +56,23 @@ def writable_file(path: Path, what: str) -> Path:
     raise RagtuneError(f"{path}: {path.parent} is a file, so it cannot hold {what}")
   writable_dir(path.parent, what, shown=path)
   return path
+
+
+def output_file(path: Path, what: str, ours: Kind, *, force: bool) -> Path:
+  """Refuse, now, an output file that exists and is not `ours` (the kind this command writes,
+  told from the file itself: rerunning a command over its own output replaces it), unless
+  `force`; and one `what` could not be written to."""
+  path = writable_file(path, what)
+  if not force and path.exists() and (found := classify(path)) != ours:
+    found_is = "is not" if found == Kind.OTHER else f"is {found.value}, not"
+    raise RagtuneError(f"{path}: exists and {found_is} {ours.value}; use --force to replace it")
+  return path
+
+
+def folder_of(path: Path) -> Path:
+  """A results folder given as itself or as its records file."""
+  path = Path(path)
+  return path.parent if path.is_file() else path
 
 
 def existing_dirs(dirs: list[Path], what: str = "results folder") -> list[Path]:

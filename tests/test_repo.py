@@ -1,7 +1,9 @@
 """What the repository itself keeps to: no large files tracked, and the layout's rules."""
 
 import ast
+import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,59 @@ def test_cli_commands_are_thin():
     body = node.body[1:] if ast.get_docstring(node) else node.body
     sizes[name] = _statements(body)
   assert max(sizes.values()) <= MAX_COMMAND_STATEMENTS, sizes
+
+
+def _normal(extra: str) -> str:
+  """PEP 685's normal form of an extra's name, the one pip matches on."""
+  return re.sub(r"[-_.]+", "-", extra).lower()
+
+
+def _extras() -> set[str]:
+  return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+
+# '.[a,b]' or ragtune[a,b] after `pip install`, a bare ragtune[a,b], and install_hint('a', 'b') in code.
+_HINTS = (
+  re.compile(r"pip install[^\n`]*?(?:ragtune|\.)\[([^\]]*)\]"),
+  re.compile(r"\bragtune\[([^\]]*)\]"),
+  re.compile(r"install_hint\(([^)]*)\)"),
+)
+
+
+def _hinted(text: str) -> list[str]:
+  names = []
+  for pattern in _HINTS:
+    for group in pattern.findall(text):
+      names += [n.strip(" '\"") for n in group.split(",")]
+  return [n for n in names if re.fullmatch(r"[A-Za-z0-9._-]+", n)]  # literals, not install_hint's own code
+
+
+def test_extras_are_in_pips_normal_form():
+  """pip older than 24 matches an extra only as its normal form (mosaic-gpu, not mosaic_gpu)."""
+  extras = _extras()
+  assert extras and all(_normal(e) == e for e in extras), sorted(extras)
+
+
+def test_every_install_hint_names_an_extra_that_exists_in_normal_form():
+  files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+  files += [p for d in ("ragtune", "kernels") for p in (ROOT / d).rglob("*.py")]
+  extras, bad, seen = _extras(), [], 0
+  for path in files:
+    for name in _hinted(path.read_text()):
+      seen += 1
+      if name not in extras:
+        bad.append(f"{path.relative_to(ROOT)}: {name}")
+  assert seen > 5, "the hints are found"
+  assert not bad, f"install hints naming no extra of pyproject.toml (or not in normal form): {bad}"
+
+
+def test_code_gives_one_form_of_install_hint():
+  """Every message says `python3 -m pip install -e '.[EXTRA]'`, through errors.install_hint."""
+  other = [
+    f"{p.relative_to(ROOT)}:{i}"
+    for d in ("ragtune", "kernels")
+    for p in (ROOT / d).rglob("*.py")
+    for i, line in enumerate(p.read_text().splitlines(), 1)
+    if "pip install" in line and "python3 -m pip install -e '.[" not in line
+  ]
+  assert not other, other

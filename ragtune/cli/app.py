@@ -31,6 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import kernels
 from ragtune import paths
 from ragtune.errors import RagtuneError
+from ragtune.filekind import Kind
 from ragtune.problems import limits
 from ragtune.run import prepare
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S
@@ -284,6 +285,12 @@ Interpret = Annotated[
   typer.Option("--interpret/--no-interpret", help="Pallas interpret mode [default: on when there is no accelerator]."),
 ]
 
+Force = Annotated[
+  bool,
+  typer.Option(
+    "--force", help="Replace the output even where the file there is not one this command wrote (refused otherwise)."
+  ),
+]
 SkipBadLines = Annotated[
   bool,
   typer.Option(
@@ -799,20 +806,23 @@ def export_lut(
   fmt: Annotated[
     LutFormat, typer.Option("--format", metavar="FORMAT", help="json, or python (also writes an importable <slug>.py).")
   ] = LutFormat.json,
+  force: Force = False,
   skip_bad_lines: SkipBadLines = False,
 ):
   """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
-  entry where XLA's own op was fastest, and write the LUT atomically."""
+  entry where XLA's own op was fastest, and write the LUT atomically. A DIR may be a
+  records.jsonl (its folder is then the default -o). An existing file is replaced only if
+  it is a ragtune LUT (or the module --format python wrote)."""
   from ragtune.lut import export
 
   dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
-  output = output or dirs[0]
+  output = output or paths.folder_of(dirs[0])
   if output.suffix == ".json":
-    paths.writable_file(output, "the LUT file")
+    paths.output_file(output, "the LUT file", Kind.LUT, force=force)
   else:
     paths.writable_dir(output, "the LUT folder (-o FILE.json for one file)")
   luts = export.build_luts(_records(dirs, skip_bad_lines))
-  written = export.write_luts(luts, output, fmt.value)
+  written = export.write_luts(luts, output, fmt.value, force=force)
   for kind, lut in sorted(luts.items()):
     console.print(f"{kind}: {len(lut)} entries")
   for p in written:
@@ -824,7 +834,11 @@ def export_lut(
 def show(
   dirs: ResultsDirs = None,
   all_rows: Annotated[bool, typer.Option("--all", help="Every measured row, not only the best per problem.")] = False,
-  csv: Annotated[Path | None, typer.Option("--csv", metavar="FILE", help="Also write the table as CSV.")] = None,
+  csv: Annotated[
+    Path | None,
+    typer.Option("--csv", metavar="FILE", help="Also write the table as CSV (replacing only a CSV show wrote)."),
+  ] = None,
+  force: Force = False,
   skip_bad_lines: SkipBadLines = False,
 ):
   """Print results as a table (best per problem by default)."""
@@ -835,7 +849,7 @@ def show(
   from ragtune.records import report, store
 
   if csv:
-    paths.writable_file(csv, "the --csv file")
+    paths.output_file(csv, "the --csv file", Kind.SHOW_CSV, force=force)
   dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
   records = _records(dirs, skip_bad_lines)
   _interpreted_notice(records)
@@ -866,19 +880,27 @@ def show(
 def report(
   dirs: ResultsDirs = None,
   output: Annotated[
-    Path,
-    typer.Option("--output", "-o", metavar="DIR", help="Folder for best.csv, rows.csv, the PNG plots and report.md."),
-  ] = Path("."),
+    Path | None,
+    typer.Option(
+      "--output",
+      "-o",
+      metavar="DIR",
+      help="Folder for best.csv, rows.csv, the PNG plots and report.md [default: report/ in the first results folder].",
+    ),
+  ] = None,
+  force: Force = False,
   skip_bad_lines: SkipBadLines = False,
 ):
   """Write best.csv (best per problem with baselines), rows.csv (every row), PNG plots
-  (TF/s per problem, roofline, candidate times; needs the [report] extra) and report.md."""
+  (TF/s per problem, roofline, candidate times; needs the report extra) and report.md.
+  Files of those names already there are replaced only if report wrote them."""
   from ragtune.device import ceilings
   from ragtune.records import plots, store
   from ragtune.records import report as report_mod
 
-  paths.writable_dir(output, "the report folder")
   dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
+  output = output or paths.folder_of(dirs[0]) / "report"
+  plots.check_output(output, force)
   records = _records(dirs, skip_bad_lines)
   _interpreted_notice(records)
   ceil = ceilings.load(dirs)
@@ -908,10 +930,14 @@ def bench(
   csv: Annotated[
     Path | None,
     typer.Option(
-      "--csv", metavar="FILE", help="[default: bench-<set name>.csv beside the LUT, else in results/<device-slug>/]."
+      "--csv",
+      metavar="FILE",
+      help="[default: bench-<set name>.csv beside the LUT, else in results/<device-slug>/]; "
+      "replaces only a CSV bench wrote.",
     ),
   ] = None,
   samples: Annotated[int, typer.Option("--samples", min=1, metavar="N", help="Profiler samples per variant.")] = 10,
+  force: Force = False,
 ):
   """Time, on this GPU, each problem's LUT choice, each GPU backend's default config, XLA's
   ragged_dot, tokamax.ragged_dot (when installed) and a dense matmul of the same FLOPs, in
@@ -921,7 +947,9 @@ def bench(
   from ragtune.lut import bench as bench_mod
 
   spec, problems = prepare.load_problems(shapes_file, _selection(ops, None, None, shape, model))
-  bench = bench_mod.plan(problems, spec.name, str(shapes_file), lut=lut, csv=csv, samples=samples, say=_say_err)
+  bench = bench_mod.plan(
+    problems, spec.name, str(shapes_file), lut=lut, csv=csv, samples=samples, say=_say_err, force=force
+  )
   csv, device = bench.csv, bench.device
   for line in bench_mod.header(bench.bench, bench.lut_file):
     _print(line)
@@ -964,7 +992,12 @@ def from_config(
   config: Annotated[Path, typer.Argument(metavar="CONFIG_JSON", help="A Hugging Face model's config.json (local).")],
   output: Annotated[
     Path | None,
-    typer.Option("--output", "-o", metavar="FILE", help="Shapes file to write [default: print it]."),
+    typer.Option(
+      "--output",
+      "-o",
+      metavar="FILE",
+      help="Shapes file to write [default: print it]; replaces only a file from-config wrote.",
+    ),
   ] = None,
   tokens: Annotated[
     str, typer.Option("--tokens", metavar="N,N,...", help="Token counts; m = tokens * top_k / ep, rounded up.")
@@ -989,6 +1022,7 @@ def from_config(
     str | None,
     typer.Option("--name", metavar="NAME", help="The model's name [default: the config file's name, or its folder's]."),
   ] = None,
+  force: Force = False,
 ):
   """Read the MoE layer (hidden, expert intermediate size, experts, top_k) from a model's
   config.json and write a shape file that tunes it: one models: entry, laid out over ep x tp
@@ -998,7 +1032,7 @@ def from_config(
   from ragtune.records import store
 
   if output is not None:
-    paths.writable_file(output, "the shapes file")
+    paths.output_file(output, "the shapes file", Kind.FROM_CONFIG, force=force)
   text = hf_config.shape_file(
     config,
     tokens=_positive_ints(tokens, "--tokens"),

@@ -5,10 +5,10 @@ a compile-only GPU from a text GpuTargetConfigProto (the device facts in ragtune
 Under `jax.set_mesh` of that device, `jax.jit(f).lower(...).compile()` runs XLA's GPU
 pipeline, the Triton and Mosaic GPU custom calls, and ptxas: every compile error,
 shared-memory overflow and register spill the device would see, with nothing run. Needs the
-CUDA plugin and ptxas (`pip install 'ragtune[gpu-compile]'`).
+CUDA plugin and ptxas (`python3 -m pip install -e '.[gpu-compile]'`).
 
 TPU: `get_topology_desc(platform="tpu", topology_name="v6e:2x2")` gives compile-only TPUs from
-libtpu (`pip install 'ragtune[tpu]'`); one of them is the mesh (Pallas TPU kernels are not
+libtpu (`python3 -m pip install -e '.[tpu]'`); one of them is the mesh (Pallas TPU kernels are not
 partitioned over several). XLA's TPU compiler and Mosaic then report what does not fit:
 a kernel's tiles over the scoped VMEM, a program over the HBM.
 
@@ -39,7 +39,7 @@ from kernels import common, quant
 from kernels.ragged_dot import resolve
 from ragtune import provenance
 from ragtune.deviceless import machine_code
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, install_hint
 
 TARGETS_DIR = Path(__file__).parent / "targets"
 # Target names -> device facts files. A path to any GpuTargetConfigProto text file works too.
@@ -279,7 +279,7 @@ def _mesh(platform: str, spec: str):
     import importlib.util
 
     if importlib.util.find_spec("libtpu") is None:
-      raise AotUnavailable("deviceless TPU compile needs libtpu: pip install 'ragtune[tpu]'")
+      raise AotUnavailable(f"deviceless TPU compile needs libtpu: {install_hint('tpu')}")
     try:
       topo = topologies.get_topology_desc(platform="tpu", topology_name=spec)
     except Exception as e:  # a topology name libtpu refuses, or a jax that started on another platform
@@ -295,7 +295,7 @@ def _mesh(platform: str, spec: str):
     topo = topologies.get_topology_desc(platform="cuda", target_config=spec, topology="1x1x1")
   except NotImplementedError:
     raise AotUnavailable(
-      "deviceless GPU compile needs the CUDA plugin (pip install 'ragtune[gpu-compile]') and a "
+      f"deviceless GPU compile needs the CUDA plugin ({install_hint('gpu-compile')}) and a "
       "process started with JAX_PLATFORMS=cpu (ragtune's compile workers set it)"
     ) from None
   except Exception as e:  # a bad proto text: one line from the parser

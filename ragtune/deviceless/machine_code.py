@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kernels.common import WARPGROUP
+from ragtune.errors import install_hint
 
 _RIEGELI_BLOCK = 1 << 16
 _RIEGELI_BLOCK_HEADER = 24
@@ -580,10 +581,10 @@ def read_executable(serialized: bytes, cuobjdump: str | None = None, only: bytes
   cuobjdump = cuobjdump or find_tool("cuobjdump")
   if cuobjdump is None:
     raise MachineCodeError(
-      "cuobjdump not found: pip install 'ragtune[gpu-compile]' (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
+      f"cuobjdump not found: {install_hint('gpu-compile')} (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
     )
   # Imported where they are used: ragtune.deviceless.aot imports this module on hosts without the extra.
   missing = [name for name in ("cramjam", "elftools") if importlib.util.find_spec(name) is None]
   if missing:
-    raise MachineCodeError(f"{', '.join(missing)} not found: pip install 'ragtune[gpu-compile]' (cramjam, pyelftools)")
+    raise MachineCodeError(f"{', '.join(missing)} not found: {install_hint('gpu-compile')} (cramjam, pyelftools)")
   return [k for cubin in cubins(serialized) if only is None or only in cubin for k in read_cubin(cubin, cuobjdump)]

@@ -35,7 +35,7 @@ from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
 from ragtune.device import ceilings, measure, xla_fit
 from ragtune.device.xla_fit import XLA_PATHS
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, install_hint
 from ragtune.problems import limits
 from ragtune.problems.shapes import GroupDist, Problem
 from ragtune.records import report, store
@@ -90,6 +90,10 @@ class Row:
   def failed(self) -> bool:
     """A failure of its own (a row the same as another repeats that one's)."""
     return not self.same_as and self.status.split(":")[0] in ("wrong", "nan", "error")
+
+
+# The CSV's header: `bench --csv` replaces only a file that starts with it.
+CSV_COLUMNS = [f.name for f in dataclasses.fields(Row)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +195,7 @@ def import_tokamax() -> tuple[ModuleType | None, str]:
   try:
     import tokamax
   except ImportError as e:
-    return None, f"not installed ({e}); pip install -e '.[bench]' adds it"
+    return None, f"not installed ({e}); {install_hint('bench')} adds it"
   except Exception as e:  # noqa: BLE001 - installed, but broken with this jax: say so, bench the rest
     return None, f"fails to import with jax {jax.__version__}: {measure.error_text(e, 200)}"
   from absl import flags
@@ -414,17 +418,28 @@ class Plan:
 
 
 def plan(
-  problems: list[Problem], set_name: str, where: str, *, lut: Path | None, csv: Path | None, samples: int, say
+  problems: list[Problem],
+  set_name: str,
+  where: str,
+  *,
+  lut: Path | None,
+  csv: Path | None,
+  samples: int,
+  say,
+  force: bool = False,
 ) -> Plan:
   """The LUT (lut, or the one a model here loads), the problems that fit this device (a
-  warning each through `say` for those that do not) and the CSV path, checked writable."""
+  warning each through `say` for those that do not) and the CSV path, checked writable and
+  not a file of another kind than bench's CSV (unless force)."""
   from ragtune import paths
+  from ragtune.filekind import Kind
   from ragtune.run import prepare
 
   kind = kernels.lut.current_device_kind()
   results_dir = Path("results") / kernels.device_slug(kind)
   table, lut_file = find_lut(lut, kind, results_dir)
-  csv = paths.writable_file(csv or default_csv(lut_file, results_dir, set_name), "the --csv file")
+  csv = csv or default_csv(lut_file, results_dir, set_name)
+  paths.output_file(csv, "the --csv file", Kind.BENCH_CSV, force=force)
   problems = bench_problems(problems, on_device())
   limits.check_fits(problems, where=where)
   problems = prepare.fitting(problems, limits.device_memory_bytes(), Path(where), say)
@@ -475,6 +490,5 @@ def table(rows: list[Row], timed: bool) -> list[str]:
 
 def write_csv(path: Path, rows: list[Row]) -> None:
   """All rows so far, atomically, times and rates to 4 significant digits."""
-  columns = [f.name for f in dataclasses.fields(Row)]
-  df = pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=columns)
+  df = pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=CSV_COLUMNS)
   store.write_atomic(path, report.csv_text(df))

@@ -27,7 +27,7 @@ import numpy as np
 import kernels
 from kernels.common import scheme
 from kernels.lut import locate_lut, shape_text
-from ragtune import provenance
+from ragtune import filekind, provenance
 from ragtune.device.numerics import NumericsResult
 from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import GroupDist, Problem
@@ -264,6 +264,7 @@ def load_lut_for_verify(
   unless `force`. `skipped`: as for store.load_results."""
   if not (target.is_file() or target.is_dir()):
     raise RagtuneError(f"{target}: no such LUT file or results folder")
+  filekind.check_input(target, {filekind.Kind.LUT, filekind.Kind.RESULTS}, "a LUT file or a results folder")
   try:
     lut_path = locate_lut(target, kind)
   except kernels.LutError:

@@ -28,7 +28,9 @@ from typing import Any
 
 import yaml
 
+from ragtune import filekind
 from ragtune.errors import RagtuneError
+from ragtune.filekind import FROM_CONFIG_MARK
 from ragtune.problems import shapes
 from ragtune.problems.presets import MoePreset
 
@@ -93,7 +95,9 @@ def _lookup(config: dict[str, Any], dotted: str) -> Any:
 
 
 def read_layer(path: Path) -> ConfigLayer:
-  """The MoE layer of the config.json at `path`; errors name the file and the field."""
+  """The MoE layer of the config.json at `path`; errors name the file and the field (or what
+  else the file is: a shape file, a LUT, a records file)."""
+  filekind.check_input(Path(path), {filekind.Kind.HF_CONFIG}, "a model's config.json")
   try:
     config = json.loads(Path(path).read_text())
   except FileNotFoundError:
@@ -169,4 +173,5 @@ def shape_file(
   read = ", ".join(f"{field} {getattr(found.layer, key)}" for key, field in found.fields.items())
   if found.quant:
     read += f"; quantization_config: {found.quant}"
-  return f"# From {path}: {read}.\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+  head = f"{FROM_CONFIG_MARK}\n# From {path}: {read}.\n"
+  return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)

@@ -424,8 +424,12 @@ def _best_error(errors: list[dict], data: Any) -> dict:
 
 
 def load_shape_set(path: str | Path) -> ShapeSet:
-  """Parse and validate a shapes file; errors name the file, key and line."""
+  """Parse and validate a shapes file; errors name the file, key and line (or what else the
+  file is: a LUT, a records file, a model's config.json)."""
+  from ragtune import filekind
+
   p = Path(path)
+  filekind.check_input(p, {filekind.Kind.SHAPES, filekind.Kind.FROM_CONFIG}, "a shape file")
   try:
     text = p.read_text()
   except FileNotFoundError:

@@ -1,4 +1,4 @@
-"""`ragtune report` figures and report.md. matplotlib is an optional extra: `pip install -e '.[report]'`.
+"""`ragtune report` figures and report.md. matplotlib is an optional extra: `python3 -m pip install -e '.[report]'`.
 
 Per device kind:
 - <slug>-tflops.png:     per problem, TF/s of the tuned kernel, the default config, XLA and a dense matmul;
@@ -15,7 +15,10 @@ import pandas as pd
 
 import kernels
 from kernels.lut import shape_text
+from ragtune import paths
 from ragtune.device import ceilings as ceilings_mod
+from ragtune.errors import install_hint
+from ragtune.filekind import REPORT_MD_MARK, Kind
 from ragtune.records import report
 from ragtune.records.store import Record, write_atomic
 
@@ -307,6 +310,19 @@ def _md_table(df: pd.DataFrame) -> str:
   return head + "".join("| " + " | ".join(cell(v) for v in r) + " |\n" for r in df.itertuples(index=False))
 
 
+PLOTS = ("tflops", "roofline", "candidates")  # <device-slug>-<plot>.png
+
+
+def check_output(out: Path, force: bool) -> None:
+  """Refuse, before anything is read, a report folder whose best.csv, rows.csv, report.md or
+  plots were not written by `ragtune report` (unless force)."""
+  paths.writable_dir(out, "the report folder")
+  own = [(out / "best.csv", Kind.REPORT_CSV), (out / "rows.csv", Kind.REPORT_CSV), (out / "report.md", Kind.REPORT_MD)]
+  own += [(p, Kind.PNG) for plot in PLOTS for p in sorted(out.glob(f"*-{plot}.png"))]
+  for path, kind in own:
+    paths.output_file(path, "a report file", kind, force=force)
+
+
 def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
   """PNGs (when matplotlib is installed) and report.md beside them. Returns what was written."""
   try:
@@ -314,7 +330,7 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
     have_plots = True
   except ImportError:
     have_plots = False
-  written, md = [], ["# ragtune report", ""]
+  written, md = [], [REPORT_MD_MARK, ""]
   for kind in sorted({r.device_kind for r in records}):
     kind_rows = [r for r in records if r.device_kind == kind]
     best = plot_frame(kind_rows, ceil)
@@ -354,6 +370,6 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
         written.append(out / name)
         md += [f"### {caption}", "", f"![{caption}]({name})", ""]
   if not have_plots:
-    md += ["(No plots: install the optional extra with `pip install -e '.[report]'`.)", ""]
+    md += [f"(No plots: install the optional extra with `{install_hint('report')}`.)", ""]
   write_atomic(out / "report.md", "\n".join(md))
   return written + [out / "report.md"]

@@ -39,6 +39,8 @@ ROW_COLUMNS = [
   "timestamp",
 ]
 KEYS = ["device_kind", "op", "backend", "dtype", "m", "k", "n", "g", "group_dist"]
+# How best.csv and rows.csv start: `report` replaces only CSVs that start so.
+REPORT_CSV_START = KEYS[:8]
 
 
 def rows_frame(records: list[Record]) -> pd.DataFrame:
@@ -171,6 +173,11 @@ def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
   room = max(10, width - fixed - 2)
   out["error"] = out["error"].map(lambda e: e if len(e) <= room else e[: room - 1] + "…")
   return out
+
+
+def show_headers() -> list[list[str]]:
+  """The header lines `show --csv` writes: best per problem (one device kind, or several), --all."""
+  return [SHOW_COLUMNS, ["device_kind", *SHOW_COLUMNS], list(compact_rows([]).columns)]
 
 
 def _g4(v) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import registry
+from ragtune import filekind
 from ragtune.device import measure
 from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
@@ -292,6 +293,9 @@ def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | No
   for d in dirs:
     if not Path(d).exists():
       raise RagtuneError(f"{d}: no such results folder")
+    filekind.check_input(
+      Path(d), {filekind.Kind.RESULTS, filekind.Kind.RECORDS}, "a results folder or its records.jsonl"
+    )
   for p in with_shards(dirs):
     path = p / RECORDS if p.is_dir() else p
     if not path.exists():

@@ -103,7 +103,9 @@ def test_layouts_and_options_pass_through(tmp_path):
   written = shapes.load_shape_set(tmp_path / "printed.yaml")
   layout = {"tokens": [64, 8192], "ep": 8, "tp": 2, "fused_gate_up": True}
   assert _problems(written) == _problems({"dtype": "float16", "models": [{"model": "qwen3-30b-a3b", **layout}]})
-  assert r.stdout.startswith(f"# From {config}: hidden_size 2048, moe_intermediate_size 768, num_experts 128,")
+  assert r.stdout.splitlines()[1].startswith(
+    f"# From {config}: hidden_size 2048, moe_intermediate_size 768, num_experts 128,"
+  )
   assert sorted(p.name for p in tmp_path.iterdir()) == ["printed.yaml", "qwen3-30b-a3b"], "nothing else written"
 
 
