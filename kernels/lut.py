@@ -44,7 +44,7 @@ from typing import Any
 
 from kernels import registry
 from kernels.backend import KernelConfig
-from kernels.common import FORMATS, OPS, op_dims
+from kernels.common import FORMATS, OPS, op_dims, op_order
 
 SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
@@ -287,7 +287,7 @@ class Lut:
     return len(self._entries)
 
   def entries(self) -> list[Entry]:
-    return sorted(self._entries.values(), key=lambda e: e.key)
+    return sorted(self._entries.values(), key=lambda e: (op_order(e.op), *e.key))
 
   def shapes(self) -> list[tuple[int, int, int]]:
     return sorted({(e.m, e.k, e.n) for e in self._entries.values()})

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from kernels import registry
+from kernels.common import op_order
 from ragtune.device import ceilings as ceilings_mod
 from ragtune.records import summary
 from ragtune.records.store import Record
@@ -50,9 +51,9 @@ def rows_frame(records: list[Record]) -> pd.DataFrame:
 
 
 def _summaries(records: list[Record]) -> list[summary.ProblemSummary]:
-  """Every (device kind, problem)'s summary, in the order of KEYS, then the problem key."""
+  """Every (device kind, problem)'s summary, in the order of KEYS (ops fwd, dlhs, drhs), then the problem key."""
   found = [s for kind in {r.device_kind for r in records} for s in summary.summarize(records, kind).values()]
-  order = lambda s: (s.device_kind, *(s.problem.fields()[k] for k in KEYS[1:]), s.problem.key)
+  order = lambda s: (s.device_kind, op_order(s.problem.op), *(s.problem.fields()[k] for k in KEYS[1:]), s.problem.key)
   return sorted(found, key=order)
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 from rich.console import Console
 from typer.testing import CliRunner
 
+import kernels
 from ragtune.candidates import search_space
 from ragtune.cli.app import app
 from ragtune.device import ceilings
@@ -237,3 +238,23 @@ def test_labels_that_cannot_all_fit_become_numbers_and_a_key():
   key = [t.get_text() for t in ax.texts if t not in labels]
   assert len(key) == 1 and all(f"{i + 1:>3}  {t}" in key[0] for i, t in enumerate(texts))
   plt.close(fig)
+
+
+def test_show_and_lut_entries_list_ops_fwd_dlhs_drhs(tmp_path):
+  """One order of ops everywhere (kernels.common.op_order), as sweep runs them; not alphabetical."""
+  rows = []
+  for op in ("drhs", "fwd", "dlhs"):
+    p = Problem(op, "pallas_gpu", "bfloat16", 64, 128, 128, 2, "multinomial(seed=0)", (32, 32))
+    c = search_space.candidates(p, 1)[0]
+    rows.append(store.make_row(p, store.candidate_id(c), c, "ok", interpret=False, device=DEV, time_s=1e-3))
+  out = tmp_path / "res"
+  out.mkdir()
+  (out / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
+  assert list(report.best_frame(store.load_results([out]))["op"]) == ["fwd", "dlhs", "drhs"]
+  r = runner.invoke(app, ["show", str(out)])
+  assert r.exit_code == 0, r.output
+  assert [line.split()[0] for line in r.output.splitlines()[1:4]] == ["fwd", "dlhs", "drhs"], r.output
+  lut = kernels.Lut(
+    "cpu", [kernels.Entry(op, "pallas_gpu", "bfloat16", 64, 128, 128, 2, None) for op in kernels.common.OPS[::-1]]
+  )
+  assert [e.op for e in lut.entries()] == ["fwd", "dlhs", "drhs"]
