@@ -251,7 +251,11 @@ Ops = Annotated[
 ]
 Shapes = Annotated[
   list[str] | None,
-  typer.Option("--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
+  typer.Option(
+    "--shape",
+    metavar="M,K,N",
+    help="Only problems whose forward shape [m,k]x[g,k,n] (as tables print it) has these m,k,n (repeatable).",
+  ),
 ]
 Models = Annotated[
   list[str] | None,
@@ -597,7 +601,7 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
   ):
     task = progress.add_task("", total=len(entries))
     for i, e in enumerate(entries, 1):
-      progress.update(task, description=f"{e.op} {e.backend} m={e.m} k={e.k} n={e.n} g={e.g}")
+      progress.update(task, description=f"{e.op} {e.backend} {kernels.lut.shape_text(e.m, e.k, e.n, e.g)}")
       res = verify_mod.verify_entry(e, seed=seed, interpret=interpret, runner=runner)
       failures += not res.passed
       for line in [verify_mod.entry_line(i, len(entries), res), *verify_mod.entry_report(res, full)]:
@@ -619,7 +623,7 @@ def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
   failures = 0
   for i, (p, cfg) in enumerate(items, 1):
     rep = reports.get(i - 1)
-    head = f"[{i}/{len(items)}] {p.op} {p.backend} m={p.m} k={p.k} n={p.n} g={p.g} {p.dtype}"
+    head = f"[{i}/{len(items)}] {p.op} {p.backend} {p.shape_label} {p.dtype}"
     if rep is None:
       _print(f"{head}: no kernel of its own to compile ({p.backend})")
       continue
@@ -656,7 +660,11 @@ def verify(
   ] = None,
   shape: Annotated[
     list[str] | None,
-    typer.Option("--shape", metavar="M,K,N", help="Only entries of this forward shape M,K,N (repeatable)."),
+    typer.Option(
+      "--shape",
+      metavar="M,K,N",
+      help="Only entries whose forward shape [m,k]x[g,k,n] (as printed) has these m,k,n (repeatable).",
+    ),
   ] = None,
   timeout: Annotated[
     float,

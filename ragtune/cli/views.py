@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ragtune.problems.presets import MODEL_PRESETS
-from ragtune.records.report import DTYPE_ABBREV, short_config
+from ragtune.records.report import DTYPE_ABBREV, config_text
 from ragtune.records.summary import speedup_text
 from ragtune.run.estimate import CostModel, duration
 from ragtune.run.plan import PlanRow
@@ -155,7 +155,7 @@ def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]]) -> T
       p.op,
       p.backend,
       p.shape_label,
-      short_config(cfg.to_dict()),
+      config_text(cfg.to_dict()),
       outcome if outcome == "ok" else f"{outcome}: {rep['error'][:120]}",
       _mib(cfg.vmem_bytes(p.op, p.dtype, p.m, p.k, p.n)),
       vmem,
@@ -197,7 +197,7 @@ def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str)
         p.op,
         p.backend,
         p.shape_label,
-        "-" if cfg is None else short_config(cfg.to_dict()),  # xla: no knobs
+        "-" if cfg is None else config_text(cfg.to_dict()),  # xla: no knobs
         rep["outcome"] if rep["outcome"] == ok else f"{rep['outcome']}: {rep['error'][:120]}",
         str(kr.get("registers", "-")),
         str(kr.get("spill_bytes", "-")),

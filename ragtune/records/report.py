@@ -12,7 +12,6 @@ from typing import Any
 
 import pandas as pd
 
-from kernels import registry
 from kernels.common import op_order
 from ragtune.device import ceilings as ceilings_mod
 from ragtune.records import summary
@@ -94,7 +93,7 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
         "ok": len(s.ranked),
         "failed": sum(s.counts.values()) - len(s.ranked),
         "statuses": s.statuses,
-        "best_config": short_config(best.config) if best else s.why,
+        "best_config": config_text(best.config) if best else s.why,
         "problem": p.key,
       }
     )
@@ -144,24 +143,25 @@ def printable(df: pd.DataFrame) -> pd.DataFrame:
   return out
 
 
-# Each backend names its knobs' short forms (kernels/<backend>/__init__.py).
-ABBREV = {k: v for b in registry.REGISTRY.values() for k, v in b.abbrev.items()}
 DTYPE_ABBREV = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 
-def short_config(config: dict[str, Any]) -> str:
-  return " ".join(f"{ABBREV.get(k, k)}={v}" for k, v in config.items())
+def config_text(config: dict[str, Any]) -> str:
+  """The one printed form of a config: its fields' full names, as in the LUT file and the
+  kernels' config classes ('block_m=64 block_k=32 ...')."""
+  return " ".join(f"{k}={v}" for k, v in config.items())
 
 
 def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
-  """`show --all`: every row in at most `width` columns; configs abbreviated, errors cut."""
+  """`show --all`: every row in at most `width` columns, errors cut. A baseline row is
+  listed under its own name (xla, dense), not under the backend of the problem it was timed for."""
   out = pd.DataFrame(
     {
       "op": [r.problem.op for r in records],
-      "backend": [r.problem.backend for r in records],
+      "backend": [r.baseline or r.problem.backend for r in records],
       "dtype": [DTYPE_ABBREV.get(r.problem.dtype, r.problem.dtype) for r in records],
-      "m,k,n,g": [f"{r.problem.m},{r.problem.k},{r.problem.n},{r.problem.g}" for r in records],
-      "config": [r.baseline or short_config(r.config) for r in records],
+      "shape": [r.problem.shape_label for r in records],
+      "config": ["(baseline)" if r.baseline else config_text(r.config) for r in records],
       "status": [r.status for r in records],
       "ms": [_g4(r.time_s * 1e3 if r.time_s is not None else None) for r in records],
       "TF/s": [_g4(r.tflops) for r in records],

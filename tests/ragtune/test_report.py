@@ -70,7 +70,11 @@ def test_show_all_fits_160_columns(tmp_path):
   assert r.exit_code == 0
   lines = r.output.splitlines()
   assert len(lines) > 20 and max(map(len, lines)) <= 160, max(map(len, lines))
-  assert "bm=" in r.output and "block_m" not in r.output
+  assert "block_m=" in r.output and "bm=" not in r.output, "config fields by their full names, as in the LUT"
+  assert "[4096,4096]x[8,4096,14336]" in r.output, "the one printed shape form, [m,k]x[g,k,n]"
+  # Baselines under their own names, not under the backend of the problem they were timed for.
+  by_backend = {line.split()[1]: line for line in lines[1:] if "(baseline)" in line}
+  assert set(by_backend) == {"xla", "dense"}, lines
 
 
 def test_csvs_round_to_4_significant_digits_records_keep_full_precision(tmp_path):
