@@ -833,11 +833,24 @@ def show(
   dirs: ResultsDirs = None,
   all_rows: Annotated[bool, typer.Option("--all", help="Every measured row, not only the best per problem.")] = False,
   csv: Annotated[Path | None, typer.Option("--csv", metavar="FILE", help="Also write the table as CSV.")] = None,
+  as_json: Annotated[
+    bool,
+    typer.Option(
+      "--json",
+      help="Print one JSON document instead of the table: {schema: ragtune-show, schema_version: 1, "
+      "view: best|all, rows: [...]}. A best row: device_kind, op, backend, dtype, m, k, n, g, group_dist, "
+      "shape, best_ms, tflops, gbps, pct_peak, bound, xla_ms, default_ms, dense_ms, vs_xla, vs_default, "
+      "winner, runner_up, ok, failed, statuses, best_config, problem. With --all, a row per record: "
+      "device_kind, op, backend, dtype, m, k, n, g, group_dist, candidate, status, time_s, tflops, gbps, "
+      "error, timer, interpret, jax_version, timestamp, shape, config, baseline. null: no value. "
+      "Notices go to stderr.",
+    ),
+  ] = False,
   skip_bad_lines: SkipBadLines = False,
 ):
-  """Print results as a table (best per problem by default)."""
-  import pandas as pd
-
+  """Print results as a table (best per problem by default): a rich table in a terminal,
+  plain columns when piped or in a log (one line per row), JSON with --json. Shapes read
+  [m,k]x[g,k,n] (ragged_dot's lhs x rhs); configs name their fields as the LUT does."""
   from ragtune import provenance
   from ragtune.device import ceilings
   from ragtune.records import report, store
@@ -847,7 +860,29 @@ def show(
   dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
   records = _records(dirs, skip_bad_lines)
   _interpreted_notice(records)
-  df = report.compact_rows(records) if all_rows else report.show_best(records, ceilings.load(dirs))
+  ceil = ceilings.load(dirs)
+  df = report.compact_rows(records) if all_rows else report.show_best(records, ceil)
+  if as_json:
+    typer.echo(report.show_json(records, ceil, all_rows), nl=False)
+  elif console.is_terminal:
+    from ragtune.cli import views
+
+    title = "every measured row" if all_rows else "best correct config per problem"
+    console.print(views.show_table(report.printable(df), title))
+  else:
+    _print_frame(report.printable(df))
+  jax_versions = provenance.sorted_versions({v for r in records if (v := provenance.of_record(r).get("jax"))})
+  if len(jax_versions) > 1:  # timings under different jax versions may not compare
+    _print(f"note: these rows were measured under jax {', '.join(jax_versions)}", err=as_json)
+  if csv:
+    store.write_atomic(csv, report.csv_text(df))
+    _print(f"wrote {csv}", err=as_json)
+
+
+def _print_frame(df) -> None:
+  """A frame as plain columns (pipes, logs, tests)."""
+  import pandas as pd
+
   with pd.option_context(
     "display.max_rows",
     500,
@@ -860,13 +895,7 @@ def show(
     "display.float_format",
     "{:.4g}".format,
   ):
-    _print(report.printable(df).to_string(index=False))
-  jax_versions = provenance.sorted_versions({v for r in records if (v := provenance.of_record(r).get("jax"))})
-  if len(jax_versions) > 1:  # timings under different jax versions may not compare
-    _print(f"note: these rows were measured under jax {', '.join(jax_versions)}")
-  if csv:
-    store.write_atomic(csv, report.csv_text(df))
-    console.print(f"wrote {csv}")
+    _print(df.to_string(index=False))
 
 
 @app.command(cls=_Command, epilog=_example("ragtune report -o report/"))

@@ -78,6 +78,25 @@ def summary_table(summaries) -> Table:
   return t
 
 
+_SHOW_WRAPS = {"best_config", "config", "statuses", "error", "winner"}
+
+
+def show_table(df, title: str) -> Table:
+  """`ragtune show` in a terminal: the printable frame's columns, numbers right-aligned at 4
+  significant digits, '-' where there is no value."""
+  t = Table(title=title, box=box.SIMPLE_HEAD)
+  numeric = {c for c in df.columns if df[c].dtype.kind in "iuf"}
+  for col in df.columns:
+    wraps = col in _SHOW_WRAPS  # the rest (shapes, numbers) stay whole on one line
+    t.add_column(str(col), justify="right" if col in numeric else "left", overflow="fold", no_wrap=not wraps)
+  cell = lambda v: (
+    "-" if v is None or (isinstance(v, float) and v != v) else f"{v:.4g}" if isinstance(v, float) else str(v)
+  )
+  for row in df.itertuples(index=False):
+    t.add_row(*(Text(cell(v)) for v in row))
+  return t
+
+
 def plan_table(rows: list[PlanRow]) -> Table:
   """One row per problem: candidates after pruning, rows done and to do, estimated time and its source."""
   pruned = any(r.rejected for r in rows)  # by a deviceless compile (plan --target)

@@ -7,6 +7,7 @@ Frames keep full precision; `csv_text` rounds times and rates to 4 significant d
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -68,6 +69,11 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
   """One line per (device, problem), with the sweep summary's columns: best correct config,
   its time and % of the binding peak, the XLA, default-config and dense baselines, the
   winning backend at that shape and op (XLA included) and its runner-up, statuses."""
+  return pd.DataFrame(best_rows(records, ceil), columns=BEST_COLUMNS)
+
+
+def best_rows(records: list[Record], ceil: dict | None = None) -> list[dict[str, Any]]:
+  """best_frame's lines as dicts of BEST_COLUMNS (NaN where not measured)."""
   out = []
   for s in _summaries(records):
     p, best, base = s.problem, s.best, s.baselines
@@ -97,7 +103,63 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
         "problem": p.key,
       }
     )
-  return pd.DataFrame(out)
+  return out
+
+
+BEST_COLUMNS = [
+  *KEYS,
+  "shape",
+  "best_ms",
+  "tflops",
+  "gbps",
+  "pct_peak",
+  "bound",
+  "xla_ms",
+  "default_ms",
+  "dense_ms",
+  "vs_xla",
+  "vs_default",
+  "winner",
+  "runner_up",
+  "ok",
+  "failed",
+  "statuses",
+  "best_config",
+  "problem",
+]
+# `show --json`: a document's schema and its version, raised when a key changes meaning or goes.
+SHOW_SCHEMA, SHOW_SCHEMA_VERSION = "ragtune-show", 1
+
+
+def _json_value(v: Any) -> Any:
+  if isinstance(v, float) and not math.isfinite(v):
+    return None
+  return v.item() if hasattr(v, "item") else v  # numpy scalars
+
+
+def show_json(records: list[Record], ceil: dict | None, all_rows: bool) -> str:
+  """`show --json`: one document. view "best": a row per problem of BEST_COLUMNS; view
+  "all": a row per record of ROW_COLUMNS plus shape, candidate config (fields by full name,
+  {} for a baseline) and baseline (xla, dense or null). null where there is no value."""
+  if all_rows:
+    rows = [
+      {
+        **{c: r.to_dict().get(c) for c in ROW_COLUMNS},
+        "shape": r.problem.shape_label,
+        "config": r.config or {},
+        "baseline": r.baseline or None,
+      }
+      for r in records
+    ]
+  else:
+    rows = best_rows(records, ceil)
+  doc = {
+    "schema": SHOW_SCHEMA,
+    "schema_version": SHOW_SCHEMA_VERSION,
+    "view": "all" if all_rows else "best",
+    "rows": [{k: _json_value(v) for k, v in row.items()} for row in rows],
+  }
+  return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
 
 SHOW_COLUMNS = [

@@ -262,3 +262,39 @@ def test_show_and_lut_entries_list_ops_fwd_dlhs_drhs(tmp_path):
     "cpu", [kernels.Entry(op, "pallas_gpu", "bfloat16", 64, 128, 128, 2, None) for op in kernels.common.OPS[::-1]]
   )
   assert [e.op for e in lut.entries()] == ["fwd", "dlhs", "drhs"]
+
+
+def test_show_json_is_one_document_with_stable_keys(tmp_path):
+  out, prefill, _ = _results(tmp_path)
+  r = runner.invoke(app, ["show", str(out), "--json"])
+  assert r.exit_code == 0, r.output
+  doc = json.loads(r.stdout)
+  assert (doc["schema"], doc["schema_version"], doc["view"]) == ("ragtune-show", 1, "best")
+  assert all(list(row) == report.BEST_COLUMNS for row in doc["rows"]) and len(doc["rows"]) == 3
+  best = next(row for row in doc["rows"] if row["m"] == prefill.m)
+  assert best["shape"] == "[4096,4096]x[8,4096,14336]" and "block_m=" in best["best_config"]
+  broken = next(row for row in doc["rows"] if row["op"] == "drhs")
+  assert broken["best_ms"] is None and broken["vs_xla"] is None, "no value is null, not NaN"
+
+  r = runner.invoke(app, ["show", str(out), "--all", "--json"])
+  assert r.exit_code == 0, r.output
+  doc = json.loads(r.stdout)
+  assert doc["view"] == "all" and len(doc["rows"]) == len(store.load_results([out]))
+  assert all(list(row) == [*report.ROW_COLUMNS, "shape", "config", "baseline"] for row in doc["rows"])
+  assert {row["baseline"] for row in doc["rows"]} == {"xla", "dense", None}
+  cand = next(row for row in doc["rows"] if row["baseline"] is None)
+  assert set(cand["config"]) >= {"block_m", "block_k", "block_n"}
+  assert "--json" in runner.invoke(app, ["show", "--help"]).output
+
+
+def test_show_in_a_terminal_is_a_rich_table(tmp_path, monkeypatch):
+  import ragtune.cli.app as app_mod
+
+  out, _, _ = _results(tmp_path)
+  term = Console(force_terminal=True, width=200, emoji=False, record=True)
+  monkeypatch.setattr(app_mod, "console", term)
+  r = runner.invoke(app, ["show", str(out)])
+  assert r.exit_code == 0, r.output
+  text = term.export_text()
+  assert "best correct config per problem" in text and "─" in text and "block_m=" in text, text
+  assert "[4096,4096]x[8,4096,14336]" in text, text
