@@ -12,7 +12,7 @@ from rich.text import Text
 from ragtune.problems.presets import MODEL_PRESETS
 from ragtune.records.report import DTYPE_ABBREV, config_text
 from ragtune.records.summary import speedup_text
-from ragtune.run.estimate import CostModel, duration
+from ragtune.run.estimate import CostModel, duration, gpu_sized_hint
 from ragtune.run.plan import PlanRow
 
 SHAPE = escape("shape [m,k]x[g,k,n]")
@@ -104,7 +104,7 @@ def plan_table(rows: list[PlanRow]) -> Table:
     "plan",
     ("op", "backend", "dtype", SHAPE, "candidates")
     + (("compile-rejected",) if pruned else ())
-    + ("rows done", "rows to do", "est. time", "a candidate", "from"),
+    + ("rows done", "rows to do", "est. time", "per candidate", "from"),
   )
   for r in rows:
     p, e = r.problem, r.estimate
@@ -118,7 +118,7 @@ def plan_table(rows: list[PlanRow]) -> Table:
       str(r.done),
       str(r.todo),
       duration(e.seconds) if e.seconds is not None and r.todo else "-",
-      duration(e.candidate_s) if e.candidate_s is not None and r.todo else "-",
+      duration(e.per_candidate_s) if e.per_candidate_s is not None and r.todo else "-",
       e.source,
     )
   return t
@@ -138,15 +138,17 @@ def plan_summary(rows: list[PlanRow], model: CostModel, slowest: int = 3) -> lis
   sources += [f"{by_rows} from the median time of their recorded rows"] if by_rows else []
   sources += [f"{len(unknown)} unknown ({unknown[0].estimate.note})"] if unknown else []
   lines = [f"{head}: about {duration(total)} (estimates: " + "; ".join(sources) + ")"]
+  lines += ["  est. time = candidates to do x per candidate + the baselines to do; --timeout warns by the slowest one"]
   worst = sorted(known, key=lambda r: -r.estimate.seconds)[:slowest]
   lines += [
     f"  slowest: {r.problem.op} {r.problem.backend} {r.problem.dtype} {r.problem.shape_label}: about "
     f"{duration(r.estimate.seconds)} for {r.todo} rows"
-    + (f", {duration(r.estimate.candidate_s)} a candidate" if r.estimate.candidate_s is not None else "")
+    + (f", {duration(r.estimate.per_candidate_s)} a candidate" if r.estimate.per_candidate_s is not None else "")
     for r in worst
     if len(known) > 1
   ]
-  return lines
+  hint = gpu_sized_hint(model, total)
+  return lines + ([hint] if hint else [])
 
 
 def _mib(n: int | None) -> str:
