@@ -26,7 +26,7 @@ import typer
 import typer.core
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress
 
 import kernels
 from ragtune import paths
@@ -356,16 +356,7 @@ def _run_sweep(problems: list, opts, on_state):
   waiting = lambda holder: _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
   if not console.is_terminal:
     return sweep.run_sweep(problems, opts, progress.PlainProgress(_print), waiting, on_state)
-  columns = [
-    TextColumn("{task.description}"),
-    BarColumn(),
-    MofNCompleteColumn(),
-    TimeElapsedColumn(),
-    TextColumn("eta"),
-    TimeRemainingColumn(),
-    TextColumn("{task.fields[best]}"),
-  ]
-  with Progress(*columns, console=console, transient=False) as bar:
+  with Progress(*progress.bar_columns(), console=console, transient=False) as bar:
     return sweep.run_sweep(problems, opts, progress.RichProgress(bar, console), waiting, on_state)
 
 
@@ -584,16 +575,10 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
   """Each entry's draws in a killable child; one line per entry (and its numerics report
   where it failed, or always with full). Returns the number of failed entries."""
   from ragtune.lut import verify as verify_mod
+  from ragtune.run import progress as progress_mod
 
   failures = 0
-  columns = [
-    TextColumn("verify {task.description}"),
-    BarColumn(),
-    MofNCompleteColumn(),
-    TimeElapsedColumn(),
-    TextColumn("eta"),
-    TimeRemainingColumn(),
-  ]
+  columns = progress_mod.bar_columns("verify {task.description}", best=False)
   # A live bar in a terminal; in a log, the per-entry lines are the progress.
   with (
     verify_mod.DrawRunner(timeout) as runner,
