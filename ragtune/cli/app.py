@@ -827,7 +827,8 @@ def show(
       "shape, best_ms, tflops, gbps, pct_peak, bound, xla_ms, default_ms, dense_ms, vs_xla, vs_default, "
       "winner, runner_up, ok, failed, statuses, best_config, problem. With --all, a row per record: "
       "device_kind, op, backend, dtype, m, k, n, g, group_dist, candidate, status, time_s, tflops, gbps, "
-      "error, timer, interpret, jax_version, timestamp, shape, config, baseline. null: no value. "
+      "error, timer, interpret, jax_version, timestamp, shape, config, baseline (xla or dense on a baseline's "
+      "row, whose backend is the problem's). null: no value. "
       "Notices go to stderr.",
     ),
   ] = False,

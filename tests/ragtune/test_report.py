@@ -284,7 +284,10 @@ def test_show_json_is_one_document_with_stable_keys(tmp_path):
   assert {row["baseline"] for row in doc["rows"]} == {"xla", "dense", None}
   cand = next(row for row in doc["rows"] if row["baseline"] is None)
   assert set(cand["config"]) >= {"block_m", "block_k", "block_n"}
-  assert "--json" in runner.invoke(app, ["show", "--help"]).output
+  help_text = " ".join(runner.invoke(app, ["show", "--help"]).output.split())
+  documented = help_text.partition("--json")[2]
+  assert all(f"{key}," in documented or f"{key}." in documented for key in report.BEST_COLUMNS), "--help lists the keys"
+  assert all(k in documented for k in (*report.ROW_COLUMNS, "shape", "config", "baseline"))
 
 
 def test_show_in_a_terminal_is_a_rich_table(tmp_path, monkeypatch):
