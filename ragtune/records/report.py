@@ -142,15 +142,13 @@ def show_json(records: list[Record], ceil: dict | None, all_rows: bool) -> str:
   "all": a row per record of ROW_COLUMNS plus shape, candidate config (fields by full name,
   {} for a baseline) and baseline (xla, dense or null). null where there is no value."""
   if all_rows:
-    rows = [
-      {
-        **{c: r.to_dict().get(c) for c in ROW_COLUMNS},
-        "shape": r.problem.shape_label,
-        "config": r.config or {},
-        "baseline": r.baseline or None,
-      }
-      for r in records
-    ]
+    line = lambda r, d: {
+      **{c: d.get(c) for c in ROW_COLUMNS},
+      "shape": r.problem.shape_label,
+      "config": r.config or {},
+      "baseline": r.baseline or None,
+    }
+    rows = [line(r, r.to_dict()) for r in records]
   else:
     rows = best_rows(records, ceil)
   doc = {
