@@ -113,7 +113,6 @@ class Backend:
   families: the GPU families (common.gpu_family) its kernels compile for; empty: every
           device of its platforms. Compiling for another raises a clear error.
   wide_indexing: addresses operands past 2**31 elements.
-  abbrev: short names of its knobs, for tables.
   auto_priority: backend="auto" falls back to the highest-priority backend that runs
           compiled on the platform; 0: never a fallback.
   megablox_lut_fn: its config is megablox's (tm, tk, tn) tiling, served by Lut.lut_fn.
@@ -154,7 +153,6 @@ class Backend:
   grad_lhs: Callable[..., Any] | None = None
   families: tuple[str, ...] = ()
   wide_indexing: bool = False
-  abbrev: dict[str, str] = dataclasses.field(default_factory=dict)
   auto_priority: int = 0
   megablox_lut_fn: bool = False
   smem_at_launch: bool = False

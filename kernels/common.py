@@ -36,6 +36,14 @@ import jax.numpy as jnp
 import numpy as np
 
 OPS = ("fwd", "dlhs", "drhs")
+
+
+def op_order(op: str) -> int:
+  """The one order of ops in what is listed (sweep, show, verify, plan): OPS's, the order
+  the layer's forward and backward passes run in; an unknown op last."""
+  return OPS.index(op) if op in OPS else len(OPS)
+
+
 DTYPES = ("bfloat16", "float16", "float32")
 # Quantized operands: an element dtype and a scale scheme (kernels/quant.py), written
 # "<dtype>:<scheme>". Where a LUT, a config or a tuner says "dtype" it means one of

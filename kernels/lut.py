@@ -44,7 +44,7 @@ from typing import Any
 
 from kernels import registry
 from kernels.backend import KernelConfig
-from kernels.common import FORMATS, OPS, op_dims
+from kernels.common import FORMATS, OPS, op_dims, op_order
 
 SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
@@ -287,7 +287,7 @@ class Lut:
     return len(self._entries)
 
   def entries(self) -> list[Entry]:
-    return sorted(self._entries.values(), key=lambda e: e.key)
+    return sorted(self._entries.values(), key=lambda e: (op_order(e.op), *e.key))
 
   def shapes(self) -> list[tuple[int, int, int]]:
     return sorted({(e.m, e.k, e.n) for e in self._entries.values()})
@@ -382,6 +382,9 @@ class Lut:
 
 _active: Lut | None = None
 _active_resolved = False
+# The RAGTUNE_LUT_ON_ERROR=warn messages already logged: a process that loads the default LUT
+# again (each load_lut(), each reset) warns of the same broken LUT once.
+_warned: set[str] = set()
 
 
 def locate_lut(path: str | os.PathLike | None, device_kind: str) -> Path | None:
@@ -437,8 +440,8 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
   device, an empty LUT (so the built-in heuristics apply).
   A LUT made for another device kind raises LutError unless force=True. With path None, a
   LUT that cannot be used raises too, its message led by ``RAGTUNE_LUT=<path>`` when the
-  variable named it; with RAGTUNE_LUT_ON_ERROR=warn it logs one WARNING instead and the
-  LUT is empty.
+  variable named it; with RAGTUNE_LUT_ON_ERROR=warn it logs a WARNING instead (once per
+  process for each distinct error) and the LUT is empty.
   """
   global _active, _active_resolved
   kind = current_device_kind()
@@ -454,7 +457,9 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
       raise LutError(f"{ON_ERROR_VAR}={mode}: expected 'raise' or 'warn' (on this LUT error: {message})") from None
     if mode == "raise":
       raise LutError(message) from None
-    logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
+    if message not in _warned:
+      _warned.add(message)
+      logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
     lut = Lut(kind, source=None)
   _active, _active_resolved = lut, True
   return lut

@@ -99,6 +99,8 @@ class Choice:
   rejected: for a default although the LUT has entries of this op and dtype, the nearest
     of them and why it was not used (another regime, a config that does not fit, a backend
     that does not run on this device).
+  why: for a default or "none" that no rejected entry explains, why no LUT entry was used
+    (no LUT loaded, none of this op and dtype, no tunable backend compiled on this device).
   """
 
   op: str
@@ -109,6 +111,7 @@ class Choice:
   distance: float | None = None
   lut: str | None = None  # the LUT's file, when it has one
   rejected: lut_mod.Rejection | None = None
+  why: str = ""
 
   def __str__(self) -> str:
     where = self.source
@@ -116,6 +119,8 @@ class Choice:
       where += f" (tuned {lut_mod.shape_text(*self.tuned_shape)}, distance {self.distance:.3g})"
     if self.rejected is not None:
       where += f" ({self.rejected})"
+    elif self.why:
+      where += f" ({self.why})"
     backend = self.backend + (" (deprecated upstream)" if registry.get(self.backend).deprecated() else "")
     return f"{self.op}: {backend} {self.config if self.config is not None else '(no config)'} <- {where}"
 
@@ -142,8 +147,33 @@ def _lut_or_default(
     rejected = (table.nearest_rejected(op, m, k, n, g, dt, backend=backend) if table is not None else None) or miss
     kind = target.current().device_kind
     default = b.default_config(op, dt, m, k, n, g, kind)
-    return Choice(op, backend, default, b.default_source(kind), rejected=rejected)
+    return Choice(
+      op, backend, default, b.default_source(kind), rejected=rejected, why=_no_entry(table, kind, op, dt, backend)
+    )
   return _from_entry(op, table, e, m, k, n, g)
+
+
+def _no_entry(table: lut_mod.Lut | None, device_kind: str, op: str, dtype: str, backend: str | None = None) -> str:
+  """Why the LUT gave nothing for `op` when no entry of it was rejected."""
+  if table is None or (table.source is None and not len(table)):
+    return (
+      f"no LUT loaded for device {device_kind!r}: `ragtune export-lut` writes one; "
+      f"set {lut_mod.ENV_VAR} or call kernels.load_lut(path)"
+    )
+  of = f"{op} {dtype}" + (f" {backend}" if backend else "")
+  return f"the LUT {table.source or '(in memory)'} has no {of} entry"
+
+
+def _no_tunable_backend(platform: str, device_kind: str, fmt: str | None) -> str:
+  """Why backend="auto" runs XLA's op and asks no LUT: no backend with configs compiles here
+  (for this quantized format, when one is given)."""
+  if fmt is not None and registry.auto_backend(platform, device_kind) != registry.REFERENCE:
+    return f"auto on {device_kind!r}: no backend with configs computes {fmt} here, so XLA's op runs"
+  tunable = [b.name for b in registry.REGISTRY.values() if b.config_type is not None and b.auto_priority > 0]
+  return (
+    f"auto on {device_kind!r}: no backend with configs runs compiled here, so XLA's op runs and no LUT "
+    f"is asked; backend= one of {', '.join(tunable)} runs interpreted with its LUT entries"
+  )
 
 
 def _as_config(backend: str, op: str, cfg: Any) -> Any:
@@ -200,6 +230,7 @@ def resolve(
   fmt = dtype if ":" in dtype else None
   fallback = registry.auto_backend(dev.platform, dev.device_kind, fmt) if auto else backend
   table = lut_mod.active_lut() if auto and registry.get(fallback).config_type is not None else None
+  why_none = _no_tunable_backend(dev.platform, dev.device_kind, fmt) if auto and fallback == registry.REFERENCE else ""
   out = {}
   for op in ops:
     cfg = given.get(op)
@@ -217,6 +248,8 @@ def resolve(
         choice = _from_entry(op, table, e, m, k, n, g)
       else:
         choice = _lut_or_default(op, name, m, k, n, g, dtype, miss)
+        if choice.source == "none" and why_none:
+          choice = dataclasses.replace(choice, why=why_none)
     registry.get(choice.backend).check_config(op, choice.config)
     out[op] = choice
   return out

@@ -122,16 +122,6 @@ class BlackwellConfig:
     return dataclasses.asdict(self)
 
 
-ABBREV = {
-  "block_m": "bm",
-  "block_k": "bk",
-  "block_n": "bn",
-  "max_concurrent_steps": "cs",
-  "group_m": "gm",
-  "cta_pair": "pair",
-}
-
-
 # --- defaults -----------------------------------------------------------------------------
 
 # In the op's own frame. Why: a [128, 256] cell is tcgen05's widest single-CTA MMA (N = 256)

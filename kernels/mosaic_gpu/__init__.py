@@ -74,7 +74,6 @@ BACKEND = Backend(
   space=config.space,
   launch_key=config.launch_key,
   wide_indexing=True,
-  abbrev=config.ABBREV,
   smem_at_launch=True,
   grid_work=config.grid_work,
   interpreter="mosaic_gpu",

@@ -168,9 +168,6 @@ class MosaicConfig:
     return dataclasses.asdict(self)
 
 
-ABBREV = {"block_m": "bm", "block_k": "bk", "block_n": "bn", "max_concurrent_steps": "cs", "group_m": "gm"}
-
-
 # --- defaults -----------------------------------------------------------------------------
 
 # In the op's own frame. Why: 128x256 CTA tiles (two 64x256 consumers) halve the operand

@@ -77,7 +77,6 @@ BACKEND = Backend(
   space=config.space,
   launch_key=config.launch_key,
   wide_indexing=True,
-  abbrev=config.ABBREV,
   auto_priority=2,
   grid_work=config.grid_work,
   interpreter="pallas",

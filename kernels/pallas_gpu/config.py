@@ -104,17 +104,6 @@ class TritonConfig:
     return dataclasses.asdict(self)
 
 
-ABBREV = {
-  "block_m": "bm",
-  "block_k": "bk",
-  "block_n": "bn",
-  "num_warps": "w",
-  "num_stages": "s",
-  "group_m": "gm",
-  "group_k": "gk",
-}
-
-
 # --- defaults -----------------------------------------------------------------------------
 
 # Defaults for large problems, per device family and op, in the op's own frame. Why:

@@ -31,7 +31,6 @@ BACKEND = Backend(
   platforms=("tpu",),
   default=config.default,
   space=config.space,
-  abbrev={"tm": "tm", "tk": "tk", "tn": "tn"},
   auto_priority=2,
   megablox_lut_fn=True,
   grid_work=config.grid_work,

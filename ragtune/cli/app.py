@@ -26,7 +26,7 @@ import typer
 import typer.core
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress
 
 import kernels
 from ragtune import paths
@@ -252,7 +252,11 @@ Ops = Annotated[
 ]
 Shapes = Annotated[
   list[str] | None,
-  typer.Option("--shape", metavar="M,K,N", help="Only problems of this forward shape M,K,N (repeatable)."),
+  typer.Option(
+    "--shape",
+    metavar="M,K,N",
+    help="Only problems whose forward shape [m,k]x[g,k,n] (as tables print it) has these m,k,n (repeatable).",
+  ),
 ]
 Models = Annotated[
   list[str] | None,
@@ -359,16 +363,7 @@ def _run_sweep(problems: list, opts, on_state):
   waiting = lambda holder: _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
   if not console.is_terminal:
     return sweep.run_sweep(problems, opts, progress.PlainProgress(_print), waiting, on_state)
-  columns = [
-    TextColumn("{task.description}"),
-    BarColumn(),
-    MofNCompleteColumn(),
-    TimeElapsedColumn(),
-    TextColumn("eta"),
-    TimeRemainingColumn(),
-    TextColumn("{task.fields[best]}"),
-  ]
-  with Progress(*columns, console=console, transient=False) as bar:
+  with Progress(*progress.bar_columns(), console=console, transient=False) as bar:
     return sweep.run_sweep(problems, opts, progress.RichProgress(bar, console), waiting, on_state)
 
 
@@ -587,16 +582,10 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
   """Each entry's draws in a killable child; one line per entry (and its numerics report
   where it failed, or always with full). Returns the number of failed entries."""
   from ragtune.lut import verify as verify_mod
+  from ragtune.run import progress as progress_mod
 
   failures = 0
-  columns = [
-    TextColumn("verify {task.description}"),
-    BarColumn(),
-    MofNCompleteColumn(),
-    TimeElapsedColumn(),
-    TextColumn("eta"),
-    TimeRemainingColumn(),
-  ]
+  columns = progress_mod.bar_columns("verify {task.description}", best=False)
   # A live bar in a terminal; in a log, the per-entry lines are the progress.
   with (
     verify_mod.DrawRunner(timeout) as runner,
@@ -604,7 +593,7 @@ def _verify_entries(entries: list, *, seed: int, interpret: bool, timeout: float
   ):
     task = progress.add_task("", total=len(entries))
     for i, e in enumerate(entries, 1):
-      progress.update(task, description=f"{e.op} {e.backend} m={e.m} k={e.k} n={e.n} g={e.g}")
+      progress.update(task, description=f"{e.op} {e.backend} {kernels.lut.shape_text(e.m, e.k, e.n, e.g)}")
       res = verify_mod.verify_entry(e, seed=seed, interpret=interpret, runner=runner)
       failures += not res.passed
       for line in [verify_mod.entry_line(i, len(entries), res), *verify_mod.entry_report(res, full)]:
@@ -626,7 +615,7 @@ def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
   failures = 0
   for i, (p, cfg) in enumerate(items, 1):
     rep = reports.get(i - 1)
-    head = f"[{i}/{len(items)}] {p.op} {p.backend} m={p.m} k={p.k} n={p.n} g={p.g} {p.dtype}"
+    head = f"[{i}/{len(items)}] {p.op} {p.backend} {p.shape_label} {p.dtype}"
     if rep is None:
       _print(f"{head}: no kernel of its own to compile ({p.backend})")
       continue
@@ -663,7 +652,11 @@ def verify(
   ] = None,
   shape: Annotated[
     list[str] | None,
-    typer.Option("--shape", metavar="M,K,N", help="Only entries of this forward shape M,K,N (repeatable)."),
+    typer.Option(
+      "--shape",
+      metavar="M,K,N",
+      help="Only entries whose forward shape [m,k]x[g,k,n] (as printed) has these m,k,n (repeatable).",
+    ),
   ] = None,
   timeout: Annotated[
     float,
@@ -839,11 +832,25 @@ def show(
     typer.Option("--csv", metavar="FILE", help="Also write the table as CSV (replacing only a CSV show wrote)."),
   ] = None,
   force: Force = False,
+  as_json: Annotated[
+    bool,
+    typer.Option(
+      "--json",
+      help="Print one JSON document instead of the table: {schema: ragtune-show, schema_version: 1, "
+      "view: best|all, rows: [...]}. A best row: device_kind, op, backend, dtype, m, k, n, g, group_dist, "
+      "shape, best_ms, tflops, gbps, pct_peak, bound, xla_ms, default_ms, dense_ms, vs_xla, vs_default, "
+      "winner, runner_up, ok, failed, statuses, best_config, problem. With --all, a row per record: "
+      "device_kind, op, backend, dtype, m, k, n, g, group_dist, candidate, status, time_s, tflops, gbps, "
+      "error, timer, interpret, jax_version, timestamp, shape, config, baseline (xla or dense on a baseline's "
+      "row, whose backend is the problem's). null: no value. "
+      "Notices go to stderr.",
+    ),
+  ] = False,
   skip_bad_lines: SkipBadLines = False,
 ):
-  """Print results as a table (best per problem by default)."""
-  import pandas as pd
-
+  """Print results as a table (best per problem by default): a rich table in a terminal,
+  plain columns when piped or in a log (one line per row), JSON with --json. Shapes read
+  [m,k]x[g,k,n] (ragged_dot's lhs x rhs); configs name their fields as the LUT does."""
   from ragtune import provenance
   from ragtune.device import ceilings
   from ragtune.records import report, store
@@ -853,7 +860,29 @@ def show(
   dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
   records = _records(dirs, skip_bad_lines)
   _interpreted_notice(records)
-  df = report.compact_rows(records) if all_rows else report.show_best(records, ceilings.load(dirs))
+  ceil = ceilings.load(dirs)
+  df = report.compact_rows(records) if all_rows else report.show_best(records, ceil)
+  if as_json:
+    typer.echo(report.show_json(records, ceil, all_rows), nl=False)
+  elif console.is_terminal:
+    from ragtune.cli import views
+
+    title = "every measured row" if all_rows else "best correct config per problem"
+    console.print(views.show_table(report.printable(df), title))
+  else:
+    _print_frame(report.printable(df))
+  jax_versions = provenance.sorted_versions({v for r in records if (v := provenance.of_record(r).get("jax"))})
+  if len(jax_versions) > 1:  # timings under different jax versions may not compare
+    _print(f"note: these rows were measured under jax {', '.join(jax_versions)}", err=as_json)
+  if csv:
+    store.write_atomic(csv, report.csv_text(df))
+    _print(f"wrote {csv}", err=as_json)
+
+
+def _print_frame(df) -> None:
+  """A frame as plain columns (pipes, logs, tests)."""
+  import pandas as pd
+
   with pd.option_context(
     "display.max_rows",
     500,
@@ -866,13 +895,7 @@ def show(
     "display.float_format",
     "{:.4g}".format,
   ):
-    _print(report.printable(df).to_string(index=False))
-  jax_versions = provenance.sorted_versions({v for r in records if (v := provenance.of_record(r).get("jax"))})
-  if len(jax_versions) > 1:  # timings under different jax versions may not compare
-    _print(f"note: these rows were measured under jax {', '.join(jax_versions)}")
-  if csv:
-    store.write_atomic(csv, report.csv_text(df))
-    console.print(f"wrote {csv}")
+    _print(df.to_string(index=False))
 
 
 @app.command(cls=_Command, epilog=_example("ragtune report -o report/"))

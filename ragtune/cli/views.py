@@ -10,9 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ragtune.problems.presets import MODEL_PRESETS
-from ragtune.records.report import DTYPE_ABBREV, short_config
+from ragtune.records.report import DTYPE_ABBREV, config_text
 from ragtune.records.summary import speedup_text
-from ragtune.run.estimate import CostModel, duration
+from ragtune.run.estimate import CostModel, duration, gpu_sized_hint
 from ragtune.run.plan import PlanRow
 
 SHAPE = escape("shape [m,k]x[g,k,n]")
@@ -78,6 +78,25 @@ def summary_table(summaries) -> Table:
   return t
 
 
+_SHOW_WRAPS = {"best_config", "config", "statuses", "error", "winner"}
+
+
+def show_table(df, title: str) -> Table:
+  """`ragtune show` in a terminal: the printable frame's columns, numbers right-aligned at 4
+  significant digits, '-' where there is no value."""
+  t = Table(title=title, box=box.SIMPLE_HEAD)
+  numeric = {c for c in df.columns if df[c].dtype.kind in "iuf"}
+  for col in df.columns:
+    wraps = col in _SHOW_WRAPS  # the rest (shapes, numbers) stay whole on one line
+    t.add_column(str(col), justify="right" if col in numeric else "left", overflow="fold", no_wrap=not wraps)
+  cell = lambda v: (
+    "-" if v is None or (isinstance(v, float) and v != v) else f"{v:.4g}" if isinstance(v, float) else str(v)
+  )
+  for row in df.itertuples(index=False):
+    t.add_row(*(Text(cell(v)) for v in row))
+  return t
+
+
 def plan_table(rows: list[PlanRow]) -> Table:
   """One row per problem: candidates after pruning, rows done and to do, estimated time and its source."""
   pruned = any(r.rejected for r in rows)  # by a deviceless compile (plan --target)
@@ -85,7 +104,7 @@ def plan_table(rows: list[PlanRow]) -> Table:
     "plan",
     ("op", "backend", "dtype", SHAPE, "candidates")
     + (("compile-rejected",) if pruned else ())
-    + ("rows done", "rows to do", "est. time", "a candidate", "from"),
+    + ("rows done", "rows to do", "est. time", "per candidate", "from"),
   )
   for r in rows:
     p, e = r.problem, r.estimate
@@ -99,7 +118,7 @@ def plan_table(rows: list[PlanRow]) -> Table:
       str(r.done),
       str(r.todo),
       duration(e.seconds) if e.seconds is not None and r.todo else "-",
-      duration(e.candidate_s) if e.candidate_s is not None and r.todo else "-",
+      duration(e.per_candidate_s) if e.per_candidate_s is not None and r.todo else "-",
       e.source,
     )
   return t
@@ -119,15 +138,17 @@ def plan_summary(rows: list[PlanRow], model: CostModel, slowest: int = 3) -> lis
   sources += [f"{by_rows} from the median time of their recorded rows"] if by_rows else []
   sources += [f"{len(unknown)} unknown ({unknown[0].estimate.note})"] if unknown else []
   lines = [f"{head}: about {duration(total)} (estimates: " + "; ".join(sources) + ")"]
+  lines += ["  est. time = candidates to do x per candidate + the baselines to do; --timeout warns by the slowest one"]
   worst = sorted(known, key=lambda r: -r.estimate.seconds)[:slowest]
   lines += [
     f"  slowest: {r.problem.op} {r.problem.backend} {r.problem.dtype} {r.problem.shape_label}: about "
     f"{duration(r.estimate.seconds)} for {r.todo} rows"
-    + (f", {duration(r.estimate.candidate_s)} a candidate" if r.estimate.candidate_s is not None else "")
+    + (f", {duration(r.estimate.per_candidate_s)} a candidate" if r.estimate.per_candidate_s is not None else "")
     for r in worst
     if len(known) > 1
   ]
-  return lines
+  hint = gpu_sized_hint(model, total)
+  return lines + ([hint] if hint else [])
 
 
 def _mib(n: int | None) -> str:
@@ -155,7 +176,7 @@ def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]]) -> T
       p.op,
       p.backend,
       p.shape_label,
-      short_config(cfg.to_dict()),
+      config_text(cfg.to_dict()),
       outcome if outcome == "ok" else f"{outcome}: {rep['error'][:120]}",
       _mib(cfg.vmem_bytes(p.op, p.dtype, p.m, p.k, p.n)),
       vmem,
@@ -197,7 +218,7 @@ def compile_table(kind: str, items, reports: dict[int, dict[str, Any]], ok: str)
         p.op,
         p.backend,
         p.shape_label,
-        "-" if cfg is None else short_config(cfg.to_dict()),  # xla: no knobs
+        "-" if cfg is None else config_text(cfg.to_dict()),  # xla: no knobs
         rep["outcome"] if rep["outcome"] == ok else f"{rep['outcome']}: {rep['error'][:120]}",
         str(kr.get("registers", "-")),
         str(kr.get("spill_bytes", "-")),

@@ -285,7 +285,7 @@ def _lut_label(c: Choice) -> str:
 
 
 def _short(cfg: Any) -> str:
-  return "" if cfg is None else report.short_config(cfg.to_dict())
+  return "" if cfg is None else report.config_text(cfg.to_dict())
 
 
 def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]:

@@ -49,7 +49,7 @@ def _legend_above(ax, ncol: int) -> None:
 
 def _label(r) -> str:
   dt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(r["dtype"], r["dtype"])
-  return f"{r['op']} {dt} m={r['m']} k={r['k']} n={r['n']} g={r['g']}"
+  return f"{r['op']} {dt} {shape_text(r['m'], r['k'], r['n'], r['g'])}"
 
 
 def _flops(r) -> float:

@@ -7,12 +7,13 @@ Frames keep full precision; `csv_text` rounds times and rates to 4 significant d
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import pandas as pd
 
-from kernels import registry
+from kernels.common import op_order
 from ragtune.device import ceilings as ceilings_mod
 from ragtune.records import summary
 from ragtune.records.store import Record
@@ -52,9 +53,9 @@ def rows_frame(records: list[Record]) -> pd.DataFrame:
 
 
 def _summaries(records: list[Record]) -> list[summary.ProblemSummary]:
-  """Every (device kind, problem)'s summary, in the order of KEYS, then the problem key."""
+  """Every (device kind, problem)'s summary, in the order of KEYS (ops fwd, dlhs, drhs), then the problem key."""
   found = [s for kind in {r.device_kind for r in records} for s in summary.summarize(records, kind).values()]
-  order = lambda s: (s.device_kind, *(s.problem.fields()[k] for k in KEYS[1:]), s.problem.key)
+  order = lambda s: (s.device_kind, op_order(s.problem.op), *(s.problem.fields()[k] for k in KEYS[1:]), s.problem.key)
   return sorted(found, key=order)
 
 
@@ -70,6 +71,11 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
   """One line per (device, problem), with the sweep summary's columns: best correct config,
   its time and % of the binding peak, the XLA, default-config and dense baselines, the
   winning backend at that shape and op (XLA included) and its runner-up, statuses."""
+  return pd.DataFrame(best_rows(records, ceil), columns=BEST_COLUMNS)
+
+
+def best_rows(records: list[Record], ceil: dict | None = None) -> list[dict[str, Any]]:
+  """best_frame's lines as dicts of BEST_COLUMNS (NaN where not measured)."""
   out = []
   for s in _summaries(records):
     p, best, base = s.problem, s.best, s.baselines
@@ -95,11 +101,65 @@ def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
         "ok": len(s.ranked),
         "failed": sum(s.counts.values()) - len(s.ranked),
         "statuses": s.statuses,
-        "best_config": short_config(best.config) if best else s.why,
+        "best_config": config_text(best.config) if best else s.why,
         "problem": p.key,
       }
     )
-  return pd.DataFrame(out)
+  return out
+
+
+BEST_COLUMNS = [
+  *KEYS,
+  "shape",
+  "best_ms",
+  "tflops",
+  "gbps",
+  "pct_peak",
+  "bound",
+  "xla_ms",
+  "default_ms",
+  "dense_ms",
+  "vs_xla",
+  "vs_default",
+  "winner",
+  "runner_up",
+  "ok",
+  "failed",
+  "statuses",
+  "best_config",
+  "problem",
+]
+# `show --json`: a document's schema and its version, raised when a key changes meaning or goes.
+SHOW_SCHEMA, SHOW_SCHEMA_VERSION = "ragtune-show", 1
+
+
+def _json_value(v: Any) -> Any:
+  if isinstance(v, float) and not math.isfinite(v):
+    return None
+  return v.item() if hasattr(v, "item") else v  # numpy scalars
+
+
+def show_json(records: list[Record], ceil: dict | None, all_rows: bool) -> str:
+  """`show --json`: one document. view "best": a row per problem of BEST_COLUMNS; view
+  "all": a row per record of ROW_COLUMNS plus shape, candidate config (fields by full name,
+  {} for a baseline) and baseline (xla, dense or null). null where there is no value."""
+  if all_rows:
+    line = lambda r, d: {
+      **{c: d.get(c) for c in ROW_COLUMNS},
+      "shape": r.problem.shape_label,
+      "config": r.config or {},
+      "baseline": r.baseline or None,
+    }
+    rows = [line(r, r.to_dict()) for r in records]
+  else:
+    rows = best_rows(records, ceil)
+  doc = {
+    "schema": SHOW_SCHEMA,
+    "schema_version": SHOW_SCHEMA_VERSION,
+    "view": "all" if all_rows else "best",
+    "rows": [{k: _json_value(v) for k, v in row.items()} for row in rows],
+  }
+  return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
 
 SHOW_COLUMNS = [
@@ -145,24 +205,25 @@ def printable(df: pd.DataFrame) -> pd.DataFrame:
   return out
 
 
-# Each backend names its knobs' short forms (kernels/<backend>/__init__.py).
-ABBREV = {k: v for b in registry.REGISTRY.values() for k, v in b.abbrev.items()}
 DTYPE_ABBREV = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 
-def short_config(config: dict[str, Any]) -> str:
-  return " ".join(f"{ABBREV.get(k, k)}={v}" for k, v in config.items())
+def config_text(config: dict[str, Any]) -> str:
+  """The one printed form of a config: its fields' full names, as in the LUT file and the
+  kernels' config classes ('block_m=64 block_k=32 ...')."""
+  return " ".join(f"{k}={v}" for k, v in config.items())
 
 
 def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
-  """`show --all`: every row in at most `width` columns; configs abbreviated, errors cut."""
+  """`show --all`: every row in at most `width` columns, errors cut. A baseline row is
+  listed under its own name (xla, dense), not under the backend of the problem it was timed for."""
   out = pd.DataFrame(
     {
       "op": [r.problem.op for r in records],
-      "backend": [r.problem.backend for r in records],
+      "backend": [r.baseline or r.problem.backend for r in records],
       "dtype": [DTYPE_ABBREV.get(r.problem.dtype, r.problem.dtype) for r in records],
-      "m,k,n,g": [f"{r.problem.m},{r.problem.k},{r.problem.n},{r.problem.g}" for r in records],
-      "config": [r.baseline or short_config(r.config) for r in records],
+      "shape": [r.problem.shape_label for r in records],
+      "config": ["(baseline)" if r.baseline else config_text(r.config) for r in records],
       "status": [r.status for r in records],
       "ms": [_g4(r.time_s * 1e3 if r.time_s is not None else None) for r in records],
       "TF/s": [_g4(r.tflops) for r in records],

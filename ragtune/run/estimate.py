@@ -76,6 +76,9 @@ class Estimate:
   candidate_s: float | None  # the slowest candidate left, for the --timeout check
   source: str
   note: str = ""
+  # What `seconds` counts each candidate left at (their mean, or the recorded rows' median):
+  # seconds = candidates left x per_candidate_s + the baselines left.
+  per_candidate_s: float | None = None
 
 
 def calibration_backend() -> Backend:
@@ -240,8 +243,8 @@ class CostModel:
     base = self.baselines_s(p, baselines)
     if None in per or base is None:
       return Estimate(None, None, "unknown", self.note or f"no interpreter cost model for backend {p.backend!r}")
-    cands = count * sum(per) / len(per) if per else 0.0
-    return Estimate(cands + base, max(per, default=None), self.source(p))
+    mean = sum(per) / len(per) if per else None
+    return Estimate(count * (mean or 0.0) + base, max(per, default=None), self.source(p), per_candidate_s=mean)
 
   def describe(self) -> str:
     """One line on what the estimates are."""
@@ -256,6 +259,22 @@ class CostModel:
       f"nominal: {DEVICE_CANDIDATE_S:g}s a candidate to compile, check and profile, plus {RUNS} runs at the "
       "roofline of the ceilings in ceilings.json where a sweep measured them"
     )
+
+
+# An interpreted plan longer than this is of problems sized for a GPU (shapes/smoke.yaml's
+# whole sweep takes minutes on a CPU).
+GPU_SIZED_S = 6 * 3600
+
+
+def gpu_sized_hint(model: CostModel, total_s: float) -> str | None:
+  """One line for an interpreter's plan that runs for hours: its figure is not a GPU's."""
+  if not model.interpret or total_s <= GPU_SIZED_S:
+    return None
+  return (
+    f"note: {duration(total_s)} is the Pallas interpreter's time on this CPU, not a GPU's: these problems are "
+    "sized for a GPU. Plan them for one with --target h100 (or h200, b200), or run plan and sweep on the GPU; "
+    "shapes/smoke.yaml is sized for a CPU."
+  )
 
 
 def duration(seconds: float) -> str:

@@ -178,7 +178,8 @@ def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = 
     if cand_s:
       base_s = [r.elapsed_s for r in timed if r.baseline]
       base = statistics.median(base_s) * len(baselines) if base_s else model.baselines_s(p, baselines) or 0.0
-      est = Estimate(statistics.median(cand_s) * count + base, statistics.median(cand_s), "rows")
+      median = statistics.median(cand_s)
+      est = Estimate(median * count + base, median, "rows", per_candidate_s=median)
     else:
       est = model.problem(p, [c for c in task.configs.values() if c not in task.history], count, baselines)
     out.append(PlanRow(p, task.planned, task.rejected, n_done, n_todo, est))

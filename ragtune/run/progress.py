@@ -9,6 +9,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from rich.progress import (
+  BarColumn,
+  MofNCompleteColumn,
+  ProgressColumn,
+  TextColumn,
+  TimeElapsedColumn,
+  TimeRemainingColumn,
+)
+from rich.table import Column
+
 from ragtune.records.store import Record
 
 
@@ -65,6 +75,34 @@ class PlainProgress:
     self._line(
       f"done {p.op} {p.backend} {p.dtype} {p.shape_label}: {best_text(s.best) if s.best else s.why} [{counts}]"
     )
+
+
+class _FitText(TextColumn):
+  """Text cut to its column with an ellipsis, the column the one that narrows when the line
+  is too long: elapsed time and ETA (no_wrap) then keep their width."""
+
+  def __init__(self, fmt: str):
+    super().__init__(fmt, table_column=Column(no_wrap=False, overflow="ellipsis"))
+
+  def render(self, task):
+    text = super().render(task)
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text
+
+
+def bar_columns(description: str = "{task.description}", best: bool = True) -> list[ProgressColumn]:
+  """The live bar of sweep and verify: what runs, the bar, done/total, elapsed, ETA and (for a
+  sweep) the best so far. In a narrow terminal the description and the best text are cut,
+  never the times."""
+  return [
+    _FitText(description),
+    BarColumn(bar_width=20),
+    MofNCompleteColumn(),
+    TimeElapsedColumn(),
+    TextColumn("eta"),
+    TimeRemainingColumn(),
+    *([_FitText("{task.fields[best]}")] if best else []),
+  ]
 
 
 class RichProgress:

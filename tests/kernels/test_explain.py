@@ -64,6 +64,24 @@ def test_explain_sources():
     kernels.explain((64, 256), (8, 256, 512), jnp.float16, backend="pallas_tpu")
 
 
+def test_explain_says_why_no_lut_entry_was_used():
+  """A default or XLA's op with no rejected entry to show still says why: no LUT loaded, no
+  entry of that op, or (auto where no tunable backend compiles) no LUT asked at all."""
+  kernels.lut.set_active_lut(kernels.Lut(KIND, source=None))  # what the default search finds without a LUT
+  fwd = kernels.explain((64, 256), (8, 256, 512), jnp.bfloat16, backend="pallas_gpu")["fwd"]
+  assert fwd.source == "heuristic" and "no LUT loaded for device" in fwd.why
+  assert "ragtune export-lut" in str(fwd) and "RAGTUNE_LUT" in str(fwd)
+  kernels.lut.set_active_lut(_lut())
+  dlhs = kernels.explain((64, 256), (8, 256, 512), jnp.bfloat16, backend="pallas_gpu")["dlhs"]
+  assert dlhs.why == "the LUT /tmp/some-lut.json has no dlhs bfloat16 pallas_gpu entry" and dlhs.why in str(dlhs)
+  if kernels.registry.auto_backend(jax.devices()[0].platform, KIND) == "xla":  # a CPU host
+    for c in kernels.explain((64, 256), (8, 256, 512), jnp.bfloat16).values():
+      assert (c.backend, c.source) == ("xla", "none")
+      assert "no backend with configs runs compiled here" in str(c) and "backend=" in c.why
+  # An explicit backend="xla" is the caller's choice: nothing to explain.
+  assert all(not c.why for c in kernels.explain((64, 256), (8, 256, 512), jnp.bfloat16, backend="xla").values())
+
+
 def test_debug_log_once_per_shape(caplog):
   kernels.lut.set_active_lut(_lut())
   rd._logged.clear()

@@ -239,6 +239,22 @@ def test_on_error_warn_falls_back_to_the_heuristics_once(tmp_path, monkeypatch, 
   )
 
 
+def test_on_error_warn_once_per_process_per_error(tmp_path, monkeypatch, caplog):
+  """Each load of the default LUT (load_lut(), a reset, a new thread's first call) meets the
+  same broken file; the log says so once, and once more for another broken file."""
+  monkeypatch.setenv(kernels.lut.ON_ERROR_VAR, "warn")
+  monkeypatch.setattr(kernels.lut, "_warned", set(), raising=False)
+  (a, _), (b, _) = _bad_luts(tmp_path)[:2]
+  with caplog.at_level(logging.WARNING, logger="kernels"):
+    for path in (a, a, b, a, b):
+      monkeypatch.setenv(kernels.lut.ENV_VAR, str(path))
+      kernels.lut.reset_active_lut()
+      kernels.load_lut()
+      assert kernels.explain((64, 32), (2, 32, 48), jnp.float32, backend="pallas_gpu")["fwd"].source == "heuristic"
+  warned = [r.getMessage() for r in caplog.records if r.name == "kernels"]
+  assert len(warned) == 2 and f"RAGTUNE_LUT={a}" in warned[0] and f"RAGTUNE_LUT={b}" in warned[1]
+
+
 def test_bundled_luts_folder_and_search_order(tmp_path, monkeypatch):
   """kernels/luts/ ships (README only: no LUT is bundled for a device we have no timings of),
   the wheel takes its .json files, and the default search reads RAGTUNE_LUT, then it."""

@@ -85,7 +85,9 @@ def test_cpu_run_checks_every_variant_times_none_and_writes_the_csv_beside_the_l
   assert all(0 < float(row["rel_error"]) < 0.02 for row in rows if row["variant"] != bench.DENSE)
   xla = next(row for row in rows if row["variant"] == bench.XLA)
   assert xla["config"] == f"path: {xla_fit.XLA_PATHS['dense']}", "jax expands ragged_dot itself on a CPU"
-  assert rows[0]["config"] != rows[1]["config"] and "bm=16" in rows[0]["config"] and "w=2" in rows[0]["config"]
+  assert (
+    rows[0]["config"] != rows[1]["config"] and "block_m=16" in rows[0]["config"] and "num_warps=2" in rows[0]["config"]
+  )
   assert tuned["block_m"] == 16
 
 

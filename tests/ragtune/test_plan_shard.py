@@ -92,7 +92,9 @@ def test_plan_and_dry_run_count_done_and_estimate(tmp_path, calibrated):
   plan = {r.problem.op: r for r in planning.plan(problems, opts)}
   assert plan["fwd"].candidates == len(cands) and plan["fwd"].done == 5
   assert plan["fwd"].todo == len(cands) - 3
-  assert plan["fwd"].estimate == estimate.Estimate(4.0 * (len(cands) - 3), 4.0, "rows"), "median s a row x rows left"
+  assert plan["fwd"].estimate == estimate.Estimate(4.0 * (len(cands) - 3), 4.0, "rows", per_candidate_s=4.0), (
+    "median s a row x rows left"
+  )
   drhs = plan["drhs"]
   assert drhs.done == 0 and drhs.estimate.source == "model", "no rows of its own: the model"
   compile_s = kernels.registry.get(drhs.problem.backend).interpret_cost.compile * calibrated.compile_s
@@ -129,6 +131,26 @@ def test_the_estimate_follows_the_calibrated_figure_with_no_rows(tmp_path, calib
   assert r.exit_code == 0, r.output
   assert f"2 problems, {todo} measurements to do (candidates and the 2 baselines per problem): about" in r.output
   assert "2 from a model of the interpreter" in r.output and "slowest: " in r.output
+
+
+def test_plan_columns_multiply_out_and_gpu_sized_sets_say_so_on_a_cpu(tmp_path, calibrated):
+  """est. time = candidates to do x per candidate + the baselines to do, in each row; an
+  interpreter's plan of hours says its figure is not a GPU's and how to plan for one."""
+  opts = sweep.SweepOptions(out_dir=tmp_path / "res", interpret=True, device_kind="cpu")
+  model = estimate.CostModel(True, "cpu", calibrated)
+  for p in shapes.expand(shapes.load_shape_set("shapes/smoke.yaml"))[:3]:
+    (row,) = planning.plan([p], opts, model)
+    e, cands = row.estimate, row.todo - len(planning.BASELINES)
+    base = model.baselines_s(p, list(planning.BASELINES))
+    assert e.seconds == pytest.approx(cands * e.per_candidate_s + base), p
+    assert e.candidate_s >= e.per_candidate_s, "the slowest candidate, for --timeout"
+  r = runner.invoke(app, ["plan", "shapes/anchors.yaml", "-o", str(tmp_path / "res")])
+  assert r.exit_code == 0, r.output
+  assert "per candidate" in r.output and "a candidate  " not in r.output
+  hints = [line for line in r.output.splitlines() if "not a GPU's" in line]
+  assert len(hints) == 1 and "--target h100" in hints[0] and "interpreter" in hints[0], r.output
+  smoke = runner.invoke(app, ["plan", "shapes/smoke.yaml", "-o", str(tmp_path / "res")])
+  assert smoke.exit_code == 0 and "not a GPU's" not in smoke.output, smoke.output
 
 
 def test_calibration_is_measured_once_per_host_and_cached(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import pandas as pd
 from rich.console import Console
 from typer.testing import CliRunner
 
+import kernels
 from ragtune.candidates import search_space
 from ragtune.cli.app import app
 from ragtune.device import ceilings
@@ -69,7 +70,11 @@ def test_show_all_fits_160_columns(tmp_path):
   assert r.exit_code == 0
   lines = r.output.splitlines()
   assert len(lines) > 20 and max(map(len, lines)) <= 160, max(map(len, lines))
-  assert "bm=" in r.output and "block_m" not in r.output
+  assert "block_m=" in r.output and "bm=" not in r.output, "config fields by their full names, as in the LUT"
+  assert "[4096,4096]x[8,4096,14336]" in r.output, "the one printed shape form, [m,k]x[g,k,n]"
+  # Baselines under their own names, not under the backend of the problem they were timed for.
+  by_backend = {line.split()[1]: line for line in lines[1:] if "(baseline)" in line}
+  assert set(by_backend) == {"xla", "dense"}, lines
 
 
 def test_csvs_round_to_4_significant_digits_records_keep_full_precision(tmp_path):
@@ -237,3 +242,62 @@ def test_labels_that_cannot_all_fit_become_numbers_and_a_key():
   key = [t.get_text() for t in ax.texts if t not in labels]
   assert len(key) == 1 and all(f"{i + 1:>3}  {t}" in key[0] for i, t in enumerate(texts))
   plt.close(fig)
+
+
+def test_show_and_lut_entries_list_ops_fwd_dlhs_drhs(tmp_path):
+  """One order of ops everywhere (kernels.common.op_order), as sweep runs them; not alphabetical."""
+  rows = []
+  for op in ("drhs", "fwd", "dlhs"):
+    p = Problem(op, "pallas_gpu", "bfloat16", 64, 128, 128, 2, "multinomial(seed=0)", (32, 32))
+    c = search_space.candidates(p, 1)[0]
+    rows.append(store.make_row(p, store.candidate_id(c), c, "ok", interpret=False, device=DEV, time_s=1e-3))
+  out = tmp_path / "res"
+  out.mkdir()
+  (out / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
+  assert list(report.best_frame(store.load_results([out]))["op"]) == ["fwd", "dlhs", "drhs"]
+  r = runner.invoke(app, ["show", str(out)])
+  assert r.exit_code == 0, r.output
+  assert [line.split()[0] for line in r.output.splitlines()[1:4]] == ["fwd", "dlhs", "drhs"], r.output
+  lut = kernels.Lut(
+    "cpu", [kernels.Entry(op, "pallas_gpu", "bfloat16", 64, 128, 128, 2, None) for op in kernels.common.OPS[::-1]]
+  )
+  assert [e.op for e in lut.entries()] == ["fwd", "dlhs", "drhs"]
+
+
+def test_show_json_is_one_document_with_stable_keys(tmp_path):
+  out, prefill, _ = _results(tmp_path)
+  r = runner.invoke(app, ["show", str(out), "--json"])
+  assert r.exit_code == 0, r.output
+  doc = json.loads(r.stdout)
+  assert (doc["schema"], doc["schema_version"], doc["view"]) == ("ragtune-show", 1, "best")
+  assert all(list(row) == report.BEST_COLUMNS for row in doc["rows"]) and len(doc["rows"]) == 3
+  best = next(row for row in doc["rows"] if row["m"] == prefill.m)
+  assert best["shape"] == "[4096,4096]x[8,4096,14336]" and "block_m=" in best["best_config"]
+  broken = next(row for row in doc["rows"] if row["op"] == "drhs")
+  assert broken["best_ms"] is None and broken["vs_xla"] is None, "no value is null, not NaN"
+
+  r = runner.invoke(app, ["show", str(out), "--all", "--json"])
+  assert r.exit_code == 0, r.output
+  doc = json.loads(r.stdout)
+  assert doc["view"] == "all" and len(doc["rows"]) == len(store.load_results([out]))
+  assert all(list(row) == [*report.ROW_COLUMNS, "shape", "config", "baseline"] for row in doc["rows"])
+  assert {row["baseline"] for row in doc["rows"]} == {"xla", "dense", None}
+  cand = next(row for row in doc["rows"] if row["baseline"] is None)
+  assert set(cand["config"]) >= {"block_m", "block_k", "block_n"}
+  help_text = " ".join(runner.invoke(app, ["show", "--help"]).output.split())
+  documented = help_text.partition("--json")[2]
+  assert all(f"{key}," in documented or f"{key}." in documented for key in report.BEST_COLUMNS), "--help lists the keys"
+  assert all(k in documented for k in (*report.ROW_COLUMNS, "shape", "config", "baseline"))
+
+
+def test_show_in_a_terminal_is_a_rich_table(tmp_path, monkeypatch):
+  import ragtune.cli.app as app_mod
+
+  out, _, _ = _results(tmp_path)
+  term = Console(force_terminal=True, width=200, emoji=False, record=True)
+  monkeypatch.setattr(app_mod, "console", term)
+  r = runner.invoke(app, ["show", str(out)])
+  assert r.exit_code == 0, r.output
+  text = term.export_text()
+  assert "best correct config per problem" in text and "─" in text and "block_m=" in text, text
+  assert "[4096,4096]x[8,4096,14336]" in text, text

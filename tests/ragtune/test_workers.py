@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -235,6 +236,28 @@ def test_two_devices_cover_every_problem_once_within_the_budget(tmp_path):
   assert {r.device_index for r in rows} == {0, 1}, "both workers took problems"
   for p in problems:  # one problem's baselines and candidates come from one worker
     assert len({r.worker_pid for r in rows if r.problem.key == p.key}) == 1
+
+
+def test_the_live_bar_keeps_elapsed_and_eta_whole_at_100_columns():
+  """A long problem label and best text are cut with an ellipsis; the times never are."""
+  from rich.console import Console
+  from rich.progress import Progress
+
+  from ragtune.run import progress
+
+  p = shapes.Problem("dlhs", "mosaic_blackwell", "float8_e4m3fn:block128", 8192, 7168, 2048, 256, "x", (32,) * 256)
+  for width, best in ((100, True), (100, False), (80, True)):
+    term = Console(width=width, force_terminal=True, color_system=None, record=True)
+    bar = Progress(*progress.bar_columns(best=best), console=term, auto_refresh=False)
+    rp = progress.RichProgress(bar, term)
+    rp.start(822, 0)
+    rp.problem(p)
+    bar.update(rp.task, advance=5, best="best 1.234 ms (123.4 TF/s)" if best else "")
+    term.print(bar.make_tasks_table(bar.tasks))
+    (line,) = term.export_text().splitlines()
+    assert len(line) <= width and "5/822" in line, line
+    assert re.search(r" \d+:\d\d:\d\d eta (-:--:--|\d+:\d\d:\d\d)( |$)", line), f"elapsed and ETA whole: {line!r}"
+    assert "…" in line and line.startswith("dlhs mosaic_bla"), "the label is cut, not the times"
 
 
 def test_plain_progress_prints_every_30s_and_per_problem():
