@@ -71,7 +71,8 @@ def _hinted(text: str) -> list[str]:
   for pattern in _HINTS:
     for group in pattern.findall(text):
       names += [n.strip(" '\"") for n in group.split(",")]
-  return [n for n in names if re.fullmatch(r"[A-Za-z0-9._-]+", n)]  # literals, not install_hint's own code
+  # literals, not install_hint's own code nor the docs' placeholder
+  return [n for n in names if re.fullmatch(r"[A-Za-z0-9._-]+", n) and n != "EXTRA"]
 
 
 def test_extras_are_in_pips_normal_form():
