@@ -447,12 +447,22 @@ def sweep(
       "problem ends with no correct candidate.",
     ),
   ] = False,
+  retry_failed: Annotated[
+    bool,
+    typer.Option(
+      "--retry-failed",
+      help="Measure again the rows that failed for a reason other than the candidate: an environment "
+      "error (a missing module, no GPU for compiled kernels), a timeout or a crash of the worker; their new "
+      "records replace the old. Not stored with the sweep's options.",
+    ),
+  ] = False,
 ):
   """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
   compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish. The
   bare command (SHAPES_FILE and -o only) runs the folder's last sweep of the file again with
   its options: an unfinished one resumes, a finished one has nothing to do. It starts with
-  an estimate of its time."""
+  an estimate of its time. An error of the environment rather than of a candidate (a missing
+  module, interpret mode off on a CPU) stops it before anything is recorded for it."""
   from ragtune.cli import views
   from ragtune.run import pool
 
@@ -472,7 +482,14 @@ def sweep(
     defaults=defaults,
   )
   run = prepare.sweep(
-    shapes_file, out, given, wait=wait, skip_bad_lines=skip_bad_lines, start=not dry_run, say=_say_err
+    shapes_file,
+    out,
+    given,
+    wait=wait,
+    skip_bad_lines=skip_bad_lines,
+    start=not dry_run,
+    say=_say_err,
+    retry_failed=retry_failed,
   )
   if dry_run:
     _print_plan(run.rows, run.cost)

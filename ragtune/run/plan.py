@@ -77,6 +77,17 @@ class Task:
     return [(candidate_id(c), c) for c in batch]
 
 
+def done_rows(records: list[Record], retry_failed: bool = False) -> dict[str, Record]:
+  """Row id -> its latest record, the rows a sweep counts as done: with retry_failed, not
+  those that failed for a reason other than the candidate (environment.retryable)."""
+  from ragtune.run import environment
+
+  done = {r.id: r for r in records}
+  if retry_failed:
+    done = {k: r for k, r in done.items() if not environment.retryable(r.status, r.error)}
+  return done
+
+
 def by_problem(done: dict[str, Record]) -> dict[str, list[Record]]:
   out: dict[str, list[Record]] = {}
   for r in done.values():
@@ -166,7 +177,7 @@ def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = 
   (ragtune/run/estimate.py), by default the one of opts.
   """
   model = model or CostModel.for_sweep(opts.interpret, opts.device_kind or "", opts.out_dir)
-  done = {r.id: r for r in ResultsStore(opts.out_dir, opts.skip_bad_lines).rows()}
+  done = done_rows(ResultsStore(opts.out_dir, opts.skip_bad_lines).rows(), opts.retry_failed)
   grouped = by_problem(done)
   out = []
   for p in problems:

@@ -20,8 +20,8 @@ from ragtune.problems import limits
 from ragtune.problems import shapes as shapes_mod
 from ragtune.records import store
 from ragtune.run import devices as devices_mod
+from ragtune.run import environment, resume
 from ragtune.run import plan as plan_mod
-from ragtune.run import resume
 from ragtune.run import shard as shard_mod
 from ragtune.run.estimate import CostModel
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S, SweepOptions
@@ -221,7 +221,7 @@ class SweepPlan:
     flags = self.flags if flags is None else flags
     if self.shard is not None and self.shard.source:
       flags = dataclasses.replace(flags, shard=f"{self.shard.index}/{self.shard.count}")
-    return resume.command(self.shapes_file, self.out, flags)
+    return resume.command(self.shapes_file, self.out, flags) + (" --retry-failed" if self.opts.retry_failed else "")
 
   def mark_complete(self) -> None:
     """Store these options as finished, unless they already are."""
@@ -255,6 +255,21 @@ class SweepPlan:
     )
 
 
+def environment_rows_notice(run: SweepPlan, say: Say) -> None:
+  """Rows recorded (by older versions) as failed for the environment, not the candidate: how
+  to measure them again."""
+  if run.opts.retry_failed:
+    return
+  rows = plan_mod.done_rows(store.ResultsStore(run.opts.out_dir, run.opts.skip_bad_lines).rows()).values()
+  failures = [f for r in rows if r.status != "ok" and (f := environment.classify(r.error)) is not None]
+  if failures:
+    n = len(failures)
+    say(
+      f"notice: {n} row{'s' if n != 1 else ''} of {run.opts.out_dir / store.RECORDS} failed for the environment, "
+      f"not the candidate ({failures[0].cause}); once fixed, measure them again with: {run.command()} --retry-failed"
+    )
+
+
 def sweep(
   shapes_file: Path,
   out: Path | None,
@@ -264,6 +279,7 @@ def sweep(
   skip_bad_lines: bool,
   start: bool,
   say: Say,
+  retry_failed: bool = False,
 ) -> SweepPlan:
   """The sweep a `ragtune sweep` command runs: bad input is refused before anything else;
   a bare command resumes the options stored for the file in the results folder
@@ -298,12 +314,16 @@ def sweep(
     platform=info["platform"],
     interpret=interpreting(flags.interpret, info["platform"]),
     sharded=folder != base,
+    retry_failed=retry_failed,
   )
   problems = interpretable(problems, opts.interpret, say)
   opts.lut = plan_mod.find_lut(info["device_kind"]) if opts.budget else None  # a budgeted search's start
   cost = CostModel.for_sweep(opts.interpret, info["device_kind"], out_dir)
   run = SweepPlan(Path(shapes_file), base, flags, problems, opts, cost, plan_mod.plan(problems, opts, cost), shard)
+  if start:
+    environment_rows_notice(run, say)
   if start and run.todo:
+    environment.check({p.backend for p in problems}, opts.interpret, opts.platform)
     place_workers(opts, info, flags.devices, flags.interpret, say)
   elif start:  # nothing to run; its stored rows' summary still says what timed them
     resolve_interpret(flags.interpret, opts.platform, say)
