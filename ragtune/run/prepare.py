@@ -85,8 +85,8 @@ def sweep_folder(base: Path, shapes_file: Path, shard: str | None) -> tuple[Path
   sh = shard_mod.parse(shard)
   if sh is None:
     return base, None
-  before = resume.stored_sweep(base, shapes_file) if (base / resume.SWEEPS).is_file() else None
-  return (base if before is not None and before.flags.shard == shard else sh.folder(base)), sh
+  before = resume.stored_sweeps(base, shapes_file) if (base / resume.SWEEPS).is_file() else []
+  return (base if any(s.flags.shard == shard for s in before) else sh.folder(base)), sh
 
 
 def shard_folders_notice(base: Path, say: Say) -> None:
@@ -224,14 +224,10 @@ class SweepPlan:
     return resume.command(self.shapes_file, self.out, flags) + (" --retry-failed" if self.opts.retry_failed else "")
 
   def mark_complete(self) -> None:
-    """Store these options as finished, unless they already are."""
-    st = resume.stored_sweep(self.opts.out_dir, self.shapes_file)
-    if (
-      st is None
-      or not st.finished
-      or st.flags != self.flags
-      or st.shapes_sha256 != resume.file_sha256(self.shapes_file)
-    ):
+    """Store these options as finished where they are stored unfinished (a sweep stopped
+    after its last row); options that started no work are not stored."""
+    st = resume.stored_sweep(self.opts.out_dir, self.shapes_file, self.flags)
+    if st is not None and (not st.finished or st.shapes_sha256 != resume.file_sha256(self.shapes_file)):
       self.save(finished=True)
 
   def summaries(self) -> list:
