@@ -35,6 +35,7 @@ from ragtune.problems import limits
 from ragtune.run import prepare
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S
 from ragtune.run.resume import SweepFlags
+from ragtune.run.shard import EmptyShard
 
 # The click that Typer runs on: newer Typer carries its own copy (typer._click), older Typer uses click.
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -178,6 +179,8 @@ def user_errors(fn):
   def wrapper(*args, **kwargs):
     try:
       return fn(*args, **kwargs)
+    except EmptyShard as e:  # a task with nothing to do: said, exit 0
+      _print(str(e))
     except (RagtuneError, kernels.LutError) as e:
       _fail(str(e))
     except OSError as e:  # a path problem no check caught: still one line

@@ -59,7 +59,9 @@ def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
   problems = shapes_mod.select(problems, shapes=list(sel.shapes) or None, models=list(sel.models) or None)
   sh = shard_mod.parse(sel.shard)
   if sh is not None:
-    problems = plan_mod.shard(problems, sh.index, sh.count)
+    total, problems = len(problems), plan_mod.shard(problems, sh.index, sh.count)
+    if not problems and total:
+      raise sh.empty(total)
     if sh.source and say is not None:
       say(f"notice: {sh.text()}: {len(problems)} problems")
   return spec, problems

@@ -25,6 +25,11 @@ from ragtune.errors import RagtuneError
 COUNT_VAR = "RAGTUNE_SHARD_COUNT"
 
 
+class EmptyShard(Exception):
+  """Not an error: this task's shard has no problems (more tasks than problems); the command
+  says so and exits 0, as a task with nothing to do should."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Shard:
   index: int  # 0-based
@@ -36,6 +41,12 @@ class Shard:
 
   def text(self) -> str:
     return f"shard {self.index}/{self.count}" + (f" (from {self.source})" if self.source else "")
+
+  def empty(self, total: int) -> EmptyShard:
+    return EmptyShard(
+      f"{self.text()} has no problems ({total} problem{'s' if total != 1 else ''} for {self.count} tasks); "
+      "nothing to do"
+    )
 
 
 def _int(env: Mapping[str, str], name: str, what: str) -> int:

@@ -356,3 +356,21 @@ def test_a_device_sweeps_the_backends_that_compile_for_it():
   assert prepare.on_device(problems, "cpu", "cpu", said.append) == problems
   with pytest.raises(RagtuneError, match="nothing to run on NVIDIA A100-SXM4-80GB: backend 'mosaic_gpu'"):
     prepare.on_device(problems[1:], "gpu", "NVIDIA A100-SXM4-80GB", said.append)
+
+
+def test_an_empty_shard_says_so_and_exits_0(tmp_path):
+  """The user's report: a SLURM array of 3 tasks over one problem; task 1 printed "0 problems" and
+  "error: nothing to run in interpret mode: " (no reason), exit 2."""
+  spec, out = tmp_path / "s.yaml", tmp_path / "res"
+  spec.write_text("ops: [fwd]\nbackends: [pallas_gpu]\nshapes:\n  - {m: 24, k: 32, n: 32, g: 2}\n")
+  for task in (11, 12):
+    r = runner.invoke(
+      app, ["sweep", str(spec), "-o", str(out), "--shard", "auto"], env=dict(SLURM, SLURM_ARRAY_TASK_ID=str(task))
+    )
+    assert r.exit_code == 0, r.output
+    assert f"shard {task - 10}/3 (from SLURM array task: SLURM_ARRAY_TASK_ID={task}" in r.output
+    assert r.output.rstrip().endswith("has no problems (1 problem for 3 tasks); nothing to do"), r.output
+    assert "error" not in r.output
+  assert not out.exists(), "nothing written"
+  r = runner.invoke(app, ["plan", str(spec), "-o", str(out), "--shard", "2/3"])
+  assert r.exit_code == 0 and "shard 2/3 has no problems (1 problem for 3 tasks); nothing to do" in r.output, r.output
