@@ -36,6 +36,7 @@ from ragtune.run import prepare
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S
 from ragtune.run.resume import SweepFlags
 from ragtune.run.shard import EmptyShard
+from ragtune.words import count
 
 # The click that Typer runs on: newer Typer carries its own copy (typer._click), older Typer uses click.
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -377,7 +378,8 @@ def _print_sweep_end(summaries, done: str, strict: bool) -> None:
   _print(done)
   missing = [s for s in summaries if s.best is None and s.problem.backend in kernels.registry.tunable()]
   if missing:
-    msg = f"{len(missing)} problem(s) have no correct candidate; they will be missing from the LUT"
+    have = "has" if len(missing) == 1 else "have"
+    msg = f"{count(len(missing), 'problem')} {have} no correct candidate; they will be missing from the LUT"
     if strict:
       _fail(
         f"--strict: {msg} (the first: {missing[0].problem.op} {missing[0].problem.backend} "
@@ -503,8 +505,8 @@ def sweep(
   prepare.check_timeout(run.rows, run.opts.timeout_s, strict, _say_err)
   devs = list(run.opts.devices)
   _print(
-    f"{len(run.problems)} problems from {shapes_file} -> {run.opts.out_dir}/records.jsonl "
-    f"({len(devs)} worker{'s' if len(devs) > 1 else ''}, devices {devs})"
+    f"{count(len(run.problems), 'problem')} from {shapes_file} -> {run.opts.out_dir}/records.jsonl "
+    f"({count(len(devs), 'worker')}, devices {devs})"
   )
   for line in views.plan_summary(run.rows, run.cost):
     _print(line)
@@ -718,8 +720,11 @@ def verify(
     device=prepare.device,
   )
   _warn_skipped(skipped or {})
+  stopped = "interrupted: verify stopped before its last entry (it writes nothing); run it again to check them all"
   if sel.compile_for:
-    if _compile_entries(sel.compile_for, sel.entries, jobs):
+    with _stoppable(stopped):
+      failed = _compile_entries(sel.compile_for, sel.entries, jobs)
+    if failed:
       raise typer.Exit(1)
     return
   entries = sel.entries
@@ -728,13 +733,9 @@ def verify(
   if warning:
     _print(f"warning: {warning}", err=True)
   t0 = time.perf_counter()
-  failures = _verify_entries(
-    entries,
-    seed=seed,
-    interpret=prepare.resolve_interpret(interpret, sel.info["platform"], _say_err),
-    timeout=timeout,
-    full=full,
-  )
+  interpret = prepare.resolve_interpret(interpret, sel.info["platform"], _say_err)
+  with _stoppable(stopped):
+    failures = _verify_entries(entries, seed=seed, interpret=interpret, timeout=timeout, full=full)
   console.print(
     f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
     f"{len(entries) - failures} passed, {failures} failed"

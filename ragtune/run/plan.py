@@ -18,6 +18,7 @@ from ragtune.records.store import Record, ResultsStore, candidate_id, make_row, 
 from ragtune.run import devices
 from ragtune.run.estimate import CostModel, Estimate, duration
 from ragtune.run.options import SweepOptions
+from ragtune.words import count
 
 BASELINES = ("baseline:xla", "baseline:dense")
 
@@ -212,7 +213,7 @@ def timeout_warnings(rows: list[PlanRow], timeout_s: float, limit: int = 5) -> l
     lines.append(f"... and {len(slow) - limit} more such problems")
   if slow:
     lines.append(
-      f"{len(slow)} of {len(rows)} problems will likely time out. Use smaller shapes (a CPU runs the kernels "
+      f"{len(slow)} of {count(len(rows), 'problem')} will likely time out. Use smaller shapes (a CPU runs the kernels "
       "in an interpreter: shapes/smoke.yaml checks the pipeline) or raise --timeout."
     )
   return lines
@@ -234,7 +235,7 @@ def interpret_skips(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
   for (backend, why), ops in skipped.items():
     n = sum(ops.values())
     notices.append(
-      f"skipped {n} {backend} problem{'s' if n > 1 else ''} ({', '.join(f'{op} {c}' for op, c in ops.items())}), "
+      f"skipped {count(n, backend + ' problem')} ({', '.join(f'{op} {c}' for op, c in ops.items())}), "
       f"every row of which would fail: {why}. Nothing is recorded for them."
     )
   return keep, notices

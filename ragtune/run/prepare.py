@@ -20,11 +20,12 @@ from ragtune.problems import limits
 from ragtune.problems import shapes as shapes_mod
 from ragtune.records import store
 from ragtune.run import devices as devices_mod
-from ragtune.run import environment, resume
+from ragtune.run import environment, lock, resume
 from ragtune.run import plan as plan_mod
 from ragtune.run import shard as shard_mod
 from ragtune.run.estimate import CostModel
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S, SweepOptions
+from ragtune.words import count
 
 Say = Callable[[str], None]
 INTERPRETER_TIMINGS = "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only."
@@ -63,7 +64,7 @@ def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
     if not problems and total:
       raise sh.empty(total)
     if sh.source and say is not None:
-      say(f"notice: {sh.text()}: {len(problems)} problems")
+      say(f"notice: {sh.text()}: {count(len(problems), 'problem')}")
   return spec, problems
 
 
@@ -105,13 +106,13 @@ def fitting(problems: list, memory: int | None, where: Path, say: Say) -> list:
   """The problems that fit the device's memory; a warning for each that does not (an error if none does)."""
   fit, reasons = limits.split_by_memory(problems, memory, str(where))
   if not fit and reasons:
-    raise RagtuneError(reasons[0] + (f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""))
+    raise RagtuneError(reasons[0] + (f" (and {count(len(reasons) - 1, 'more problem')})" if len(reasons) > 1 else ""))
   shown = 5
   for reason in reasons[:shown]:
     say(f"warning: skipped: {reason}")
   if len(reasons) > shown:
     say(
-      f"warning: skipped {len(reasons) - shown} more problems too big for this device "
+      f"warning: skipped {count(len(reasons) - shown, 'more problem')} too big for this device "
       f"({len(reasons)} in all; {len(fit)} remain)"
     )
   return fit
@@ -127,7 +128,7 @@ def on_device(problems: list, platform: str, device_kind: str, say: Say) -> list
       left_out.setdefault(p.backend, [why, 0])[1] += 1
     else:
       keep.append(p)
-  notices = [f"{why}: its {n} problem{'s' if n > 1 else ''} left out" for why, n in left_out.values()]
+  notices = [f"{why}: its {count(n, 'problem')} left out" for why, n in left_out.values()]
   if not keep and notices:
     raise RagtuneError(f"nothing to run on {device_kind}: " + "; ".join(notices))
   for notice in notices:
@@ -247,7 +248,7 @@ class SweepPlan:
     n = len(self.problems)
     return (
       f"complete: every row of the sweep of {self.shapes_file} with {self.flags.text()} is in "
-      f"{self.opts.out_dir / store.RECORDS} ({n} problem{'s' if n != 1 else ''}); nothing to do. To measure "
+      f"{self.opts.out_dir / store.RECORDS} ({count(n, 'problem')}); nothing to do. To measure "
       "more, give the options that widen it (--op, --backend, --shape, --model, --max-candidates, --budget), "
       f"or run the file's own plan: {self.command(resume.SweepFlags(shard=self.flags.shard, defaults=True))}"
     )
@@ -263,7 +264,7 @@ def environment_rows_notice(run: SweepPlan, say: Say) -> None:
   if failures:
     n = len(failures)
     say(
-      f"notice: {n} row{'s' if n != 1 else ''} of {run.opts.out_dir / store.RECORDS} failed for the environment, "
+      f"notice: {count(n, 'row')} of {run.opts.out_dir / store.RECORDS} failed for the environment, "
       f"not the candidate ({failures[0].cause}); once fixed, measure them again with: {run.command()} --retry-failed"
     )
 
@@ -297,6 +298,8 @@ def sweep(
   if skip_bad_lines:
     warn_bad_lines(out_dir, say)
   info = device()
+  if start and not wait:  # refused before the plan is printed, not after (the sweep takes the lock)
+    lock.check(out_dir)
   if not interpreting(flags.interpret, info["platform"]):  # interpreted, any backend's kernels run
     problems = on_device(problems, info["platform"], info["device_kind"], say)
   problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)

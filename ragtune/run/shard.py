@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ragtune.errors import RagtuneError
+from ragtune.words import count
 
 COUNT_VAR = "RAGTUNE_SHARD_COUNT"
 
@@ -44,8 +45,7 @@ class Shard:
 
   def empty(self, total: int) -> EmptyShard:
     return EmptyShard(
-      f"{self.text()} has no problems ({total} problem{'s' if total != 1 else ''} for {self.count} tasks); "
-      "nothing to do"
+      f"{self.text()} has no problems ({count(total, 'problem')} for {self.count} tasks); nothing to do"
     )
 
 

@@ -158,14 +158,14 @@ def test_timeout_warnings_and_strict_refuse_what_the_model_says_will_overrun(tmp
   warning = (
     f"warning: fwd pallas_gpu bfloat16 [96,64]x[4,64,80]: about {about} a candidate (model), more than --timeout 1s"
   )
-  assert warning in d.output and "1 of 1 problems will likely time out" in d.output, d.output
+  assert warning in d.output and "1 of 1 problem will likely time out" in d.output, d.output
   ok = runner.invoke(app, [*args[:-1], "600", "--dry-run"])
   assert ok.exit_code == 0 and "warning" not in ok.output, ok.output
 
   r = runner.invoke(app, [*args, "--strict"])
   lines = [line for line in r.output.splitlines() if line.startswith("error:")]
   assert r.exit_code == 2 and len(lines) == 1, r.output
-  assert lines[0].startswith("error: --strict: 1 of 1 problems will likely time out") and f"about {about}" in lines[0]
+  assert lines[0].startswith("error: --strict: 1 of 1 problem will likely time out") and f"about {about}" in lines[0]
   assert not out.exists(), "nothing written"
 
 

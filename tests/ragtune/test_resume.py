@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from ragtune.cli.app import app
 from ragtune.records import store
-from ragtune.run import pool, resume
+from ragtune.run import lock, pool, resume
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,3 +93,24 @@ def test_the_command_suggested_for_an_edited_shapes_file_works(tmp_path, monkeyp
   )
   r = _sweep(monkeypatch, lambda self, tasks: pytest.fail("nothing to do"), ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0 and "complete:" in r.output, r.output
+
+
+def test_a_sweep_refused_by_the_lock_prints_no_plan(tmp_path):
+  spec, out = tmp_path / "s.yaml", tmp_path / "D"
+  spec.write_text(SMOKE.read_text())
+  with lock.sweep_lock(out):
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 2, r.output
+  assert "another sweep is writing here" in r.output
+  assert "measurements to do" not in r.output and "problems from" not in r.output, r.output
+
+
+def test_one_problem_is_one_problem(tmp_path, monkeypatch):
+  spec, out = tmp_path / "s.yaml", tmp_path / "D"
+  spec.write_text("ops: [fwd]\nbackends: [pallas_gpu]\nmax_candidates: 1\nshapes:\n  - {m: 24, k: 32, n: 32, g: 2}\n")
+  r = _sweep(monkeypatch, _measure_all, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  assert f"1 problem from {spec}" in r.output and "1 problem, 3 measurements to do" in r.output, r.output
+  assert "1 problems" not in r.output and "(1 worker," in r.output
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert "(1 problem); nothing to do" in r.output, r.output
