@@ -464,8 +464,9 @@ def sweep(
 ):
   """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
   compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish. The
-  bare command (SHAPES_FILE and -o only) runs the folder's last sweep of the file again with
-  its options: an unfinished one resumes, a finished one has nothing to do. It starts with
+  bare command (SHAPES_FILE and -o only) runs the folder's sweep of the file again with its
+  options (its unfinished bare sweep first; a run with other options never replaces it): an
+  unfinished one resumes, a finished one has nothing to do. It starts with
   an estimate of its time. An error of the environment rather than of a candidate (a missing
   module, interpret mode off on a CPU) stops it before anything is recorded for it."""
   from ragtune.cli import views

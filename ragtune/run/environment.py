@@ -77,6 +77,8 @@ def check(backends: set[str], interpret: bool, platform: str) -> None:
   and their modules import. Raises RagtuneError with stop_text's line."""
   for name in sorted(backends):
     backend = registry.get(name)
+    if backend.unavailable():  # refused with its own reason where it matters (prepare.on_device)
+      continue
     if not interpret and platform not in backend.platforms:
       failure = classify(NO_ACCELERATOR if platform == "cpu" else "Cannot lower pallas_call on platform")
       raise RagtuneError(stop_text(f"any {name} row", failure))
