@@ -177,12 +177,10 @@ def test_a_strict_sweep_exits_1_when_every_candidate_failed(tmp_path, calibrated
   r = runner.invoke(app, [*args, "--strict"])
   errors = [line for line in r.output.splitlines() if line.startswith("error:")]
   assert r.exit_code == 1 and len(errors) == 1, r.output
-  assert (
-    errors[0].startswith("error: --strict: 1 problem(s) have no correct candidate") and "compile_error" in errors[0]
-  )
+  assert errors[0].startswith("error: --strict: 1 problem has no correct candidate") and "compile_error" in errors[0]
   assert [row.status for row in store.ResultsStore(out).rows()] == ["ok", "ok", "compile_error"]
   again = runner.invoke(app, args)  # resumed: nothing left to measure; without --strict a warning
-  assert again.exit_code == 0 and "warning: 1 problem(s) have no correct candidate" in again.output, again.output
+  assert again.exit_code == 0 and "warning: 1 problem has no correct candidate" in again.output, again.output
 
 
 MOSAIC = "ops: [fwd, dlhs, drhs]\nbackends: [mosaic_gpu]\nshapes:\n  - {m: 64, k: 64, n: 64, g: 2}\n"
@@ -202,7 +200,7 @@ def test_ops_the_interpreter_cannot_run_are_noticed_and_left_out(tmp_path, calib
     assert "Mosaic GPU interpreter" in n and all(f"{op} 1" in n for op in unsupported), n
   kept, _ = planning.interpret_skips(shapes.expand(shapes.load_shape_set(spec)))
   assert {p.op for p in kept} == {"fwd", "dlhs", "drhs"} - set(unsupported)
-  assert f"{len(kept)} problems, " in r.output
+  assert f"{len(kept)} problem{'s' if len(kept) != 1 else ''}, " in r.output
   if unsupported:  # nothing left: one error line, nothing written
     only = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--op", "dlhs"])
     assert only.exit_code == 2 and only.output.strip().splitlines()[-1].startswith("error: nothing to run"), only.output
