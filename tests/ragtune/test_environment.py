@@ -2,6 +2,7 @@
 again the rows older versions recorded for them."""
 
 import json
+import os
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -64,7 +65,7 @@ def test_a_missing_module_in_the_workers_stops_the_sweep_before_its_rows(tmp_pat
   """The guard, where the check up front misses it: the first such row stops the sweep, unrecorded."""
   spec, out = tmp_path / "s.yaml", tmp_path / "res"
   spec.write_text(TINY.format(backend="pallas_gpu"))
-  monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{__import__('os').environ.get('PYTHONPATH', '')}")
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
   monkeypatch.setattr(ceilings, "missing", lambda *args: set())
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--builder", "fault_builders:missing_module"])
   assert r.exit_code == 2, r.output
