@@ -36,6 +36,8 @@ from ragtune.problems import limits
 from ragtune.run import prepare
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S
 from ragtune.run.resume import SweepFlags
+from ragtune.run.shard import EmptyShard
+from ragtune.words import count
 
 # The click that Typer runs on: newer Typer carries its own copy (typer._click), older Typer uses click.
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -179,6 +181,8 @@ def user_errors(fn):
   def wrapper(*args, **kwargs):
     try:
       return fn(*args, **kwargs)
+    except EmptyShard as e:  # a task with nothing to do: said, exit 0
+      _print(str(e))
     except (RagtuneError, kernels.LutError) as e:
       _fail(str(e))
     except OSError as e:  # a path problem no check caught: still one line
@@ -376,7 +380,8 @@ def _print_sweep_end(summaries, done: str, strict: bool) -> None:
   _print(done)
   missing = [s for s in summaries if s.best is None and s.problem.backend in kernels.registry.tunable()]
   if missing:
-    msg = f"{len(missing)} problem(s) have no correct candidate; they will be missing from the LUT"
+    have = "has" if len(missing) == 1 else "have"
+    msg = f"{count(len(missing), 'problem')} {have} no correct candidate; they will be missing from the LUT"
     if strict:
       _fail(
         f"--strict: {msg} (the first: {missing[0].problem.op} {missing[0].problem.backend} "
@@ -449,12 +454,23 @@ def sweep(
       "problem ends with no correct candidate.",
     ),
   ] = False,
+  retry_failed: Annotated[
+    bool,
+    typer.Option(
+      "--retry-failed",
+      help="Measure again the rows that failed for a reason other than the candidate: an environment "
+      "error (a missing module, no GPU for compiled kernels), a timeout or a crash of the worker; their new "
+      "records replace the old. Not stored with the sweep's options.",
+    ),
+  ] = False,
 ):
   """Measure the candidate configs of every problem in SHAPES_FILE in worker processes:
   compile, check against jax.lax.ragged_dot, time. Rows are appended as they finish. The
-  bare command (SHAPES_FILE and -o only) runs the folder's last sweep of the file again with
-  its options: an unfinished one resumes, a finished one has nothing to do. It starts with
-  an estimate of its time."""
+  bare command (SHAPES_FILE and -o only) runs the folder's sweep of the file again with its
+  options (its unfinished bare sweep first; a run with other options never replaces it): an
+  unfinished one resumes, a finished one has nothing to do. It starts with
+  an estimate of its time. An error of the environment rather than of a candidate (a missing
+  module, interpret mode off on a CPU) stops it before anything is recorded for it."""
   from ragtune.cli import views
   from ragtune.run import pool
 
@@ -474,7 +490,14 @@ def sweep(
     defaults=defaults,
   )
   run = prepare.sweep(
-    shapes_file, out, given, wait=wait, skip_bad_lines=skip_bad_lines, start=not dry_run, say=_say_err
+    shapes_file,
+    out,
+    given,
+    wait=wait,
+    skip_bad_lines=skip_bad_lines,
+    start=not dry_run,
+    say=_say_err,
+    retry_failed=retry_failed,
   )
   if dry_run:
     _print_plan(run.rows, run.cost)
@@ -485,8 +508,8 @@ def sweep(
   prepare.check_timeout(run.rows, run.opts.timeout_s, strict, _say_err)
   devs = list(run.opts.devices)
   _print(
-    f"{len(run.problems)} problems from {shapes_file} -> {run.opts.out_dir}/records.jsonl "
-    f"({len(devs)} worker{'s' if len(devs) > 1 else ''}, devices {devs})"
+    f"{count(len(run.problems), 'problem')} from {shapes_file} -> {run.opts.out_dir}/records.jsonl "
+    f"({count(len(devs), 'worker')}, devices {devs})"
   )
   for line in views.plan_summary(run.rows, run.cost):
     _print(line)
@@ -698,8 +721,11 @@ def verify(
     device=prepare.device,
   )
   _warn_skipped(skipped or {})
+  stopped = "interrupted: verify stopped before its last entry (it writes nothing); run it again to check them all"
   if sel.compile_for:
-    if _compile_entries(sel.compile_for, sel.entries, jobs):
+    with _stoppable(stopped):
+      failed = _compile_entries(sel.compile_for, sel.entries, jobs)
+    if failed:
       raise typer.Exit(1)
     return
   entries = sel.entries
@@ -708,13 +734,9 @@ def verify(
   if warning:
     _print(f"warning: {warning}", err=True)
   t0 = time.perf_counter()
-  failures = _verify_entries(
-    entries,
-    seed=seed,
-    interpret=prepare.resolve_interpret(interpret, sel.info["platform"], _say_err),
-    timeout=timeout,
-    full=full,
-  )
+  interpret = prepare.resolve_interpret(interpret, sel.info["platform"], _say_err)
+  with _stoppable(stopped):
+    failures = _verify_entries(entries, seed=seed, interpret=interpret, timeout=timeout, full=full)
   console.print(
     f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
     f"{len(entries) - failures} passed, {failures} failed"

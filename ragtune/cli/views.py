@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ragtune import words
 from ragtune.problems.presets import MODEL_PRESETS
 from ragtune.records.report import DTYPE_ABBREV, config_text
 from ragtune.records.summary import speedup_text
@@ -131,7 +132,7 @@ def plan_summary(rows: list[PlanRow], model: CostModel, slowest: int = 3) -> lis
   unknown = [r for r in rows if r.estimate.seconds is None and r.todo]
   total = sum(r.estimate.seconds for r in known)
   by_rows = sum(1 for r in known if r.estimate.source == "rows")
-  head = f"{len(rows)} problems, {todo} measurements to do (candidates and the 2 baselines per problem)"
+  head = f"{words.count(len(rows), 'problem')}, {todo} measurements to do (candidates and the 2 baselines per problem)"
   if not todo:
     return [head]
   sources = [f"{len(known) - by_rows} from {model.describe()}"] if len(known) > by_rows else []

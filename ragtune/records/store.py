@@ -306,12 +306,9 @@ def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | No
       skipped[path] = bad
     if not records:
       raise RagtuneError(f"{path}: results file is empty" + (f" ({len(bad)} bad lines skipped)" if bad else ""))
-    seen = set()
-    for r in records:
-      if r.id in seen:
-        continue  # older files could get an id twice (two unlocked sweeps): keep the first
-      seen.add(r.id)
-      out.append(r)
+    # An id met twice: a row measured again (sweep --retry-failed), or two unlocked sweeps
+    # of older versions; the latest record wins.
+    out += {r.id: r for r in records}.values()
   return out
 
 

@@ -66,13 +66,10 @@ class ProblemSummary:
 
 def summarize(records: Iterable[Record], device_kind: str) -> dict[str, ProblemSummary]:
   """problem key -> its summary, from the records of `device_kind` (others are left out).
-  A row id met twice in one folder counts once, the first (as load_results keeps)."""
+  A row id met twice in one folder counts once, the latest (as load_results keeps)."""
   groups: dict[str, list[Record]] = {}
-  seen: set[tuple[str, str]] = set()
-  for r in records:
-    if r.device_kind != device_kind or (r.origin, r.id) in seen:
-      continue
-    seen.add((r.origin, r.id))
+  latest = {(r.origin, r.id): r for r in records if r.device_kind == device_kind}
+  for r in latest.values():
     groups.setdefault(r.problem.key, []).append(r)
   found = {key: _summarize_problem(rs, device_kind) for key, rs in groups.items()}
   times = _backend_times(found.values())

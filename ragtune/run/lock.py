@@ -35,9 +35,7 @@ def sweep_lock(directory: str | Path, *, wait: bool = False, on_wait=None):
     lock.acquire(timeout=0)
   except filelock.Timeout:
     if not wait:
-      raise RagtuneError(
-        f"{d}: another sweep is writing here ({_holder(d)}); wait for it, use another -o folder, or pass --wait"
-      ) from None
+      raise _held(d) from None
     if on_wait:
       on_wait(_holder(d))
     lock.acquire()
@@ -55,6 +53,27 @@ def sweep_lock(directory: str | Path, *, wait: bool = False, on_wait=None):
     except OSError:
       pass
     lock.release()
+
+
+def check(directory: str | Path) -> None:
+  """Raise as sweep_lock does if another sweep holds the folder now: before a sweep prints its plan."""
+  import filelock
+
+  d = Path(directory)
+  if not (d / LOCK).is_file():
+    return
+  lock = filelock.FileLock(str(d / LOCK))
+  try:
+    lock.acquire(timeout=0)
+  except filelock.Timeout:
+    raise _held(d) from None
+  lock.release()
+
+
+def _held(d: Path) -> RagtuneError:
+  return RagtuneError(
+    f"{d}: another sweep is writing here ({_holder(d)}); wait for it, use another -o folder, or pass --wait"
+  )
 
 
 def _holder(d: Path) -> str:

@@ -26,4 +26,5 @@ class SweepOptions:
   device_kind: str | None = None  # the tuned device (probe_devices): search space and defaults
   spare_workers: bool = True  # after a first replacement, keep a started spare per device
   skip_bad_lines: bool = False  # read past lines of records.jsonl that are not records
+  retry_failed: bool = False  # measure again the rows environment.retryable() names
   sharded: bool = False  # out_dir is a shard's folder (ragtune.run.shard) in the results folder

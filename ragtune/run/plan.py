@@ -18,6 +18,7 @@ from ragtune.records.store import Record, ResultsStore, candidate_id, make_row, 
 from ragtune.run import devices
 from ragtune.run.estimate import CostModel, Estimate, duration
 from ragtune.run.options import SweepOptions
+from ragtune.words import count
 
 BASELINES = ("baseline:xla", "baseline:dense")
 
@@ -75,6 +76,17 @@ class Task:
   def next_batch(self) -> list[tuple[str, Any]]:
     batch = self.strategy.next_batch(self.history)
     return [(candidate_id(c), c) for c in batch]
+
+
+def done_rows(records: list[Record], retry_failed: bool = False) -> dict[str, Record]:
+  """Row id -> its latest record, the rows a sweep counts as done: with retry_failed, not
+  those that failed for a reason other than the candidate (environment.retryable)."""
+  from ragtune.run import environment
+
+  done = {r.id: r for r in records}
+  if retry_failed:
+    done = {k: r for k, r in done.items() if not environment.retryable(r.status, r.error)}
+  return done
 
 
 def by_problem(done: dict[str, Record]) -> dict[str, list[Record]]:
@@ -166,7 +178,7 @@ def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = 
   (ragtune/run/estimate.py), by default the one of opts.
   """
   model = model or CostModel.for_sweep(opts.interpret, opts.device_kind or "", opts.out_dir)
-  done = {r.id: r for r in ResultsStore(opts.out_dir, opts.skip_bad_lines).rows()}
+  done = done_rows(ResultsStore(opts.out_dir, opts.skip_bad_lines).rows(), opts.retry_failed)
   grouped = by_problem(done)
   out = []
   for p in problems:
@@ -202,7 +214,7 @@ def timeout_warnings(rows: list[PlanRow], timeout_s: float, limit: int = 5) -> l
     lines.append(f"... and {len(slow) - limit} more such problems")
   if slow:
     lines.append(
-      f"{len(slow)} of {len(rows)} problems will likely time out. Use smaller shapes (a CPU runs the kernels "
+      f"{len(slow)} of {count(len(rows), 'problem')} will likely time out. Use smaller shapes (a CPU runs the kernels "
       "in an interpreter: shapes/smoke.yaml checks the pipeline) or raise --timeout."
     )
   return lines
@@ -224,7 +236,7 @@ def interpret_skips(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
   for (backend, why), ops in skipped.items():
     n = sum(ops.values())
     notices.append(
-      f"skipped {n} {backend} problem{'s' if n > 1 else ''} ({', '.join(f'{op} {c}' for op, c in ops.items())}), "
+      f"skipped {count(n, backend + ' problem')} ({', '.join(f'{op} {c}' for op, c in ops.items())}), "
       f"every row of which would fail: {why}. Nothing is recorded for them."
     )
   return keep, notices

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
 from ragtune.records.store import Record, ResultsStore, make_row
-from ragtune.run import child, devices
+from ragtune.run import child, devices, environment
 from ragtune.run.options import SweepOptions
 from ragtune.run.plan import Task
 
@@ -177,6 +177,9 @@ class Pool:
     w.current, w.deadline = cid, time.monotonic() + self.opts.timeout_s
 
   def _on_row(self, w: _Worker, row: Record) -> None:
+    if row.status != "ok" and (failure := environment.classify(row.error)) is not None:
+      p = row.problem  # not recorded: it would fail every candidate the same way
+      raise RagtuneError(environment.stop_text(f"{p.op} {p.backend} {p.shape_label} {row.candidate}", failure))
     self._write(w.task, row)
     w.current, w.deadline = None, time.monotonic() + self.opts.timeout_s
 

@@ -20,11 +20,12 @@ from ragtune.problems import limits
 from ragtune.problems import shapes as shapes_mod
 from ragtune.records import store
 from ragtune.run import devices as devices_mod
+from ragtune.run import environment, lock, resume
 from ragtune.run import plan as plan_mod
-from ragtune.run import resume
 from ragtune.run import shard as shard_mod
 from ragtune.run.estimate import CostModel
 from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S, SweepOptions
+from ragtune.words import count
 
 Say = Callable[[str], None]
 INTERPRETER_TIMINGS = "Timings are of the interpreter, NOT GPU/TPU timings; use them to test the pipeline only."
@@ -59,9 +60,11 @@ def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
   problems = shapes_mod.select(problems, shapes=list(sel.shapes) or None, models=list(sel.models) or None)
   sh = shard_mod.parse(sel.shard)
   if sh is not None:
-    problems = plan_mod.shard(problems, sh.index, sh.count)
+    total, problems = len(problems), plan_mod.shard(problems, sh.index, sh.count)
+    if not problems and total:
+      raise sh.empty(total)
     if sh.source and say is not None:
-      say(f"notice: {sh.text()}: {len(problems)} problems")
+      say(f"notice: {sh.text()}: {count(len(problems), 'problem')}")
   return spec, problems
 
 
@@ -85,8 +88,8 @@ def sweep_folder(base: Path, shapes_file: Path, shard: str | None) -> tuple[Path
   sh = shard_mod.parse(shard)
   if sh is None:
     return base, None
-  before = resume.stored_sweep(base, shapes_file) if (base / resume.SWEEPS).is_file() else None
-  return (base if before is not None and before.flags.shard == shard else sh.folder(base)), sh
+  before = resume.stored_sweeps(base, shapes_file) if (base / resume.SWEEPS).is_file() else []
+  return (base if any(s.flags.shard == shard for s in before) else sh.folder(base)), sh
 
 
 def shard_folders_notice(base: Path, say: Say) -> None:
@@ -103,13 +106,13 @@ def fitting(problems: list, memory: int | None, where: Path, say: Say) -> list:
   """The problems that fit the device's memory; a warning for each that does not (an error if none does)."""
   fit, reasons = limits.split_by_memory(problems, memory, str(where))
   if not fit and reasons:
-    raise RagtuneError(reasons[0] + (f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""))
+    raise RagtuneError(reasons[0] + (f" (and {count(len(reasons) - 1, 'more problem')})" if len(reasons) > 1 else ""))
   shown = 5
   for reason in reasons[:shown]:
     say(f"warning: skipped: {reason}")
   if len(reasons) > shown:
     say(
-      f"warning: skipped {len(reasons) - shown} more problems too big for this device "
+      f"warning: skipped {count(len(reasons) - shown, 'more problem')} too big for this device "
       f"({len(reasons)} in all; {len(fit)} remain)"
     )
   return fit
@@ -125,7 +128,7 @@ def on_device(problems: list, platform: str, device_kind: str, say: Say) -> list
       left_out.setdefault(p.backend, [why, 0])[1] += 1
     else:
       keep.append(p)
-  notices = [f"{why}: its {n} problem{'s' if n > 1 else ''} left out" for why, n in left_out.values()]
+  notices = [f"{why}: its {count(n, 'problem')} left out" for why, n in left_out.values()]
   if not keep and notices:
     raise RagtuneError(f"nothing to run on {device_kind}: " + "; ".join(notices))
   for notice in notices:
@@ -221,17 +224,13 @@ class SweepPlan:
     flags = self.flags if flags is None else flags
     if self.shard is not None and self.shard.source:
       flags = dataclasses.replace(flags, shard=f"{self.shard.index}/{self.shard.count}")
-    return resume.command(self.shapes_file, self.out, flags)
+    return resume.command(self.shapes_file, self.out, flags) + (" --retry-failed" if self.opts.retry_failed else "")
 
   def mark_complete(self) -> None:
-    """Store these options as finished, unless they already are."""
-    st = resume.stored_sweep(self.opts.out_dir, self.shapes_file)
-    if (
-      st is None
-      or not st.finished
-      or st.flags != self.flags
-      or st.shapes_sha256 != resume.file_sha256(self.shapes_file)
-    ):
+    """Store these options as finished where they are stored unfinished (a sweep stopped
+    after its last row); options that started no work are not stored."""
+    st = resume.stored_sweep(self.opts.out_dir, self.shapes_file, self.flags)
+    if st is not None and (not st.finished or st.shapes_sha256 != resume.file_sha256(self.shapes_file)):
       self.save(finished=True)
 
   def summaries(self) -> list:
@@ -249,9 +248,24 @@ class SweepPlan:
     n = len(self.problems)
     return (
       f"complete: every row of the sweep of {self.shapes_file} with {self.flags.text()} is in "
-      f"{self.opts.out_dir / store.RECORDS} ({n} problem{'s' if n != 1 else ''}); nothing to do. To measure "
+      f"{self.opts.out_dir / store.RECORDS} ({count(n, 'problem')}); nothing to do. To measure "
       "more, give the options that widen it (--op, --backend, --shape, --model, --max-candidates, --budget), "
       f"or run the file's own plan: {self.command(resume.SweepFlags(shard=self.flags.shard, defaults=True))}"
+    )
+
+
+def environment_rows_notice(run: SweepPlan, say: Say) -> None:
+  """Rows recorded (by older versions) as failed for the environment, not the candidate: how
+  to measure them again."""
+  if run.opts.retry_failed:
+    return
+  rows = plan_mod.done_rows(store.ResultsStore(run.opts.out_dir, run.opts.skip_bad_lines).rows()).values()
+  failures = [f for r in rows if r.status != "ok" and (f := environment.classify(r.error)) is not None]
+  if failures:
+    n = len(failures)
+    say(
+      f"notice: {count(n, 'row')} of {run.opts.out_dir / store.RECORDS} failed for the environment, "
+      f"not the candidate ({failures[0].cause}); once fixed, measure them again with: {run.command()} --retry-failed"
     )
 
 
@@ -264,6 +278,7 @@ def sweep(
   skip_bad_lines: bool,
   start: bool,
   say: Say,
+  retry_failed: bool = False,
 ) -> SweepPlan:
   """The sweep a `ragtune sweep` command runs: bad input is refused before anything else;
   a bare command resumes the options stored for the file in the results folder
@@ -283,6 +298,8 @@ def sweep(
   if skip_bad_lines:
     warn_bad_lines(out_dir, say)
   info = device()
+  if start and not wait:  # refused before the plan is printed, not after (the sweep takes the lock)
+    lock.check(out_dir)
   if not interpreting(flags.interpret, info["platform"]):  # interpreted, any backend's kernels run
     problems = on_device(problems, info["platform"], info["device_kind"], say)
   problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
@@ -298,12 +315,16 @@ def sweep(
     platform=info["platform"],
     interpret=interpreting(flags.interpret, info["platform"]),
     sharded=folder != base,
+    retry_failed=retry_failed,
   )
   problems = interpretable(problems, opts.interpret, say)
   opts.lut = plan_mod.find_lut(info["device_kind"]) if opts.budget else None  # a budgeted search's start
   cost = CostModel.for_sweep(opts.interpret, info["device_kind"], out_dir)
   run = SweepPlan(Path(shapes_file), base, flags, problems, opts, cost, plan_mod.plan(problems, opts, cost), shard)
+  if start:
+    environment_rows_notice(run, say)
   if start and run.todo:
+    environment.check({p.backend for p in problems}, opts.interpret, opts.platform)
     place_workers(opts, info, flags.devices, flags.interpret, say)
   elif start:  # nothing to run; its stored rows' summary still says what timed them
     resolve_interpret(flags.interpret, opts.platform, say)

@@ -1,10 +1,14 @@
 """A sweep's options, kept in its results folder (DIR/sweep.json), so that the bare command
 `ragtune sweep SHAPES -o DIR` resumes an interrupted sweep exactly.
 
-The rule: a bare command (no sweep option) runs the last sweep of the same shapes file with
-the options it had: an unfinished one resumes (if the file is unchanged), a finished one has
-nothing left to do (unless the file has grown since). A command with any sweep option runs
-exactly as given; --defaults alone asks for the file's own plan.
+The rule: a bare command (no sweep option) runs a stored sweep of the same shapes file with
+the options it had: the unfinished bare one if there is one, else the latest unfinished one,
+else the latest finished one. An unfinished one resumes (if the file is unchanged), a finished
+one has nothing left to do (unless the file has grown since). A command with any sweep option
+runs exactly as given; --defaults alone asks for the file's own plan.
+
+Each set of options is stored apart (a narrow check never replaces the full sweep), without
+the options of one host (--devices), so the command a sweep prints always finishes it.
 """
 
 from __future__ import annotations
@@ -60,6 +64,15 @@ class SweepFlags:
       "--defaults": ["--defaults"] if self.defaults else [],
     }
     return {flag: w for flag, w in words.items() if w}
+
+  def stored(self) -> SweepFlags:
+    """These options as a folder keeps them: what is measured, not where (--devices), and
+    --defaults as no option (the file's own plan)."""
+    return dataclasses.replace(self, devices=None, defaults=False)
+
+  def bare(self) -> bool:
+    """No option that chooses what is measured: the command resumes what is stored."""
+    return self.stored() == SweepFlags() and not self.defaults
 
   def argv(self) -> list[str]:
     return [w for words in self.options().values() for w in words]
@@ -124,16 +137,28 @@ def _key(shapes_file: Path) -> str:
 
 
 def save(out_dir: Path, shapes_file: Path, flags: SweepFlags, *, finished: bool) -> None:
-  """Store (replace) this shapes file's sweep in the folder's sweep.json, atomically."""
-  entry = StoredSweep(_key(shapes_file), file_sha256(shapes_file), flags, finished)
-  sweeps = [s for s in load(out_dir) if s.shapes_file != entry.shapes_file] + [entry]
+  """Store (replace) this shapes file's sweep with these options in the folder's sweep.json,
+  atomically, as the latest; the file's sweeps with other options stay."""
+  entry = StoredSweep(_key(shapes_file), file_sha256(shapes_file), flags.stored(), finished)
+  sweeps = [s for s in load(out_dir) if (s.shapes_file, s.flags) != (entry.shapes_file, entry.flags)] + [entry]
   text = json.dumps({"schema": SCHEMA, "sweeps": [s.to_dict() for s in sweeps]}, indent=1) + "\n"
   write_atomic(Path(out_dir) / SWEEPS, text)
 
 
-def stored_sweep(out_dir: Path, shapes_file: Path) -> StoredSweep | None:
-  """The last sweep of this shapes file into the folder, if one is stored."""
-  return next((s for s in load(out_dir) if s.shapes_file == _key(shapes_file)), None)
+def stored_sweeps(out_dir: Path, shapes_file: Path) -> list[StoredSweep]:
+  """The sweeps of this shapes file stored in the folder, the latest last."""
+  return [s for s in load(out_dir) if s.shapes_file == _key(shapes_file)]
+
+
+def stored_sweep(out_dir: Path, shapes_file: Path, flags: SweepFlags | None = None) -> StoredSweep | None:
+  """The stored sweep of this shapes file with these options; with none, the one a bare
+  command runs: the unfinished bare sweep, else the latest unfinished, else the latest."""
+  sweeps = stored_sweeps(out_dir, shapes_file)
+  if flags is not None:
+    return next((s for s in sweeps if s.flags == flags.stored()), None)
+  unfinished = [s for s in sweeps if not s.finished]
+  bare = [s for s in unfinished if s.flags == SweepFlags()]
+  return (bare or unfinished or sweeps or [None])[-1]
 
 
 def command(shapes_file: Path, out_dir: Path, flags: SweepFlags) -> str:
@@ -145,32 +170,39 @@ def resolve(shapes_file: Path, out_dir: Path, given: SweepFlags) -> tuple[SweepF
   """The options this sweep runs with, and a line saying where they came from (None when
   they are simply the command's). Raises when a bare command would resume a sweep whose
   shapes file has changed since."""
-  stored = stored_sweep(out_dir, shapes_file)
-  if stored is None or (stored.finished and given != SweepFlags()):
-    return given, None
   where = Path(out_dir) / SWEEPS
+  if not given.bare():
+    if stored_sweep(out_dir, shapes_file, given) is not None:
+      return given, None
+    other = next((s for s in reversed(stored_sweeps(out_dir, shapes_file)) if not s.finished), None)
+    if other is None:
+      return given, None
+    return given, (
+      f"note: {where} holds an unfinished sweep of {shapes_file} with {other.flags.text()}; this command runs "
+      f"as given ({given.stored().changes_from(other.flags)}) and keeps that one for: "
+      f"{command(shapes_file, out_dir, other.flags)}"
+    )
+  stored = stored_sweep(out_dir, shapes_file)
+  if stored is None:
+    return given, None
+  flags = dataclasses.replace(stored.flags, devices=given.devices)
   if stored.finished:
     changed = stored.shapes_sha256 != file_sha256(shapes_file)
-    return stored.flags, (
+    return flags, (
       f"the sweep of {shapes_file} with {stored.flags.text()} finished ({where})"
       + ("; the file changed since: measuring what those options select in it now" if changed else "")
     )
-  if given == SweepFlags():
-    if stored.shapes_sha256 != file_sha256(shapes_file):
-      raise RagtuneError(
-        f"{shapes_file} changed since the unfinished sweep in {out_dir} began ({where}), so its options "
-        f"({stored.flags.text()}) may not select the same problems; to go on with the file as it is now, run: "
-        f"{command(shapes_file, out_dir, stored.flags)}"
-      )
-    if stored.flags == given:
-      return given, None
-    return (
-      stored.flags,
-      f"resuming the unfinished sweep of {shapes_file} with its options {stored.flags.text()} ({where})",
+  if stored.shapes_sha256 != file_sha256(shapes_file):
+    # The options given explicitly (--defaults for none) run as given: on the file as it is now.
+    explicit = stored.flags if stored.flags != SweepFlags() else SweepFlags(defaults=True)
+    raise RagtuneError(
+      f"{shapes_file} changed since the unfinished sweep in {out_dir} began ({where}), so its options "
+      f"({stored.flags.text()}) may not select the same problems; to go on with the file as it is now "
+      f"(the rows done are kept), run: {command(shapes_file, out_dir, explicit)}"
     )
-  if stored.flags == given:
-    return given, None
-  return given, (
-    f"note: {where} holds an unfinished sweep of {shapes_file} with {stored.flags.text()}; "
-    f"this command runs as given ({given.changes_from(stored.flags)})"
+  if stored.flags == SweepFlags():
+    return flags, None
+  return (
+    flags,
+    f"resuming the unfinished sweep of {shapes_file} with its options {stored.flags.text()} ({where})",
   )

@@ -21,8 +21,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ragtune.errors import RagtuneError
+from ragtune.words import count
 
 COUNT_VAR = "RAGTUNE_SHARD_COUNT"
+
+
+class EmptyShard(Exception):
+  """Not an error: this task's shard has no problems (more tasks than problems); the command
+  says so and exits 0, as a task with nothing to do should."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +42,11 @@ class Shard:
 
   def text(self) -> str:
     return f"shard {self.index}/{self.count}" + (f" (from {self.source})" if self.source else "")
+
+  def empty(self, total: int) -> EmptyShard:
+    return EmptyShard(
+      f"{self.text()} has no problems ({count(total, 'problem')} for {self.count} tasks); nothing to do"
+    )
 
 
 def _int(env: Mapping[str, str], name: str, what: str) -> int:

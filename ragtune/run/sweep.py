@@ -58,7 +58,7 @@ def run_sweep(
   progress = progress or _Silent()
   with lock.sweep_lock(opts.out_dir, wait=opts.wait_for_lock, on_wait=on_wait):
     store = ResultsStore(opts.out_dir, opts.skip_bad_lines)
-    done = {r.id: r for r in store.rows()}
+    done = plan.done_rows(store.rows(), opts.retry_failed)
     if on_state is not None:
       on_state(False)
     tasks, n_todo, n_done = [], 0, 0

@@ -72,3 +72,8 @@ def compile_faults(target, p, config):
   if config == "setup":
     return {"outcome": "compile_error", "error": "no ptxas", "compile_s": 0.0, "kernels": [], "setup_error": True}
   return {"outcome": "ok", "error": "", "compile_s": 0.0, "kernels": []}
+
+
+def missing_module(p, backend, config, interpret):
+  """Every candidate fails as a kernel whose module needs a package that is not installed."""
+  raise ModuleNotFoundError("No module named 'absl'", name="absl")

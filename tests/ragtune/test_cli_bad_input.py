@@ -411,7 +411,7 @@ def test_problems_too_big_for_the_device_are_skipped_with_a_warning(tmp_path, mo
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "out"), "--dry-run"])
   assert r.exit_code == 0, r.output
   assert "warning: skipped: " in r.output and "fwd pallas_gpu [4096,32]x[2,32,32] bfloat16: needs" in r.output
-  assert "[64,32]x[2,32,32]" in r.output and "1 problems" in r.output
+  assert "[64,32]x[2,32,32]" in r.output and "1 problem," in r.output
 
 
 def test_kernels_need_a_group():

@@ -241,7 +241,7 @@ def test_options_given_run_as_given_and_a_changed_file_is_refused(tmp_path):
   assert "this command runs as given (--op fwd dropped, --max-candidates 1 -> --max-candidates 2)" in r.output
   assert "3 problems, 12 measurements to do" in r.output
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--dry-run"])
-  assert "1 problems, 3 measurements to do" in r.output, "the bare command: the stored options"
+  assert "1 problem, 3 measurements to do" in r.output, "the bare command: the stored options"
   spec.write_text(RESUME.replace("m: 40", "m: 56"))
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 2, r.output

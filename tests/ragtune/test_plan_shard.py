@@ -180,14 +180,14 @@ def test_timeout_warnings_and_strict_refuse_what_the_model_says_will_overrun(tmp
   warning = (
     f"warning: fwd pallas_gpu bfloat16 [96,64]x[4,64,80]: about {about} a candidate (model), more than --timeout 1s"
   )
-  assert warning in d.output and "1 of 1 problems will likely time out" in d.output, d.output
+  assert warning in d.output and "1 of 1 problem will likely time out" in d.output, d.output
   ok = runner.invoke(app, [*args[:-1], "600", "--dry-run"])
   assert ok.exit_code == 0 and "warning" not in ok.output, ok.output
 
   r = runner.invoke(app, [*args, "--strict"])
   lines = [line for line in r.output.splitlines() if line.startswith("error:")]
   assert r.exit_code == 2 and len(lines) == 1, r.output
-  assert lines[0].startswith("error: --strict: 1 of 1 problems will likely time out") and f"about {about}" in lines[0]
+  assert lines[0].startswith("error: --strict: 1 of 1 problem will likely time out") and f"about {about}" in lines[0]
   assert not out.exists(), "nothing written"
 
 
@@ -199,12 +199,10 @@ def test_a_strict_sweep_exits_1_when_every_candidate_failed(tmp_path, calibrated
   r = runner.invoke(app, [*args, "--strict"])
   errors = [line for line in r.output.splitlines() if line.startswith("error:")]
   assert r.exit_code == 1 and len(errors) == 1, r.output
-  assert (
-    errors[0].startswith("error: --strict: 1 problem(s) have no correct candidate") and "compile_error" in errors[0]
-  )
+  assert errors[0].startswith("error: --strict: 1 problem has no correct candidate") and "compile_error" in errors[0]
   assert [row.status for row in store.ResultsStore(out).rows()] == ["ok", "ok", "compile_error"]
   again = runner.invoke(app, args)  # resumed: nothing left to measure; without --strict a warning
-  assert again.exit_code == 0 and "warning: 1 problem(s) have no correct candidate" in again.output, again.output
+  assert again.exit_code == 0 and "warning: 1 problem has no correct candidate" in again.output, again.output
 
 
 MOSAIC = "ops: [fwd, dlhs, drhs]\nbackends: [mosaic_gpu]\nshapes:\n  - {m: 64, k: 64, n: 64, g: 2}\n"
@@ -224,7 +222,7 @@ def test_ops_the_interpreter_cannot_run_are_noticed_and_left_out(tmp_path, calib
     assert "Mosaic GPU interpreter" in n and all(f"{op} 1" in n for op in unsupported), n
   kept, _ = planning.interpret_skips(shapes.expand(shapes.load_shape_set(spec)))
   assert {p.op for p in kept} == {"fwd", "dlhs", "drhs"} - set(unsupported)
-  assert f"{len(kept)} problems, " in r.output
+  assert f"{len(kept)} problem{'s' if len(kept) != 1 else ''}, " in r.output
   if unsupported:  # nothing left: one error line, nothing written
     only = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--op", "dlhs"])
     assert only.exit_code == 2 and only.output.strip().splitlines()[-1].startswith("error: nothing to run"), only.output
@@ -378,3 +376,21 @@ def test_a_device_sweeps_the_backends_that_compile_for_it():
   assert prepare.on_device(problems, "cpu", "cpu", said.append) == problems
   with pytest.raises(RagtuneError, match="nothing to run on NVIDIA A100-SXM4-80GB: backend 'mosaic_gpu'"):
     prepare.on_device(problems[1:], "gpu", "NVIDIA A100-SXM4-80GB", said.append)
+
+
+def test_an_empty_shard_says_so_and_exits_0(tmp_path):
+  """The user's report: a SLURM array of 3 tasks over one problem; task 1 printed "0 problems" and
+  "error: nothing to run in interpret mode: " (no reason), exit 2."""
+  spec, out = tmp_path / "s.yaml", tmp_path / "res"
+  spec.write_text("ops: [fwd]\nbackends: [pallas_gpu]\nshapes:\n  - {m: 24, k: 32, n: 32, g: 2}\n")
+  for task in (11, 12):
+    r = runner.invoke(
+      app, ["sweep", str(spec), "-o", str(out), "--shard", "auto"], env=dict(SLURM, SLURM_ARRAY_TASK_ID=str(task))
+    )
+    assert r.exit_code == 0, r.output
+    assert f"shard {task - 10}/3 (from SLURM array task: SLURM_ARRAY_TASK_ID={task}" in r.output
+    assert r.output.rstrip().endswith("has no problems (1 problem for 3 tasks); nothing to do"), r.output
+    assert "error" not in r.output
+  assert not out.exists(), "nothing written"
+  r = runner.invoke(app, ["plan", str(spec), "-o", str(out), "--shard", "2/3"])
+  assert r.exit_code == 0 and "shard 2/3 has no problems (1 problem for 3 tasks); nothing to do" in r.output, r.output

@@ -160,3 +160,16 @@ def test_ctrl_c_kills_the_worker_at_once():
   with pytest.raises(ProcessLookupError):
     os.kill(pid, 0)
   assert draws._child is None and time.perf_counter() - t0 < 30
+
+
+def test_ctrl_c_says_interrupted_as_sweep_and_bench_do(tmp_path, monkeypatch):
+  """The user's report: verify exited 130 on Ctrl-C without the "interrupted" line."""
+  lut = _write_lut(tmp_path / "lut.json", _entries())
+
+  def ctrl_c(*args, **kwargs):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(verify, "verify_entry", ctrl_c)
+  r = runner.invoke(app, ["verify", str(lut)])
+  assert r.exit_code == 130, r.output
+  assert r.output.strip().splitlines()[-1].startswith("interrupted: verify stopped before its last entry"), r.output
