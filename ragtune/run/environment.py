@@ -83,7 +83,7 @@ def check(backends: set[str], interpret: bool, platform: str) -> None:
       failure = classify(NO_ACCELERATOR if platform == "cpu" else "Cannot lower pallas_call on platform")
       raise RagtuneError(stop_text(f"any {name} row", failure))
     package = _import_module(backend.forward.__module__)
-    # A backend's kernel modules are imported on first use (kernels/mosaic_gpu): import them now.
+    # A backend package may import its kernel modules only on first use: import them now.
     for info in pkgutil.iter_modules(getattr(package, "__path__", [])):
       try:
         _import_module(f"{package.__name__}.{info.name}")

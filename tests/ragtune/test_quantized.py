@@ -106,7 +106,7 @@ def test_hf_config_quantization_config(tmp_path):
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps({**base, "quantization_config": q}))
     text = hf_config.shape_file(path, tokens=[16])
-    assert "quantization_config: quant_method" in text.splitlines()[0]
+    assert "quantization_config: quant_method" in text.splitlines()[1]  # after from-config's mark
     spec = _load(tmp_path, text)
     assert (spec.dtype, spec.scales) == (dtype, scales)
     assert spec.ops == ["fwd"]  # quantized: forward only; bfloat16: the default
