@@ -7,12 +7,14 @@ Frames keep full precision; `csv_text` rounds times and rates to 4 significant d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
 
 import pandas as pd
 
+from kernels import registry
 from kernels.common import op_order
 from ragtune.device import ceilings as ceilings_mod
 from ragtune.records import summary
@@ -101,7 +103,7 @@ def best_rows(records: list[Record], ceil: dict | None = None) -> list[dict[str,
         "ok": len(s.ranked),
         "failed": sum(s.counts.values()) - len(s.ranked),
         "statuses": s.statuses,
-        "best_config": config_text(best.config) if best else s.why,
+        "best_config": config_text(best.config, p.backend) if best else s.why,
         "problem": p.key,
       }
     )
@@ -208,9 +210,18 @@ def printable(df: pd.DataFrame) -> pd.DataFrame:
 DTYPE_ABBREV = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 
-def config_text(config: dict[str, Any]) -> str:
+def config_text(config: dict[str, Any], backend: str | None = None) -> str:
   """The one printed form of a config: its fields' full names, as in the LUT file and the
-  kernels' config classes ('block_m=64 block_k=32 ...')."""
+  kernels' config classes ('block_m=64 block_k=32 ...'), in the config class's order when the
+  backend is known (records store them sorted)."""
+  config = dict(config)
+  try:
+    cls = registry.get(backend).config_type if backend else None
+  except (KeyError, ValueError):
+    cls = None
+  if cls is not None and dataclasses.is_dataclass(cls):
+    order = {f.name: i for i, f in enumerate(dataclasses.fields(cls))}
+    config = dict(sorted(config.items(), key=lambda kv: order.get(kv[0], len(order))))
   return " ".join(f"{k}={v}" for k, v in config.items())
 
 
@@ -223,7 +234,7 @@ def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
       "backend": [r.baseline or r.problem.backend for r in records],
       "dtype": [DTYPE_ABBREV.get(r.problem.dtype, r.problem.dtype) for r in records],
       "shape": [r.problem.shape_label for r in records],
-      "config": ["(baseline)" if r.baseline else config_text(r.config) for r in records],
+      "config": ["(baseline)" if r.baseline else config_text(r.config, r.problem.backend) for r in records],
       "status": [r.status for r in records],
       "ms": [_g4(r.time_s * 1e3 if r.time_s is not None else None) for r in records],
       "TF/s": [_g4(r.tflops) for r in records],

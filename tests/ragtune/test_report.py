@@ -301,3 +301,14 @@ def test_show_in_a_terminal_is_a_rich_table(tmp_path, monkeypatch):
   text = term.export_text()
   assert "best correct config per problem" in text and "─" in text and "block_m=" in text, text
   assert "[4096,4096]x[8,4096,14336]" in text, text
+
+
+def test_a_stored_config_prints_in_its_config_class_order_as_verify_prints_it():
+  """records.jsonl stores a config's fields sorted; show, report and verify print them alike."""
+  from kernels import registry
+
+  cfg = registry.default_config("pallas_gpu", "fwd", "bfloat16", 96, 64, 80, 4)
+  stored = dict(sorted(cfg.to_dict().items()))
+  assert list(stored) != list(cfg.to_dict()), "sorted differs from the class's order"
+  assert report.config_text(stored, "pallas_gpu") == report.config_text(cfg.to_dict())
+  assert report.config_text(stored, "pallas_gpu").startswith("block_m=")

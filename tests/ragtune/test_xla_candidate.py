@@ -133,7 +133,7 @@ def test_show_and_sweep_summary_name_the_winner(tmp_path, shape, text):
   r = runner.invoke(app, ["show", str(a), str(b)])
   assert r.exit_code == 0, r.output
   lines = r.output.splitlines()
-  assert "winner" in lines[0] and "group_m=16 max_concurrent_steps=4" in r.output and " bf16 " in r.output, (
+  assert "winner" in lines[0] and "max_concurrent_steps=4 group_m=16" in r.output and " bf16 " in r.output, (
     "config fields by their full names, dtypes abbreviated for width"
   )
   assert sum(text in line for line in lines) == 2
