@@ -169,10 +169,9 @@ def _no_tunable_backend(platform: str, device_kind: str, fmt: str | None) -> str
   (for this quantized format, when one is given)."""
   if fmt is not None and registry.auto_backend(platform, device_kind) != registry.REFERENCE:
     return f"auto on {device_kind!r}: no backend with configs computes {fmt} here, so XLA's op runs"
-  tunable = [b.name for b in registry.REGISTRY.values() if b.config_type is not None and b.auto_priority > 0]
   return (
     f"auto on {device_kind!r}: no backend with configs runs compiled here, so XLA's op runs and no LUT "
-    f"is asked; backend= one of {', '.join(tunable)} runs interpreted with its LUT entries"
+    f"is asked; backend= one of {', '.join(registry.tunable())} runs interpreted with its LUT entries"
   )
 
 

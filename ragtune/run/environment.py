@@ -15,10 +15,10 @@ import pkgutil
 import re
 
 from kernels import registry
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, install_hint
 
 # The install that brings a missing module, by its top-level name (pyproject's extras).
-INSTALLS = {"absl": "python3 -m pip install -e '.[mosaic-gpu]'"}
+INSTALLS = {"absl": install_hint("mosaic-gpu")}
 NO_ACCELERATOR = "Only interpret mode is supported on CPU backend"
 _MISSING = re.compile(r"\b(?:ModuleNotFoundError|ImportError): (?:No module named '([\w.]+)')?")
 _PLATFORM = re.compile(re.escape(NO_ACCELERATOR) + r"|Cannot lower pallas_call on platform")
@@ -50,11 +50,6 @@ def classify(error: str) -> EnvironmentFailure | None:
       "run without --no-interpret (a CPU interprets them) or on a GPU/TPU host",
     )
   return None
-
-
-def kind(error: str) -> str:
-  """'environment' or 'candidate': who an error of a row is to blame on."""
-  return "environment" if classify(error) is not None else "candidate"
 
 
 def retryable(status: str, error: str) -> bool:
