@@ -8,7 +8,7 @@ package and in ragtune, reads a backend through this record and never by its nam
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol
 
 from kernels.common import gpu_family, op_dims
@@ -115,6 +115,9 @@ class Backend:
   wide_indexing: addresses operands past 2**31 elements.
   auto_priority: backend="auto" falls back to the highest-priority backend that runs
           compiled on the platform; 0: never a fallback.
+  format_priority: {format: priority} in place of auto_priority for those formats (of
+          common.FORMATS): a backend that is not the fallback for 16-bit operands can be for
+          a format it computes on faster tensor cores.
   megablox_lut_fn: its config is megablox's (tm, tk, tn) tiling, served by Lut.lut_fn.
   smem_at_launch: its kernels set their shared memory at launch, so a compiled program
           does not record it; the config's smem_bytes gives it (ragtune's deviceless compile
@@ -154,6 +157,7 @@ class Backend:
   families: tuple[str, ...] = ()
   wide_indexing: bool = False
   auto_priority: int = 0
+  format_priority: Mapping[str, int] = dataclasses.field(default_factory=dict)
   megablox_lut_fn: bool = False
   smem_at_launch: bool = False
   grid_work: Callable[..., GridWork] | None = None
@@ -204,6 +208,10 @@ class Backend:
     hint = f"use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else "use another backend"
     if why := self.refusal(platform, device_kind):
       raise ValueError(f"{why}; {hint}")
+
+  def priority(self, dtype: str | None = None) -> int:
+    """Its rank as "auto"'s fallback for operands of `dtype` (None: 16-bit)."""
+    return self.format_priority.get(dtype, self.auto_priority) if dtype else self.auto_priority
 
   def runs_on(self, platform: str, device_kind: str) -> bool:
     """Whether it runs compiled on this device."""

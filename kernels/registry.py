@@ -68,16 +68,17 @@ def default_config(
 
 
 def auto_backend(platform: str, device_kind: str, dtype: str | None = None) -> str:
-  """What backend="auto" falls back to: the highest auto_priority among the backends that
-  run compiled on this device (and compute in `dtype`, a format of common.FORMATS, when given)."""
+  """What backend="auto" falls back to: the highest priority (Backend.priority) among the
+  backends that run compiled on this device (and compute in `dtype`, a format of
+  common.FORMATS, when given)."""
   ranked = [
     b
     for b in REGISTRY.values()
-    if b.auto_priority > 0 and b.runs_on(platform, device_kind) and (dtype is None or dtype in b.dtypes)
+    if b.priority(dtype) > 0 and b.runs_on(platform, device_kind) and (dtype is None or dtype in b.dtypes)
   ]
   if not ranked:
     return REFERENCE
-  return max(ranked, key=lambda b: b.auto_priority).name
+  return max(ranked, key=lambda b: b.priority(dtype)).name
 
 
 def check_dtype(name: str, lhs_dtype, rhs_dtype, compute_dtype: str) -> None:

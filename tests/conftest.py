@@ -126,7 +126,7 @@ def pytest_pyfunc_call(pyfuncitem):
   deadline = MGPU_DEADLINE_S
   # The child dumps every thread's stack (faulthandler, a C thread: it needs no GIL) before
   # the parent's deadline, then the parent kills its whole process group.
-  cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
+  cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "0", "-p", "no:cacheprovider"]
   cmd += ["-o", f"faulthandler_timeout={max(deadline - 15, 1):.0f}", "--timeout", "0", pyfuncitem.nodeid]
   env = dict(os.environ, **{MGPU_CHILD: "1"})
   child = subprocess.Popen(
@@ -138,8 +138,10 @@ def pytest_pyfunc_call(pyfuncitem):
     os.killpg(child.pid, signal.SIGKILL)
     out, _ = child.communicate()
     pytest.fail(f"no result within {deadline:.0f} s (a deadlock?); the child's last output:\n{out[-8000:]}")
-  if child.returncode == 0 and " skipped" in out and " passed" not in out:
-    pytest.skip(out.strip().splitlines()[-1])
+  # -q twice (addopts) leaves no count line: the skip reason comes from -rs's summary.
+  skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
+  if child.returncode == 0 and skipped:
+    pytest.skip(skipped[-1].split(": ", 1)[-1])
   if child.returncode != 0:
     pytest.fail(f"the child pytest failed (exit {child.returncode}):\n{out[-8000:]}", pytrace=False)
   return True

@@ -83,4 +83,8 @@ BACKEND = Backend(
   # Below pallas_gpu until a GPU measurement says otherwise; "auto"'s fallback on Hopper
   # where jax no longer ships Pallas Triton.
   auto_priority=1,
+  # fp8 runs here on fp8 wgmma (QGMMA: Hopper's fp8 peak is twice its 16-bit one); pallas_gpu's
+  # Triton converts fp8 to f16 for mma.sync (HMMA), at most the 16-bit rate (the deviceless
+  # machine code of both: tests/ragtune/test_quantized.py).
+  format_priority={fmt: 3 for fmt in config.FP8_FORMATS},
 )

@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+from kernels import quant
 from kernels.backend import GridWork, InterpretCost
 from kernels.common import (
   check_int_range,
@@ -34,15 +35,21 @@ CONSUMERS = 2  # consumer warpgroups; a third one produces
 WGMMA_M = 64  # rows of one warpgroup's wgmma
 SWIZZLE_ELEMS = 64  # 16-bit elements in a 128-byte swizzle row: the unit any operand tile is cut in
 EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles, double-buffered per consumer
-# Quantized operands the gmm takes (kernels.quant): fp8 with its scales applied in the
-# epilogue. Block scales vary along k, which the pipeline's accumulating wgmma cannot follow.
-FP8_FORMATS = ("float8_e4m3fn:channelwise",)
-FP8_BLOCK_K = 128  # one 128-byte swizzle row of 8-bit elements
-# Each consumer's share of the tile with fp8: the one that compiles with no spill on sm_90a
-# with the scales' epilogue. 64x64, 64x128 and 128x128 spilled 8-48 B/thread inside the
-# persistent loop (deviceless ptxas, jax 0.10.2 and 0.12; without the scales they do not):
+# Quantized operands the gmm takes (kernels.quant). Channelwise scales are applied once, in
+# the epilogue. Block scales vary along k: each 128-deep k step's wgmma goes into a fresh
+# step accumulator, which is then scaled and added into the f32 main one ("promotion", as
+# DeepGEMM does; it also bounds the fp8 tensor cores' ~14-bit accumulation to one step).
+FP8_FORMATS = ("float8_e4m3fn:channelwise", "float8_e4m3fn:block128")
+FP8_BLOCK_K = 128  # one 128-byte swizzle row of 8-bit elements; block128's k block
+# Each consumer's share of the tile with channelwise fp8: the one that compiles with no spill
+# on sm_90a with the scales' epilogue. 64x64, 64x128 and 128x128 spilled 8-48 B/thread inside
+# the persistent loop (deviceless ptxas, jax 0.10.2 and 0.12; without the scales they do not):
 # fp8 cells are 128x256, two 64x256 consumers.
 FP8_CONSUMER_TILE = (64, 256)
+# block128: each consumer holds a main and a step accumulator, 64 x 128 f32 each (64 + 64
+# registers a thread of its 232), its columns inside one 128-column block of the weights'
+# scales, so one scale a step per consumer. 64x256 would need 256 registers for the two.
+FP8_BLOCK_CONSUMER_TILES = ((64, 128), (64, 64))
 
 # setmaxnreg (common.register_split): the producer warpgroup only issues TMA and goes down to
 # this many registers a thread; the two consumers take the rest of the CTA's pool, gmm's 232
@@ -122,12 +129,17 @@ class MosaicConfig:
     (64) and whole swizzle rows of columns (64); 8-bit operands step k by one 128-byte
     swizzle row (128) and run the forward only."""
     rows, cols, _ = self.consumer_tile(op)
-    if dtype is not None and itemsize(getattr(dtype, "name", None) or str(dtype)) == 1:
+    name = getattr(dtype, "name", None) or str(dtype)
+    if dtype is not None and itemsize(name) == 1:
       if op != "fwd":
         return f"8-bit operands run the forward only, not {op}"
       if self.block_k != FP8_BLOCK_K:
         return f"8-bit operands take block_k = {FP8_BLOCK_K} (a 128-byte swizzle row), got {self.block_k}"
-      if (rows, cols) != FP8_CONSUMER_TILE:
+      if scheme(name) == "block128":
+        if (rows, cols) not in FP8_BLOCK_CONSUMER_TILES or quant.tile_violation(name, self.block_k, cols):
+          tiles = " or ".join(f"{r}x{c}" for r, c in FP8_BLOCK_CONSUMER_TILES)
+          return f"block scales take {tiles} consumer tiles (a main and a step accumulator), got {rows}x{cols}"
+      elif (rows, cols) != FP8_CONSUMER_TILE:
         return f"8-bit operands take {FP8_CONSUMER_TILE[0]}x{FP8_CONSUMER_TILE[1]} consumer tiles, got {rows}x{cols}"
     if op == "drhs" and self.block_m > 128:
       return f"drhs reduces at most 128 rows a step, got block_m={self.block_m}"
@@ -141,7 +153,8 @@ class MosaicConfig:
     """Shared memory the kernel allocates: max_concurrent_steps stages of the operand tiles
     (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m, block_k] lhs and
     [block_m, block_n] dout), and the epilogue's two [64, 64] slots per consumer, in the
-    output dtype, taken as `dtype` (bf16 for 8-bit operands), and fp8's scales. The
+    output dtype, taken as `dtype` (bf16 for 8-bit operands), and fp8's scales: channelwise
+    each consumer's row and column vectors; block128 a stage's [1, block_m] row scales. The
     allocation is made once for the persistent loop, so every stage is taken whatever the
     problem's length."""
     del m, k, n
@@ -154,8 +167,9 @@ class MosaicConfig:
     rows, cols, _ = self.consumer_tile(op)
     # f32, each consumer's, with their barriers and alignment (Mosaic allocated 616 B more than
     # the vectors alone for the 128x256 tile; 1 KiB covers it).
-    scales = CONSUMERS * (rows + cols) * 4 + 1024 if scheme(dtype) else 0
-    return stage * self.max_concurrent_steps * b + out + scales
+    scales = CONSUMERS * (rows + cols) * 4 + 1024 if scheme(dtype) == "channelwise" else 0
+    stage_scales = self.block_m * 4 if scheme(dtype) == "block128" else 0
+    return (stage * b + stage_scales) * self.max_concurrent_steps + out + scales
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
     """Whether this config drives `op` on `dtype` and its shared memory fits a block on
@@ -188,7 +202,10 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
   cfg = _DEFAULTS["tgmm" if op == "drhs" else "gmm"]
   if op != "drhs" and max(1, m // max(1, g)) <= 96:
     cfg = dataclasses.replace(cfg, block_m=64)
-  if itemsize(dtype) == 1:  # the same 128-byte rows of k, twice the elements; 128x256 cells
+  if scheme(dtype) == "block128":  # two 64x128 consumers: by rows, or by columns for few rows a group
+    block_n = 256 if cfg.block_m == 64 else 128
+    cfg = dataclasses.replace(cfg, block_n=block_n, block_k=FP8_BLOCK_K, max_concurrent_steps=5)
+  elif itemsize(dtype) == 1:  # the same 128-byte rows of k, twice the elements; 128x256 cells
     cfg = dataclasses.replace(cfg, block_m=128, block_n=256, block_k=FP8_BLOCK_K)
   # A device with less shared memory than Hopper gets fewer stages in flight, then narrower tiles.
   return narrowed_to_fit(cfg, (128,), STEPS_RANGE[0], lambda c: c.fits(op, dtype, m, k, n, device_kind))
@@ -204,7 +221,8 @@ SPACE_TGMM_BLOCK_K = (128, 256)
 SPACE_STEPS = (2, 3, 4, 5, 6)
 SPACE_GROUP_M = (1, 2, 4, 8, 16)
 # f32 accumulator elements one consumer warpgroup holds in registers (128 threads): 64x256
-# is 128 values a thread, under setmaxnreg's 232 for a consumer.
+# is 128 values a thread, under setmaxnreg's 232 for a consumer. block128 holds two (main and
+# step), each at most half of it (valid_for).
 MAX_ACC = 64 * 256
 
 

@@ -19,7 +19,12 @@ Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper 
 - k is zero-padded to a multiple of block_k in the wrapper, only when it is not one; TMA
   reads past an array's end as zeros;
 - transpose_rhs reads the weights as [g, n, k] tiles and feeds them to wgmma transposed,
-  so dlhs never materialises rhs^T.
+  so dlhs never materialises rhs^T;
+- fp8 (kernels.quant): channelwise scales multiply the f32 accumulator in the epilogue;
+  128x128 block scales are promoted per k step, as DeepGEMM does: each 128-deep step's wgmma
+  goes into a fresh step accumulator, which is waited for and added into the f32 main one
+  (a value carried by the pipeline) times its rows' and its expert's block scales. The rows'
+  scales come by TMA with the step's operands, the expert's from global memory.
 """
 
 from __future__ import annotations
@@ -120,11 +125,14 @@ def _gmm_kernel(
   num_col_blocks,
   cfg: MosaicConfig,
   transpose_rhs,
-  scaled,
+  scales,
 ):
-  # fp8 operands bring channelwise scales (kernels.quant): lhs [m_pad] and rhs [g, n_pad] f32,
-  # applied to the f32 accumulator in the epilogue.
+  # fp8 operands bring their scales (kernels.quant), f32. channelwise: lhs [m_pad] and rhs
+  # [g, n_pad], applied to the accumulator in the epilogue. block128: lhs [k / 128, m_pad]
+  # (transposed, so a step's rows are one TMA box) and rhs [g, k / 128, n_pad / 128], applied
+  # per k step as the step's result is promoted into the main accumulator.
   *scale_gmem, o_gmem = refs
+  scaled, promoted = scales is not None, scales == "block128"
   block_m, block_n, block_k = cfg.block_m, cfg.block_n, cfg.block_k
   wg_rows, wg_cols, split_rows = cfg.consumer_tile("fwd")
   out_dtype = o_gmem.dtype
@@ -132,18 +140,23 @@ def _gmm_kernel(
   transforms = (plgpu.TilingTransform((ROW_TILE, swizzle)), plgpu.SwizzleTransform(128))
   # delay_release=1: a step's buffers go back to the producer only after the next step's
   # wgmma is issued, so each consumer keeps one wgmma in flight (wgmma_wait(1) below).
-  lhs_spec = plgpu.BlockSpec((block_m, block_k), lambda kb: (0, kb), transforms=transforms, delay_release=1)
+  # Promotion reads each step's result before the next is issued: its buffers are free then.
+  release = 0 if promoted else 1
+  lhs_spec = plgpu.BlockSpec((block_m, block_k), lambda kb: (0, kb), transforms=transforms, delay_release=release)
   if transpose_rhs:
-    rhs_spec = plgpu.BlockSpec((block_n, block_k), lambda kb: (0, kb), transforms=transforms, delay_release=1)
+    rhs_spec = plgpu.BlockSpec((block_n, block_k), lambda kb: (0, kb), transforms=transforms, delay_release=release)
   else:
-    rhs_spec = plgpu.BlockSpec((block_k, block_n), lambda kb: (kb, 0), transforms=transforms, delay_release=1)
+    rhs_spec = plgpu.BlockSpec((block_k, block_n), lambda kb: (kb, 0), transforms=transforms, delay_release=release)
+  in_specs = [lhs_spec, rhs_spec]
+  if promoted:  # a step's row scales arrive with its operands
+    in_specs.append(plgpu.BlockSpec((1, block_m), lambda kb: (kb, 0), delay_release=release))
 
   def pipeline(body, compute_context):
     return plgpu.emit_pipeline_warp_specialized(
       body,
       grid=(k // block_k,),
       memory_registers=pipeline_registers("gmm"),
-      in_specs=[lhs_spec, rhs_spec],
+      in_specs=in_specs,
       wg_axis="wg",
       num_compute_wgs=CONSUMERS,
       max_concurrent_steps=cfg.max_concurrent_steps,
@@ -159,7 +172,7 @@ def _gmm_kernel(
   # from the specs and only the dtypes from the refs: whole refs, since a block-sized slice
   # of an operand smaller than the block (m or n below it) is out of bounds.
   ignore = lambda *_, **__: None
-  allocations = pipeline(ignore, ignore).get_allocations(lhs_gmem, rhs_gmem.at[0])
+  allocations = pipeline(ignore, ignore).get_allocations(lhs_gmem, rhs_gmem.at[0], *scale_gmem[:1] if promoted else ())
 
   # Before a sub-tile reuses a slot, its previous store must have read it: with two slots,
   # all but the last bulk group (wait 1). The fp8 kernel waits for all of them (wait 0): each
@@ -167,13 +180,13 @@ def _gmm_kernel(
   # copy of a store's ladder as its own group, so a wait for all but one would not cover the
   # slot there (its race detector says so). One slot a sub-tile instead spilled (ptxas).
   reuse_wait = 0 if scaled else 1
-  # Each consumer's row and column scales, loaded by TMA in its epilogue.
+  # Each consumer's channelwise row and column scales, loaded by TMA in its epilogue.
   scale_scratch = (
     dict(
       scale_smem=(plgpu.SMEM((CONSUMERS, wg_rows), jnp.float32), plgpu.SMEM((CONSUMERS, wg_cols), jnp.float32)),
       scale_bar=plgpu.Barrier(num_arrivals=2, num_barriers=CONSUMERS),  # both copies arrive on it
     )
-    if scaled
+    if scales == "channelwise"
     else {}
   )
 
@@ -271,23 +284,54 @@ def _gmm_kernel(
           plgpu.wgmma_wait(0)
           plgpu.barrier_arrive(drained)
           acc = acc_ref[...]
-          epilogue((scale(acc) if scaled else acc).astype(out_dtype))
+          epilogue((scale(acc) if scales == "channelwise" else acc).astype(out_dtype))
 
-      def mma(_, lhs_smem, rhs_smem, acc_ref):
+      def promoting_context(run_pipeline):
+        acc = run_pipeline(plgpu.layout_cast(jnp.zeros((wg_rows, wg_cols), jnp.float32), plgpu.Layout.WGMMA))
+        plgpu.barrier_arrive(drained)
+        epilogue(acc.astype(out_dtype))
+
+      def operands(lhs_smem, rhs_smem):
         a = lhs_smem.at[pl.ds(wg_row0, wg_rows)] if split_rows else lhs_smem
         if transpose_rhs:  # [n, k] tiles are k-major: the only B an 8-bit wgmma takes
           b = (rhs_smem if split_rows else rhs_smem.at[pl.ds(wg_col0, wg_cols)]).T
         else:
           b = rhs_smem if split_rows else rhs_smem.at[:, pl.ds(wg_col0, wg_cols)]
-        plgpu.wgmma(acc_ref, a, b)
+        return a, b
+
+      def mma(_, lhs_smem, rhs_smem, acc_ref):
+        plgpu.wgmma(acc_ref, *operands(lhs_smem, rhs_smem))
         plgpu.wgmma_wait(1)
         return acc_ref
 
+      def promote(idx, lhs_smem, rhs_smem, ls_smem, acc):
+        """acc + this k block's product times its scales: the rows' (from the step's TMA box)
+        times the group's for this consumer's 128-column block (read from global memory while
+        the wgmma runs). Columns past n read the last block's scale; they are not stored."""
+        (kb,) = idx
+        rs_gmem = scale_gmem[1]
+        col_block = jnp.minimum((j * block_n + wg_col0) // quant.BLOCK, rs_gmem.shape[2] - 1)
+        col_scale = rs_gmem[group, kb, col_block]
+
+        def step(step_ref):
+          plgpu.wgmma(step_ref, *operands(lhs_smem, rhs_smem))
+          return step_ref[...]  # waits for it
+
+        product = pl.run_scoped(step, plgpu.ACC((wg_rows, wg_cols), jnp.float32))
+        row_scale = load_whole(ls_smem.at[0, pl.ds(wg_row0, wg_rows)], plgpu.Layout.WGMMA.reduce(1))
+        # That read is the generic proxy's; the producer's next TMA into this slot is the async
+        # proxy's, so the read is fenced before the slot is released (PTX, fence.proxy.async).
+        plgpu.commit_smem()
+        return acc + product * jax.lax.broadcast_in_dim(row_scale * col_scale, acc.shape, [0])
+
       @pl.when(is_group)
       def _matmul():
-        pipeline(mma, compute_context)(
-          lhs_gmem.at[pl.ds(row0, block_m), :], rhs_tile(group, j), allocations=allocations
-        )
+        operands_gmem = (lhs_gmem.at[pl.ds(row0, block_m), :], rhs_tile(group, j))
+        if promoted:
+          ls_gmem = scale_gmem[0].at[:, pl.ds(row0, block_m)]
+          pipeline(promote, promoting_context)(*operands_gmem, ls_gmem, allocations=allocations)
+        else:
+          pipeline(mma, compute_context)(*operands_gmem, allocations=allocations)
 
         @pl.when(wg == CONSUMERS)
         def _wait_drained():
@@ -338,7 +382,7 @@ def gmm(
   """Grouped matmul [m,k] x [g,k,n] (or [g,n,k] with transpose_rhs) -> [m,n].
 
   lhs and rhs must share a 16-bit dtype (the ragged_dot wrapper casts them), or be
-  float8_e4m3fn with channelwise lhs_scale and rhs_scale (kernels.quant). An 8-bit wgmma
+  float8_e4m3fn with channelwise or block128 lhs_scale and rhs_scale (kernels.quant). An 8-bit wgmma
   takes its B k-major only, so fp8 weights are read as [g, n, k]: stored so (transpose_rhs,
   as a checkpoint's nn.Linear weights are), or transposed here, a copy of the weights.
   rhs holds groups [group_offset, group_offset + g) of group_sizes; every other row comes out 0.
@@ -346,20 +390,22 @@ def gmm(
   interpret: False, True (the GPU interpreter with default params) or InterpretGPUParams.
   """
   del precision
-  scaled = lhs_scale is not None
+  scales = None
   m, k = lhs.shape
   g_local = rhs.shape[0]
   n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
-  if scaled:
+  fmt = lhs.dtype
+  if lhs_scale is not None or rhs_scale is not None:
     fmt = quant.check(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
     if fmt not in FP8_FORMATS:
       raise TypeError(f"Mosaic GPU kernels take quantized operands as {FP8_FORMATS}, got {fmt}")
     check_inputs(lhs, rhs, allowed=("float8_e4m3fn",))
+    scales = common.scheme(fmt)
     if not transpose_rhs:
       rhs, transpose_rhs = rhs.swapaxes(1, 2), True
   else:
     check_inputs(lhs, rhs)
-  if why := config.valid_for("fwd", lhs.dtype):
+  if why := config.valid_for("fwd", fmt):
     raise ValueError(f"MosaicConfig {config} cannot drive gmm: {why}")
   cfg = config
   lhs, rhs, sched = tma_operands(
@@ -367,8 +413,10 @@ def gmm(
   )
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
   scale_args = ()
-  if scaled:  # padded as the operands: rows past m and columns past n scale zeros
+  if scales == "channelwise":  # padded as the operands: rows past m and columns past n scale zeros
     scale_args = (pad_to_multiple(lhs_scale[:, 0], 0, m_pad), pad_to_multiple(rhs_scale[:, 0, :], 1, n_pad))
+  elif scales == "block128":  # k and n are padded within their last 128-block
+    scale_args = (pad_to_multiple(lhs_scale.T, 1, m_pad), rhs_scale)
 
   kernel = functools.partial(
     _gmm_kernel,
@@ -379,7 +427,7 @@ def gmm(
     num_col_blocks=pl.cdiv(n_pad, cfg.block_n),
     cfg=cfg,
     transpose_rhs=transpose_rhs,
-    scaled=scaled,
+    scales=scales,
   )
   kernel.__name__ = "ragtune_mgpu_gmm"  # the kernel's name in the machine code and profiles
   call = plgpu.kernel(

@@ -227,15 +227,98 @@ def test_fp8_channelwise_gmm_in_interpreter():
     assert np.all(np.abs(out - ref)[local] <= bound[local]), transpose_rhs
 
 
+@pytest.mark.mgpu_interpret
+def test_fp8_block128_gmm_in_interpreter():
+  """fp8 gmm with 128x128 block scales, each k step's wgmma promoted into the main
+  accumulator with that block's scales, against the dequantized reference by its elementwise
+  bound, with no race: both consumer splits (128x128 cells by rows over [g, n, k] weights,
+  64x256 by columns over [g, k, n] ones, transposed by the wrapper); ragged m, k (a partial
+  last k block) and n (a partial last n block, and columns past n in a cell); group starts off
+  8-row multiples, an empty group, rows past sum(group_sizes), group_offset; scales of each row
+  and k block, and of each expert's block, times powers of two up to 2^3 and 2^6 apart, one
+  expert's all 2^12 up and one row's 2^12 down. Then the mutation: one expert's scales of two
+  k blocks swapped (a kernel reading the wrong k block's scale) must fail the bound."""
+  from kernels import quant
+
+  fmt = "float8_e4m3fn:block128"
+  if why := kernels.registry.get("mosaic_gpu").interpret_unsupported().get(f"fwd:{fmt}"):
+    pytest.skip(why)
+  m, k, n, sizes, offset, g = 230, 300, 300, [21, 0, 13, 150, 3, 9], 1, 4
+  rng = np.random.default_rng(5)
+  x = jnp.asarray(rng.standard_normal((m, k), np.float32))
+  w = jnp.asarray(rng.standard_normal((len(sizes), k, n), np.float32) / 14)
+  lq, rq, ls, rs = quant.quantize_operands(x, w, fmt)
+  ls = ls * jnp.asarray(2.0 ** rng.integers(-3, 4, ls.shape), jnp.float32)
+  rs = rs * jnp.asarray(2.0 ** rng.integers(-6, 7, rs.shape), jnp.float32)
+  rs, ls = rs.at[3].multiply(2.0**12), ls.at[40].multiply(2.0**-12)  # expert 3 holds rows 34..183
+  gs = jnp.array(sizes, jnp.int32)
+  local = np.zeros(m, bool)
+  local[sizes[0] : sum(sizes[: offset + g])] = True
+
+  def run(cfg, transpose_rhs, rhs_scale):
+    shard = rq[offset : offset + g]
+    out = mgpu_gmm.gmm(
+      lq,
+      shard.swapaxes(1, 2) if transpose_rhs else shard,
+      gs,
+      config=cfg,
+      out_dtype=jnp.bfloat16,
+      transpose_rhs=transpose_rhs,
+      group_offset=jnp.int32(offset),
+      interpret=_race_checked(),
+      lhs_scale=ls,
+      rhs_scale=rhs_scale[offset : offset + g],
+    )
+    return np.asarray(out, np.float64)
+
+  def within(out):
+    ref = np.asarray(quant.reference(lq, rq, gs, ls, rs), np.float64)
+    bound = quant.tolerance(fmt, k, jnp.bfloat16).bound(ref, quant.error_scale(lq, rq, gs, ls, rs))
+    return np.abs(out - ref)[local] <= bound[local]
+
+  by_rows, by_cols = kernels.MosaicConfig(128, 128, 128, 2, 2), kernels.MosaicConfig(64, 256, 128, 2, 2)
+  for cfg, transpose_rhs in ((by_rows, True), (by_cols, False)):
+    out = run(cfg, transpose_rhs, rs)
+    assert not _races_found()
+    np.testing.assert_array_equal(out[~local], 0.0)
+    assert np.all(within(out)), (cfg, transpose_rhs)
+  swapped = rs.at[3, 0, 1].set(rs[3, 1, 1]).at[3, 1, 1].set(rs[3, 0, 1])  # expert 3, columns 128..255
+  assert not np.all(within(run(by_rows, True, swapped)))
+
+
 def test_fp8_config_rules():
   fmt, cfg = "float8_e4m3fn:channelwise", kernels.MosaicConfig(128, 256, 128, 3, 16)
   assert cfg.fits("fwd", fmt, 8192, 4096, 14336, H100)
   assert not cfg.fits("dlhs", fmt, 8192, 4096, 14336, H100)
-  assert not cfg.fits("fwd", "float8_e4m3fn:block128", 8192, 4096, 14336, H100)
   assert "block_k = 128" in kernels.MosaicConfig(128, 256, 64).valid_for("fwd", fmt)
   assert "64x256 consumer tiles" in kernels.MosaicConfig(128, 128, 128).valid_for("fwd", fmt)
   space = kernels.registry.get("mosaic_gpu").space("fwd", fmt, 8192, 4096, 14336, H100)
   assert space and all(c.fits("fwd", fmt, 8192, 4096, 14336, H100) for c in space)
+
+
+def test_fp8_block128_config_rules():
+  """Block scales: two 64x128 (or 64x64) consumers, each holding a main and a step
+  accumulator, each inside one 128-column block of the scales; 128x128 cells for prefill,
+  64x256 for decode; forward only."""
+  from kernels.mosaic_gpu import config as mcfg
+
+  fmt, backend = "float8_e4m3fn:block128", kernels.registry.get("mosaic_gpu")
+  assert "64x128 or 64x64 consumer tiles" in kernels.MosaicConfig(128, 256, 128).valid_for("fwd", fmt)
+  assert "64x128 or 64x64 consumer tiles" in kernels.MosaicConfig(256, 128, 128).valid_for("fwd", fmt)
+  assert "forward only" in kernels.MosaicConfig(128, 128, 128).valid_for("dlhs", fmt)
+  for m, g, want in ((131072, 256, (128, 128)), (8192, 8, (128, 128)), (512, 256, (64, 256))):
+    cfg = backend.default("fwd", fmt, m, 7168, 2048, g, H100)
+    assert (cfg.block_m, cfg.block_n, cfg.block_k) == (*want, 128) and cfg.fits("fwd", fmt, m, 7168, 2048, H100)
+  space = backend.space("fwd", fmt, 131072, 7168, 2048, H100)
+  tiles = {c.consumer_tile("fwd")[:2] for c in space}
+  assert space and tiles == set(mcfg.FP8_BLOCK_CONSUMER_TILES)
+  assert all(c.fits("fwd", fmt, 131072, 7168, 2048, H100) for c in space)
+  assert backend.space("dlhs", fmt, 131072, 7168, 2048, H100) == []
+  # A stage carries its [1, block_m] f32 row scales beside the operands.
+  cfg = kernels.MosaicConfig(128, 128, 128, 5)
+  assert cfg.smem_bytes("fwd", fmt, 1, 1, 1) - cfg.smem_bytes("fwd", "float8_e4m3fn:channelwise", 1, 1, 1) == (
+    5 * 128 * 4 - (2 * (64 + 128) * 4 + 1024)
+  )
 
 
 def test_gmm_refuses_a_config_its_consumers_cannot_split():
@@ -336,7 +419,7 @@ def test_interpret_unsupported_is_what_the_interpreter_cannot_run():
   from mgpu_interpret import INTERPRETER_READS_TRANSPOSES
 
   unsupported = kernels.registry.get("mosaic_gpu").interpret_unsupported()
-  transposed = {"dlhs", "drhs", "fwd:float8_e4m3fn:channelwise"}
+  transposed = {"dlhs", "drhs", "fwd:float8_e4m3fn:channelwise", "fwd:float8_e4m3fn:block128"}
   assert set(unsupported) == (set() if INTERPRETER_READS_TRANSPOSES else transposed)
   if unsupported:
     with pytest.raises(AttributeError, match="indices"):

@@ -93,8 +93,8 @@ def test_op_refuses_what_it_cannot_compute():
     kernels.ragged_dot(lq.astype(jnp.bfloat16), rq, gs, lhs_scale=ls, rhs_scale=rs)
   with pytest.raises(ValueError, match="name no scale scheme"):
     kernels.ragged_dot(lq, rq, gs, lhs_scale=ls[:, :1], rhs_scale=rs)
-  with pytest.raises(TypeError, match="backend 'mosaic_gpu' supports"):
-    kernels.ragged_dot(lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="mosaic_gpu")
+  with pytest.raises(TypeError, match="backend 'mosaic_blackwell' supports"):
+    kernels.ragged_dot(lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="mosaic_blackwell")
   # Forward only: a gradient says so instead of differentiating through fp8.
   f = lambda a: kernels.ragged_dot(a, rq, gs, lhs_scale=ls, rhs_scale=rs).astype(jnp.float32).sum()
   with pytest.raises(NotImplementedError, match="forward only"):
@@ -102,9 +102,13 @@ def test_op_refuses_what_it_cannot_compute():
 
 
 def test_auto_picks_a_backend_that_computes_the_format():
+  """fp8 on Hopper: mosaic_gpu's fp8 wgmma, though pallas_gpu ranks above it for 16-bit
+  operands; on Blackwell, pallas_gpu (mosaic_gpu is Hopper's, mosaic_blackwell takes no fp8)."""
   for fmt in FP8:
-    assert registry.auto_backend("gpu", H100, fmt) == "pallas_gpu"
+    assert registry.auto_backend("gpu", H100, fmt) == "mosaic_gpu"
+    assert registry.auto_backend("gpu", "NVIDIA B200", fmt) == "pallas_gpu"
     assert fmt in registry.get("xla").dtypes
+  assert registry.auto_backend("gpu", H100, "bfloat16") == registry.auto_backend("gpu", H100) == "pallas_gpu"
   assert registry.auto_backend("gpu", H100, "int8:channelwise") == "xla"
   assert registry.auto_backend("tpu", "TPU v5 lite", "float8_e4m3fn:block128") == "xla"
 

@@ -80,11 +80,11 @@ def test_shape_file_format_errors_name_the_key_and_line(tmp_path, text, message)
 def test_ops_and_backends_a_format_lacks_are_left_out_with_a_reason(tmp_path):
   spec = _load(tmp_path, "dtype: float8_e4m3fn\nscales: block128\nshapes:\n  - {m: 8, k: 8, n: 8, g: 1}\n")
   skipped = []
-  problems = shapes.expand(spec, ops=["fwd", "dlhs"], backends=["pallas_gpu", "mosaic_gpu"], skipped=skipped)
+  problems = shapes.expand(spec, ops=["fwd", "dlhs"], backends=["pallas_gpu", "mosaic_blackwell"], skipped=skipped)
   assert [(p.op, p.backend) for p in problems] == [("fwd", "pallas_gpu")]
   assert {why for *_, why in skipped} == {
     "quantized operands are forward only",
-    "mosaic_gpu computes no float8_e4m3fn:block128",
+    "mosaic_blackwell computes no float8_e4m3fn:block128",
   }
 
 
@@ -199,6 +199,7 @@ def test_sass_names_the_mma_inputs():
     ("h100", "pallas_gpu", "float8_e4m3fn:channelwise", "mma.sync", "f16"),
     ("h100", "pallas_gpu", "float8_e4m3fn:block128", "mma.sync", "f16"),
     ("h100", "mosaic_gpu", "float8_e4m3fn:channelwise", "wgmma", "e4m3"),  # QGMMA: fp8 wgmma
+    ("h100", "mosaic_gpu", "float8_e4m3fn:block128", "wgmma", "e4m3"),  # and a step accumulator
     # Blackwell's tcgen05 accumulates fp8 in f32: Triton takes it (UTCQMMA, kind::f8f6f4).
     ("b200", "pallas_gpu", "float8_e4m3fn:block128", "tcgen05", "f8f6f4"),
   ],
@@ -211,3 +212,5 @@ def test_fp8_defaults_compile_clean(target, backend, fmt, mma, inputs):
   assert report.ok, f"{report.outcome}: {report.error}"
   (k,) = report.kernels
   assert k.spill_bytes == 0 and k.loop_spills == 0 and k.mma == mma and k.mma_inputs == inputs, k
+  # ptxas's C7511 (wgmma serialized) and a setmaxnreg plan over the CTA's pool are what a GPU enforces.
+  assert not k.serialized_wgmma and (k.setmaxnreg_demand or 0) <= (k.register_pool or 0), k
