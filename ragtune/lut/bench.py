@@ -44,6 +44,7 @@ from ragtune.run import estimate
 XLA = "xla ragged_dot"
 TOKAMAX = "tokamax ragged_dot"
 DENSE = "dense matmul, same FLOPs"
+BF16 = "bf16 auto, same shape"  # a quantized problem's: our 16-bit kernel on its values, what fp8 buys
 PEERS = {XLA: "xla", TOKAMAX: "tokamax", DENSE: "dense"}  # the ratio column names the fastest
 CPU_ROUTING = GroupDist(dist="multinomial", seed=0)
 CPU_COST_S = 5.0  # a problem the interpreter runs in this many seconds per candidate is benched as it is
@@ -288,6 +289,25 @@ def _short(cfg: Any) -> str:
   return "" if cfg is None else report.config_text(cfg.to_dict())
 
 
+def _as_bf16(p: Problem) -> Problem:
+  return dataclasses.replace(p, dtype="bfloat16")
+
+
+def bf16_variant(p: Problem, x: dict[str, jax.Array], bench: Bench) -> Variant:
+  """A quantized problem's values as bf16 (exact for e4m3 and int8), weights [g, k, n], with no
+  scales, through what backend="auto" runs for bf16 here (on a CPU host the bench's first
+  backend, interpreted) with its default config. Unchecked: unscaled, its result is not the
+  problem's."""
+  dev = target.current()
+  name = registry.auto_backend(dev.platform, dev.device_kind, "bfloat16") if bench.on_device else bench.backends[0]
+  q = dataclasses.replace(_as_bf16(p), backend=name)
+  cfg = registry.default_config(name, q.op, q.dtype, q.m, q.k, q.n, q.g, device_kind=bench.device_kind)
+  rhs = x["rhs"].swapaxes(1, 2) if measure.QUANTIZED_RHS_NK else x["rhs"]
+  args = (x["lhs"].astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), x["group_sizes"])
+  fn = measure.build_op(q, name, cfg, default_interpret(name))
+  return Variant(BF16, (name, ("bfloat16", cfg)), f"{name}: {_short(cfg)}", fn, args, checked=False)
+
+
 def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]:
   """The LUT's choice first, then each backend's default, XLA, tokamax and dense."""
   args = measure.op_args(p.op, x)
@@ -306,6 +326,8 @@ def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]
     out.append(Variant(TOKAMAX, ("tokamax", None), impl, tok, args))
   dense = measure.dense_args(p, x)
   out.append(Variant(DENSE, ("dense", None), "", measure.dense_matmul, dense, checked=False))
+  if scheme(p.dtype):
+    out.append(bf16_variant(p, x, bench))
   c = lut_choice(p, bench)
   same = next((v.label for v in out if v.key == (c.backend, c.config)), "")
   fn = None if same else measure.build_op(p, c.backend, c.config, default_interpret(c.backend))
@@ -321,8 +343,12 @@ def _fill_times(
   for label, t in times.items():
     r = rows[label]
     r.ms, r.timer, r.tflops = t * 1e3, timer, measure.flops(p) / t / 1e12
-    r.gbps = (measure.dense_bytes(args[label]) if label == DENSE else measure.bytes_moved(p)) / t / 1e9
+    moved = {DENSE: lambda: measure.dense_bytes(args[label]), BF16: lambda: measure.bytes_moved(_as_bf16(p))}
+    r.gbps = moved.get(label, lambda: measure.bytes_moved(p))() / t / 1e9
+    # the bf16 row against bf16's peak, the fp8 rows against fp8's
     r.pct_matmul_peak = 100 * r.tflops / peak if peak else None
+    if label == BF16:
+      r.pct_matmul_peak = 100 * r.tflops / bench.peaks["bfloat16"] if bench.peaks.get("bfloat16") else None
     r.pct_copy_bw = 100 * r.gbps / bench.copy_gbps if bench.copy_gbps else None
     r.vs_xla = times[XLA] / t if XLA in times else None
     if best is not None:
@@ -396,6 +422,8 @@ def start(lut: kernels.Lut | None, dtypes: list[str], samples: int) -> Bench:
   if not backends:
     raise RagtuneError(f"no GPU kernel backend runs on {kind!r}; ragtune bench times GPU kernels")
   peaks, copy = {}, None
+  if any(scheme(d) for d in dtypes):  # the bf16 row of a quantized problem against bf16's peak
+    dtypes = list(dict.fromkeys([*dtypes, "bfloat16"]))
   if device:
     c = ceilings.measure_ceilings(dtypes, jax.devices()[0].platform)
     peaks, copy = c["matmul_tflops"], c["copy_gbps"]
