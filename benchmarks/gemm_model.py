@@ -48,6 +48,27 @@ models the fp8 wgmma / tcgen05 kind::f8f6f4 kernels those designs would be. ragt
 kernel today is pallas_gpu's, whose dots run on f16 mma.sync (docs/quantization.md):
 not modelled here.
 
+With --dtype float8_e4m3fn:block128 (H100) it models DeepSeek-V3's format, 128x128 block scales
+promoted per 128-deep k step, in three kernels:
+
+  mosaic b128     kernels/mosaic_gpu's block128 default: 128x128 cells (two consumer WGs of
+                  64x128, a main and a step accumulator each), fp8 wgmma. Each consumer
+                  waits for its step's wgmma, then adds it into the main accumulator times its
+                  scales: wg_rows * wg_cols / 128 FMAs a thread, one a clock a lane, while the
+                  other consumer's wgmma keeps the tensor cores busy. A CTA's k step takes
+                  max(2 T, T + P), T one consumer's step at the MMA rate, P its promotion:
+                  those FMAs plus --promote-latency-clk (the wgmma's completion and the scale
+                  loads, which no public figure gives; 0 by default, an upper bound).
+  triton b128     kernels/pallas_gpu's block128 default; its dot runs as f16 mma.sync (HMMA,
+                  docs/quantization.md), at most the 16-bit peak: modelled at that peak, with
+                  fp8 bytes, its promotion not counted (an upper bound).
+  mosaic v2 bf16  our bf16 kernel on the same shape (bf16 bytes and rate): what fp8 buys.
+
+The column "L2 B/clk" is each SM's operand bytes loaded by TMA (from L2) a clock at the
+modelled pace, which the model does not bound (no public figure for H100's L2 bandwidth):
+compare it between designs, as a 128x128 fp8 cell asks L2 for a third more a clock than
+the bf16 kernel's 128x256 cell.
+
 With --device b200 it models the Blackwell kernels (kernels/mosaic_blackwell, tcgen05) on a
 B200 instead, the same terms with these figures (l2_traffic.py's docstring has the sources of
 the machine's):
@@ -89,6 +110,7 @@ bound binds each design, not how fast a kernel runs.
   python benchmarks/gemm_model.py                  # the anchors' fwd, full size (about a minute)
   python benchmarks/gemm_model.py --quick          # m / 8
   python benchmarks/gemm_model.py --device b200    # the tcgen05 kernels on a B200
+  python benchmarks/gemm_model.py --dtype float8_e4m3fn:block128 --only deepseek
 """
 
 from __future__ import annotations
@@ -154,6 +176,9 @@ class Design:
   wg_cols: int
   fill_hidden: bool
   mma: str = "wgmma"  # wgmma: each warpgroup reads its A rows and all of B; tcgen05: each SM its share of both
+  dtype: str = ""  # its operands, when not the run's (--dtype)
+  rate: float | None = None  # its MMA FLOPs a clock against the 16-bit peak; None: by dtype
+  promoted: bool = False  # block scales promoted per 128-deep k step (module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +195,7 @@ class Prediction:
   time_s: float
   tflops: float
   tflops_writes: float  # if TMA's writes shared the port
+  l2_bytes_per_clk: float  # each SM's operand loads from L2 a clock, at the modelled pace
 
 
 def designs(p: l2.Problem) -> list[Design]:
@@ -226,6 +252,24 @@ def blackwell_designs(p: l2.Problem) -> list[Design]:
 
 
 FP8_RATE = 2  # fp8 MMA FLOPs a clock against 16-bit, on Hopper and Blackwell (docstring)
+BLOCK128 = "float8_e4m3fn:block128"
+SCALE_BLOCK = 128  # block128's k block: one promotion a step
+
+
+def block128_designs(p: l2.Problem) -> list[Design]:
+  """The three kernels of the module docstring's block128 table, for problem p (fwd)."""
+  c = mosaic.default(p.op, BLOCK128, p.m, p.k, p.n, p.g, device_kind=l2.HOPPER)
+  rows, cols, _ = c.consumer_tile(p.op)
+  blocks = f"bm{c.block_m} bn{c.block_n} bk{c.block_k} cs{c.max_concurrent_steps}"
+  fp8 = l2.Kernel("mosaic b128", blocks, c.block_m, c.block_n, c.block_k, c.group_m, "banded", True, l2.ROW_TILE, True)
+  t = triton.default(p.op, BLOCK128, p.m, p.k, p.n, p.g, device_kind=l2.HOPPER)
+  tri = dataclasses.replace(l2.triton_kernel(p, t, dtype=BLOCK128), name="triton b128")
+  bf16 = designs(p)[0]
+  return [
+    Design(fp8, rows, cols, True, dtype=BLOCK128, rate=FP8_RATE, promoted=True),
+    Design(tri, tri.block_m // (t.num_warps // 4), tri.block_n, tri.per_sm > 1, dtype=BLOCK128, rate=1),
+    dataclasses.replace(bf16, kernel=dataclasses.replace(bf16.kernel, name="mosaic v2 bf16"), dtype="bfloat16"),
+  ]
 
 
 def predict(
@@ -236,16 +280,25 @@ def predict(
   l2_bytes: int | None = None,
   gpu: Gpu = H100,
   dtype: str = "bfloat16",
+  promote_latency_clk: float = 0.0,
 ) -> Prediction:
   """The model's time for problem p (fwd) run by design d on `gpu` with operands of
-  `dtype` (bfloat16 or float8_e4m3fn); see the module docstring."""
+  `dtype` (bfloat16 or float8_e4m3fn; the design's own when it has one); see the module
+  docstring."""
   kern = d.kernel
+  dtype = d.dtype or dtype
   l2_bytes = gpu.l2_bytes if l2_bytes is None else l2_bytes
   traffic = l2.simulate(p, kern, sms=gpu.sms, l2_bytes=l2_bytes, dtype=dtype)
   b = float(l2.common.itemsize(dtype))
-  peak = gpu.peak_flops * (FP8_RATE if b == 1 else 1)
+  peak = gpu.peak_flops * (d.rate if d.rate is not None else FP8_RATE if b == 1 else 1)
   cell_flops = 2.0 * kern.block_m * kern.block_n * p.k
   cell_mma = cell_flops / (peak / gpu.sms * kern.ctas)  # a pair's cell on its two SMs
+  if d.promoted:  # a CTA's k step: max(wgs T, T + P), module docstring
+    wgs = (kern.block_m * kern.block_n) // (d.wg_rows * d.wg_cols)
+    flop_per_clk = peak / gpu.sms / gpu.clock_hz
+    step = 2.0 * d.wg_rows * d.wg_cols * SCALE_BLOCK / flop_per_clk
+    promote = d.wg_rows * d.wg_cols / 128 + promote_latency_clk
+    cell_mma = math.ceil(p.k / SCALE_BLOCK) * max(wgs * step, step + promote) / gpu.clock_hz
   if d.mma == "tcgen05":  # per SM: its A rows and its share of B's columns
     smem_reads = b * p.k * (d.wg_rows + kern.block_n // kern.ctas)
   else:
@@ -275,6 +328,7 @@ def predict(
     time_s=time_s,
     tflops=useful / time_s / 1e12,
     tflops_writes=useful / kernel_time(smem_reads + smem_writes) / 1e12,
+    l2_bytes_per_clk=smem_writes * kern.ctas * traffic.cells / (time_s * gpu.clock_hz * gpu.sms),
   )
 
 
@@ -295,7 +349,13 @@ def main(argv: list[str] | None = None) -> int:
   )
   ap.add_argument("--l2", type=float, default=None, help="L2 MB for the HBM replay (default: the device's whole L2)")
   ap.add_argument(
-    "--dtype", default="bfloat16", choices=("bfloat16", "float8_e4m3fn"), help="the operands (output bf16)"
+    "--dtype",
+    default="bfloat16",
+    choices=("bfloat16", "float8_e4m3fn", BLOCK128),
+    help="the operands (output bf16); float8_e4m3fn:block128: the block-scaled kernels (H100)",
+  )
+  ap.add_argument(
+    "--promote-latency-clk", type=float, default=0.0, help="block128: clocks a promotion waits beyond its FMAs"
   )
   args = ap.parse_args(argv)
   gpu = GPUS[args.device]
@@ -303,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
   problems = [p for p in ANCHORS if args.only.lower() in p.name.lower()]
   if args.quick:
     problems = [dataclasses.replace(p, m=max(p.g, p.m // 8)) for p in problems]
-  fp8 = args.dtype == "float8_e4m3fn"
+  if args.dtype == BLOCK128 and args.device != "h100":
+    ap.error("--dtype float8_e4m3fn:block128 models the Hopper kernels: --device h100")
+  fp8 = args.dtype.startswith("float8_e4m3fn")
   peak = (
     f"{gpu.peak_flops * FP8_RATE / 1e12:.1f} TF/s dense fp8" if fp8 else f"{gpu.peak_flops / 1e12:.1f} TF/s dense bf16"
   )
@@ -314,20 +376,32 @@ def main(argv: list[str] | None = None) -> int:
     f"fill {args.fill_us:g} us a cell when not hidden"
   )
   tile, cw = ("WG tile", 20) if args.device == "h100" else ("CTA MMA", 21)  # a tcgen05 pair's config is 21 wide
+  cw = 21 if args.dtype == BLOCK128 else cw
   l2._table(
     f"| {'problem':<22} | {'kernel':<14} | {'config':<{cw}} | {tile} | cells  | waste   | MMA ms | smem | +writes | "
-    f"fill ms | HBM GB, ratio | HBM ms | bound | TF/s | TF/s +writes |"
+    f"fill ms | HBM GB, ratio | HBM ms | bound | TF/s | TF/s +writes | L2 B/clk |"
   )
+  pick = {"h100": designs, "b200": blackwell_designs}[args.device]
+  if args.dtype == BLOCK128:
+    pick = block128_designs
   for p in problems:
-    for d in designs(p) if args.device == "h100" else blackwell_designs(p):
-      r = predict(p, d, fill_s=args.fill_us * 1e-6, l2_bytes=l2_bytes, gpu=gpu, dtype=args.dtype)
+    for d in pick(p):
+      r = predict(
+        p,
+        d,
+        fill_s=args.fill_us * 1e-6,
+        l2_bytes=l2_bytes,
+        gpu=gpu,
+        dtype=args.dtype,
+        promote_latency_clk=args.promote_latency_clk,
+      )
       wg = f"{d.wg_rows}x{d.wg_cols}"
       hbm = f"{r.fetched / 1e9:.2f}, {r.fetched / r.unique:.2f}x"
       print(
         f"| {p.name:<22} | {d.kernel.name:<14} | {d.kernel.config:<{cw}} | {wg:<7} | {r.cells:>6} | "
         f"{r.waste_pct:>6.1f}% | {r.mma_s * 1e3:>6.3f} | {r.smem_pct:>3.0f}% | {r.smem_writes_pct:>6.0f}% | "
         f"{r.overhead_s * 1e3:>7.3f} | {hbm:<13} | {r.hbm_s * 1e3:>6.3f} | {bound(r):<5} | {r.tflops:>4.0f} | "
-        f"{r.tflops_writes:>12.0f} |"
+        f"{r.tflops_writes:>12.0f} | {r.l2_bytes_per_clk:>8.1f} |"
       )
   return 0
 
