@@ -123,16 +123,21 @@ FP8_SMOKE = """
 dtype: float8_e4m3fn
 scales: block128
 ops: [fwd]
-backends: [pallas_gpu]
+backends: [{backend}]
 max_candidates: 1
 shapes:
-  - {m: 40, k: 200, n: 96, g: 3}
+  - {{m: 40, k: 200, n: 96, g: 3}}
 """
 
 
-def test_fp8_pipeline_reaches_ragged_dot(tmp_path):
+@pytest.mark.parametrize("backend", ["pallas_gpu", pytest.param("mosaic_gpu", marks=pytest.mark.mgpu_interpret)])
+def test_fp8_pipeline_reaches_ragged_dot(tmp_path, backend):
+  """Per-format LUT entries from a sweep to a model's call, on each backend that computes
+  the format: pallas_gpu (Pallas interpret mode) and mosaic_gpu (jax's Mosaic GPU interpreter)."""
+  if why := kernels.registry.get(backend).interpret_unsupported().get("fwd:float8_e4m3fn:block128"):
+    pytest.skip(why)
   spec = tmp_path / "fp8.yaml"
-  spec.write_text(FP8_SMOKE)
+  spec.write_text(FP8_SMOKE.format(backend=backend))
   out = tmp_path / "results"
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output
@@ -145,8 +150,8 @@ def test_fp8_pipeline_reaches_ragged_dot(tmp_path):
   r = runner.invoke(app, ["verify", str(lut_file)])
   assert r.exit_code == 0 and " 0 failed" in r.output, r.output
   lut = kernels.Lut.from_file(lut_file)
-  entry = lut.query("fwd", 40, 200, 96, 3, "float8_e4m3fn:block128", backend="pallas_gpu")
-  assert entry is not None and entry.dtype == "float8_e4m3fn:block128"
+  entry = lut.query("fwd", 40, 200, 96, 3, "float8_e4m3fn:block128", backend=backend)
+  assert entry is not None and entry.dtype == "float8_e4m3fn:block128" and entry.backend == backend
 
   # A model's fp8 expert layer picks the tuned config up and matches the dequantized reference.
   rng = np.random.default_rng(0)
@@ -155,9 +160,9 @@ def test_fp8_pipeline_reaches_ragged_dot(tmp_path):
   lq, rq, ls, rs = quant.quantize_operands(x, w, "float8_e4m3fn:block128")
   gs = jnp.asarray([15, 0, 25], jnp.int32)
   with kernels.use_lut(lut):
-    choice = kernels.explain(lq.shape, rq.shape, "float8_e4m3fn:block128", backend="pallas_gpu")["fwd"]
+    choice = kernels.explain(lq.shape, rq.shape, "float8_e4m3fn:block128", backend=backend)["fwd"]
     assert choice.source == "lut-exact" and choice.config == entry.config
-    out = kernels.ragged_dot(lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="pallas_gpu")
+    out = kernels.ragged_dot(lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend=backend)
   ref = np.asarray(quant.reference(lq, rq, gs, ls, rs))
   bound = quant.tolerance("float8_e4m3fn:block128", 200, jnp.bfloat16).bound(ref, quant.error_scale(lq, rq, gs, ls, rs))
   assert np.all(np.abs(np.asarray(out, np.float64) - ref) <= bound)
