@@ -416,7 +416,7 @@ def gmm(
   if scales == "channelwise":  # padded as the operands: rows past m and columns past n scale zeros
     scale_args = (pad_to_multiple(lhs_scale[:, 0], 0, m_pad), pad_to_multiple(rhs_scale[:, 0, :], 1, n_pad))
   elif scales == "block128":  # k and n are padded within their last 128-block
-    scale_args = (pad_to_multiple(lhs_scale.T, 1, m_pad), rhs_scale)
+    scale_args = (pad_to_multiple(lhs_scale.T.astype(jnp.float32), 1, m_pad), rhs_scale.astype(jnp.float32))
 
   kernel = functools.partial(
     _gmm_kernel,
