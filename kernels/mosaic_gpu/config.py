@@ -46,10 +46,12 @@ FP8_BLOCK_K = 128  # one 128-byte swizzle row of 8-bit elements; block128's k bl
 # the persistent loop (deviceless ptxas, jax 0.10.2 and 0.12; without the scales they do not):
 # fp8 cells are 128x256, two 64x256 consumers.
 FP8_CONSUMER_TILE = (64, 256)
-# block128: each consumer holds a main and a step accumulator, 64 x 128 f32 each (64 + 64
-# registers a thread of its 232), its columns inside one 128-column block of the weights'
-# scales, so one scale a step per consumer. 64x256 would need 256 registers for the two.
-FP8_BLOCK_CONSUMER_TILES = ((64, 128), (64, 64))
+# block128: each consumer holds an f32 main accumulator and a 64x128 (or 64x64) step one, and
+# promotes a 128-column block of the weights' scales at a time, one scale each. A 64x256
+# share runs its k step in two halves through the one step accumulator: 128 + 64 registers a
+# thread of its 232, which deviceless ptxas builds with no spill (jax 0.10.2 and 0.12) once
+# the second half's wgmma waits for the first's promotion (gmm.py's promote).
+FP8_BLOCK_CONSUMER_TILES = ((64, 256), (64, 128), (64, 64))
 
 # setmaxnreg (common.register_split): the producer warpgroup only issues TMA and goes down to
 # this many registers a thread; the two consumers take the rest of the CTA's pool, gmm's 232
@@ -136,7 +138,11 @@ class MosaicConfig:
       if self.block_k != FP8_BLOCK_K:
         return f"8-bit operands take block_k = {FP8_BLOCK_K} (a 128-byte swizzle row), got {self.block_k}"
       if scheme(name) == "block128":
-        if (rows, cols) not in FP8_BLOCK_CONSUMER_TILES or quant.tile_violation(name, self.block_k, cols):
+        # A share wider than a 128-column block is promoted a block at a time; it only comes
+        # from a cell split by rows, so it starts on a block.
+        if (rows, cols) not in FP8_BLOCK_CONSUMER_TILES or quant.tile_violation(
+          name, self.block_k, min(cols, quant.BLOCK)
+        ):
           tiles = " or ".join(f"{r}x{c}" for r, c in FP8_BLOCK_CONSUMER_TILES)
           return f"block scales take {tiles} consumer tiles (a main and a step accumulator), got {rows}x{cols}"
       elif (rows, cols) != FP8_CONSUMER_TILE:
@@ -221,8 +227,8 @@ SPACE_TGMM_BLOCK_K = (128, 256)
 SPACE_STEPS = (2, 3, 4, 5, 6)
 SPACE_GROUP_M = (1, 2, 4, 8, 16)
 # f32 accumulator elements one consumer warpgroup holds in registers (128 threads): 64x256
-# is 128 values a thread, under setmaxnreg's 232 for a consumer. block128 holds two (main and
-# step), each at most half of it (valid_for).
+# is 128 values a thread, under setmaxnreg's 232 for a consumer. block128 adds a step
+# accumulator of at most 64x128 (valid_for).
 MAX_ACC = 64 * 256
 
 

@@ -23,8 +23,10 @@ Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper 
 - fp8 (kernels.quant): channelwise scales multiply the f32 accumulator in the epilogue;
   128x128 block scales are promoted per k step, as DeepGEMM does: each 128-deep step's wgmma
   goes into a fresh step accumulator, which is waited for and added into the f32 main one
-  (a value carried by the pipeline) times its rows' and its expert's block scales. The rows'
-  scales come by TMA with the step's operands, the expert's from global memory.
+  (a value carried by the pipeline) times its rows' and its expert's block scales, a
+  128-column block at a time (a 64x256 consumer share: two halves through one step
+  accumulator). The rows' scales come by TMA with the step's operands, the expert's from
+  global memory.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ def _gmm_kernel(
   cfg: MosaicConfig,
   transpose_rhs,
   scales,
+  interpreted=False,
 ):
   # fp8 operands bring their scales (kernels.quant), f32. channelwise: lhs [m_pad] and rhs
   # [g, n_pad], applied to the accumulator in the epilogue. block128: lhs [k / 128, m_pad]
@@ -135,6 +138,11 @@ def _gmm_kernel(
   scaled, promoted = scales is not None, scales == "block128"
   block_m, block_n, block_k = cfg.block_m, cfg.block_n, cfg.block_k
   wg_rows, wg_cols, split_rows = cfg.consumer_tile("fwd")
+  # block128 promotes each of a consumer's 128-column blocks on its own (a 64x256 share: two
+  # halves, one step accumulator of 64x128 reused), each with its block's scale; the main
+  # accumulator is carried as those pieces.
+  pieces = wg_cols // quant.BLOCK if promoted and wg_cols > quant.BLOCK else 1
+  piece_cols = wg_cols // pieces
   out_dtype = o_gmem.dtype
   swizzle = swizzle_elems(lhs_gmem.dtype)  # 64 16-bit or 128 8-bit elements: 128 bytes
   transforms = (plgpu.TilingTransform((ROW_TILE, swizzle)), plgpu.SwizzleTransform(128))
@@ -240,8 +248,9 @@ def _gmm_kernel(
         return acc * jax.lax.broadcast_in_dim(col_scale, acc.shape, [1])
 
       def epilogue(acc):
-        """Store this consumer's share ([64, 64] sub-tiles through two smem slots); acc None
-        stores zeros (rows of no local group).
+        """Store this consumer's share ([64, 64] sub-tiles through two smem slots), given as
+        its column pieces (a tuple, piece_cols each); acc None stores zeros (rows of no local
+        group).
 
         Before sub-tile s writes slot s % 2, the store of sub-tile s - 2 must have read it.
         Each sub-tile commits one bulk group, so on the GPU that is all but the last group
@@ -271,7 +280,8 @@ def _gmm_kernel(
             if acc is None:
               out_smem[wg, slot] = jnp.zeros((EPI_TILE, EPI_TILE), out_dtype)
             else:
-              out_smem[wg, slot] = acc[ei * EPI_TILE : (ei + 1) * EPI_TILE, ej * EPI_TILE : (ej + 1) * EPI_TILE]
+              piece, c0 = acc[ej * EPI_TILE // piece_cols], ej * EPI_TILE % piece_cols
+              out_smem[wg, slot] = piece[ei * EPI_TILE : (ei + 1) * EPI_TILE, c0 : c0 + EPI_TILE]
             plgpu.commit_smem()
             store_rows(out_smem.at[wg, slot], o_gmem, lo, rows, EPI_TILE, row0 + base, col0, EPI_TILE)
             plgpu.commit_smem_to_gmem_group()
@@ -284,19 +294,22 @@ def _gmm_kernel(
           plgpu.wgmma_wait(0)
           plgpu.barrier_arrive(drained)
           acc = acc_ref[...]
-          epilogue((scale(acc) if scales == "channelwise" else acc).astype(out_dtype))
+          epilogue(((scale(acc) if scales == "channelwise" else acc).astype(out_dtype),))
 
       def promoting_context(run_pipeline):
-        acc = run_pipeline(plgpu.layout_cast(jnp.zeros((wg_rows, wg_cols), jnp.float32), plgpu.Layout.WGMMA))
+        zeros = plgpu.layout_cast(jnp.zeros((wg_rows, piece_cols), jnp.float32), plgpu.Layout.WGMMA)
+        acc = run_pipeline((zeros,) * pieces)
         plgpu.barrier_arrive(drained)
-        epilogue(acc.astype(out_dtype))
+        epilogue(tuple(piece.astype(out_dtype) for piece in acc))
 
-      def operands(lhs_smem, rhs_smem):
+      def operands(lhs_smem, rhs_smem, col0=0, cols=wg_cols):
+        """wgmma's A and B for columns [col0, col0 + cols) of this consumer's share."""
         a = lhs_smem.at[pl.ds(wg_row0, wg_rows)] if split_rows else lhs_smem
+        whole = split_rows and cols == block_n
         if transpose_rhs:  # [n, k] tiles are k-major: the only B an 8-bit wgmma takes
-          b = (rhs_smem if split_rows else rhs_smem.at[pl.ds(wg_col0, wg_cols)]).T
+          b = (rhs_smem if whole else rhs_smem.at[pl.ds(wg_col0 + col0, cols)]).T
         else:
-          b = rhs_smem if split_rows else rhs_smem.at[:, pl.ds(wg_col0, wg_cols)]
+          b = rhs_smem if whole else rhs_smem.at[:, pl.ds(wg_col0 + col0, cols)]
         return a, b
 
       def mma(_, lhs_smem, rhs_smem, acc_ref):
@@ -305,24 +318,45 @@ def _gmm_kernel(
         return acc_ref
 
       def promote(idx, lhs_smem, rhs_smem, ls_smem, acc):
-        """acc + this k block's product times its scales: the rows' (from the step's TMA box)
-        times the group's for this consumer's 128-column block (read from global memory while
-        the wgmma runs). Columns past n read the last block's scale; they are not stored."""
+        """acc's pieces + this k block's product times its scales: the rows' (from the step's
+        TMA box) times the group's for the piece's 128-column block (read from global memory
+        while the wgmma runs). A piece at a time: its wgmma into the step accumulator, wait,
+        add. Columns past n read the last block's scale; they are not stored."""
         (kb,) = idx
         rs_gmem = scale_gmem[1]
-        col_block = jnp.minimum((j * block_n + wg_col0) // quant.BLOCK, rs_gmem.shape[2] - 1)
-        col_scale = rs_gmem[group, kb, col_block]
+        col_scales = []
+        for h in range(pieces):
+          col_block = jnp.minimum((j * block_n + wg_col0 + h * piece_cols) // quant.BLOCK, rs_gmem.shape[2] - 1)
+          col_scales.append(rs_gmem[group, kb, col_block])
+        row_scale, out = None, []
+        for h in range(pieces):
+          signs = None
+          if h:
+            # A later piece's step accumulator starts from zeros that depend on the previous
+            # piece's promotion: the sign bits of its new values (exactly +-0 whatever they
+            # hold). Without them ptxas issues this wgmma before that promotion is done,
+            # holding two step accumulators (88 registers), and a 64x256 consumer spills
+            # 48 B a thread around its k loop (deviceless ptxas, jax 0.10.2 and 0.12).
+            bits = jax.lax.bitcast_convert_type(out[-1], jnp.int32) & jnp.int32(-(2**31))
+            signs = jax.lax.bitcast_convert_type(bits, jnp.float32)
 
-        def step(step_ref):
-          plgpu.wgmma(step_ref, *operands(lhs_smem, rhs_smem))
-          return step_ref[...]  # waits for it
+          def step(step_ref, h=h, signs=signs):
+            if signs is not None and not interpreted:
+              step_ref[...] = signs
+            plgpu.wgmma(step_ref, *operands(lhs_smem, rhs_smem, h * piece_cols, piece_cols))
+            return step_ref[...]  # waits for it
 
-        product = pl.run_scoped(step, plgpu.ACC((wg_rows, wg_cols), jnp.float32))
-        row_scale = load_whole(ls_smem.at[0, pl.ds(wg_row0, wg_rows)], plgpu.Layout.WGMMA.reduce(1))
-        # That read is the generic proxy's; the producer's next TMA into this slot is the async
-        # proxy's, so the read is fenced before the slot is released (PTX, fence.proxy.async).
+          product = pl.run_scoped(step, plgpu.ACC((wg_rows, piece_cols), jnp.float32))
+          if signs is not None and interpreted:  # jax's interpreter stores into no accumulator ref: the same sum
+            product = product + signs
+          if row_scale is None:
+            row_scale = load_whole(ls_smem.at[0, pl.ds(wg_row0, wg_rows)], plgpu.Layout.WGMMA.reduce(1))
+          out.append(acc[h] + product * jax.lax.broadcast_in_dim(row_scale * col_scales[h], product.shape, [0]))
+        # The row scales' read is the generic proxy's; the producer's next TMA into this slot is
+        # the async proxy's, so the read is fenced before the slot is released (PTX,
+        # fence.proxy.async).
         plgpu.commit_smem()
-        return acc + product * jax.lax.broadcast_in_dim(row_scale * col_scale, acc.shape, [0])
+        return tuple(out)
 
       @pl.when(is_group)
       def _matmul():
@@ -428,6 +462,7 @@ def gmm(
     cfg=cfg,
     transpose_rhs=transpose_rhs,
     scales=scales,
+    interpreted=bool(interpret),
   )
   kernel.__name__ = "ragtune_mgpu_gmm"  # the kernel's name in the machine code and profiles
   call = plgpu.kernel(

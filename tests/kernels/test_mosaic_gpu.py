@@ -232,7 +232,8 @@ def test_fp8_block128_gmm_in_interpreter():
   """fp8 gmm with 128x128 block scales, each k step's wgmma promoted into the main
   accumulator with that block's scales, against the dequantized reference by its elementwise
   bound, with no race: both consumer splits (128x128 cells by rows over [g, n, k] weights,
-  64x256 by columns over [g, k, n] ones, transposed by the wrapper); ragged m, k (a partial
+  64x256 by columns over [g, k, n] ones, transposed by the wrapper) and 128x256 cells (two
+  64x256 consumers, each promoting its two 128-column halves in turn); ragged m, k (a partial
   last k block) and n (a partial last n block, and columns past n in a cell); group starts off
   8-row multiples, an empty group, rows past sum(group_sizes), group_offset; scales of each row
   and k block, and of each expert's block, times powers of two up to 2^3 and 2^6 apart, one
@@ -277,7 +278,8 @@ def test_fp8_block128_gmm_in_interpreter():
     return np.abs(out - ref)[local] <= bound[local]
 
   by_rows, by_cols = kernels.MosaicConfig(128, 128, 128, 2, 2), kernels.MosaicConfig(64, 256, 128, 2, 2)
-  for cfg, transpose_rhs in ((by_rows, True), (by_cols, False)):
+  wide = kernels.MosaicConfig(128, 256, 128, 2, 2)  # two 64x256 consumers, promoted a 128-column half at a time
+  for cfg, transpose_rhs in ((by_rows, True), (by_cols, False), (wide, True)):
     out = run(cfg, transpose_rhs, rs)
     assert not _races_found()
     np.testing.assert_array_equal(out[~local], 0.0)
@@ -297,14 +299,15 @@ def test_fp8_config_rules():
 
 
 def test_fp8_block128_config_rules():
-  """Block scales: two 64x128 (or 64x64) consumers, each holding a main and a step
-  accumulator, each inside one 128-column block of the scales; 128x128 cells for prefill,
-  64x256 for decode; forward only."""
+  """Block scales: two 64x256, 64x128 or 64x64 consumers, each holding a main and a step
+  accumulator and promoting one 128-column block of the scales at a time; 128x128 cells for
+  prefill, 64x256 for decode; forward only."""
   from kernels.mosaic_gpu import config as mcfg
 
   fmt, backend = "float8_e4m3fn:block128", kernels.registry.get("mosaic_gpu")
-  assert "64x128 or 64x64 consumer tiles" in kernels.MosaicConfig(128, 256, 128).valid_for("fwd", fmt)
-  assert "64x128 or 64x64 consumer tiles" in kernels.MosaicConfig(256, 128, 128).valid_for("fwd", fmt)
+  assert kernels.MosaicConfig(128, 256, 128).valid_for("fwd", fmt) is None
+  for cfg in (kernels.MosaicConfig(256, 128, 128), kernels.MosaicConfig(256, 256, 128)):
+    assert "64x256 or 64x128 or 64x64 consumer tiles" in cfg.valid_for("fwd", fmt)
   assert "forward only" in kernels.MosaicConfig(128, 128, 128).valid_for("dlhs", fmt)
   for m, g, want in ((131072, 256, (128, 128)), (8192, 8, (128, 128)), (512, 256, (64, 256))):
     cfg = backend.default("fwd", fmt, m, 7168, 2048, g, H100)
