@@ -64,6 +64,20 @@ PROBLEMS = [
 if os.environ.get("TINY"):
   PROBLEMS = [("Mixtral", 256, 256, 256, 2)]
 F8 = jnp.float8_e4m3fn
+
+
+def time_all(runs, rep, name):
+  """Each (label, fn, args) timed and reported, until the deadline; a failure is reported."""
+  for label, f, args in runs:
+    if time.time() - T0 > DEADLINE:
+      return
+    try:
+      t, _ = timeit(f, args)
+      rep(label, t)
+    except Exception as e:
+      say(name, label, "ERROR", repr(e)[:300])
+
+
 for name, m, k, n, g in PROBLEMS:
   if time.time() - T0 > DEADLINE:
     say("deadline: stop before", name)
@@ -124,14 +138,7 @@ for name, m, k, n, g in PROBLEMS:
       (lq, rq, ls_c, rs_c),
     ),
   ]
-  for label, f, args in runs:
-    if time.time() - T0 > DEADLINE:
-      break
-    try:
-      t, _ = timeit(f, args)
-      rep(label, t)
-    except Exception as e:
-      say(name, label, "ERROR", repr(e)[:300])
+  time_all(runs, rep, name)
   del ls_c, rs_c
   xb = lq.astype(jnp.bfloat16)
   wb = rq.astype(jnp.bfloat16).swapaxes(1, 2)  # [g, k, n]
@@ -143,14 +150,7 @@ for name, m, k, n, g in PROBLEMS:
       (xb, wb[0]),
     ),
   ]
-  for label, f, args in runs:
-    if time.time() - T0 > DEADLINE:
-      break
-    try:
-      t, _ = timeit(f, args)
-      rep(label, t)
-    except Exception as e:
-      say(name, label, "ERROR", repr(e)[:300])
+  time_all(runs, rep, name)
   try:
     da, db = lq, rq[0].T
     t, _ = timeit(
