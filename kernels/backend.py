@@ -211,7 +211,7 @@ class Backend:
 
   def priority(self, dtype: str | None = None) -> int:
     """Its rank as "auto"'s fallback for operands of `dtype` (None: 16-bit)."""
-    return self.format_priority.get(dtype, self.auto_priority) if dtype else self.auto_priority
+    return self.format_priority.get(dtype, self.auto_priority)
 
   def runs_on(self, platform: str, device_kind: str) -> bool:
     """Whether it runs compiled on this device."""

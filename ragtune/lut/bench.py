@@ -339,16 +339,14 @@ def _fill_times(
 ) -> None:
   peers = {label: t for label, t in times.items() if label in PEERS}
   best = min(peers, key=peers.get) if peers else None
-  peak, args = bench.peaks.get(p.dtype), {v.label: v.args for v in vs}
+  args = {v.label: v.args for v in vs}
   for label, t in times.items():
     r = rows[label]
     r.ms, r.timer, r.tflops = t * 1e3, timer, measure.flops(p) / t / 1e12
-    moved = {DENSE: lambda: measure.dense_bytes(args[label]), BF16: lambda: measure.bytes_moved(_as_bf16(p))}
-    r.gbps = moved.get(label, lambda: measure.bytes_moved(p))() / t / 1e9
-    # the bf16 row against bf16's peak, the fp8 rows against fp8's
+    own = _as_bf16(p) if label == BF16 else p  # the bf16 row: bf16's bytes and peak
+    r.gbps = (measure.dense_bytes(args[label]) if label == DENSE else measure.bytes_moved(own)) / t / 1e9
+    peak = bench.peaks.get(own.dtype)
     r.pct_matmul_peak = 100 * r.tflops / peak if peak else None
-    if label == BF16:
-      r.pct_matmul_peak = 100 * r.tflops / bench.peaks["bfloat16"] if bench.peaks.get("bfloat16") else None
     r.pct_copy_bw = 100 * r.gbps / bench.copy_gbps if bench.copy_gbps else None
     r.vs_xla = times[XLA] / t if XLA in times else None
     if best is not None:

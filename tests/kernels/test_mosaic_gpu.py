@@ -180,6 +180,25 @@ def test_gmm_warp_specialized_in_interpreter(cfg, transpose_rhs):
   _check(out, ref, jnp.bfloat16)
 
 
+def _fp8_gmm(lq, rq, gs, ls, rs, offset, g, cfg, transpose_rhs):
+  """mgpu gmm of the groups [offset, offset + g) of quantized operands, interpreted with the
+  race detector on, weights given [g, n, k] (transpose_rhs) or [g, k, n]; float64 out."""
+  shard = rq[offset : offset + g]
+  out = mgpu_gmm.gmm(
+    lq,
+    shard.swapaxes(1, 2) if transpose_rhs else shard,
+    gs,
+    config=cfg,
+    out_dtype=jnp.bfloat16,
+    transpose_rhs=transpose_rhs,
+    group_offset=jnp.int32(offset),
+    interpret=_race_checked(),
+    lhs_scale=ls,
+    rhs_scale=rs[offset : offset + g],
+  )
+  return np.asarray(out, np.float64)
+
+
 @pytest.mark.mgpu_interpret
 def test_fp8_channelwise_gmm_in_interpreter():
   """fp8 gmm with channelwise scales (kernels.quant) against the dequantized reference by
@@ -207,21 +226,8 @@ def test_fp8_channelwise_gmm_in_interpreter():
   local[sizes[0] : sum(sizes[: offset + g])] = True
   cfg = kernels.MosaicConfig(128, 256, 128, 2, 2)
   for transpose_rhs in (True, False):
-    shard = rq[offset : offset + g]
     with transposed_wgmma():
-      out = mgpu_gmm.gmm(
-        lq,
-        shard.swapaxes(1, 2) if transpose_rhs else shard,
-        gs,
-        config=cfg,
-        out_dtype=jnp.bfloat16,
-        transpose_rhs=transpose_rhs,
-        group_offset=jnp.int32(offset),
-        interpret=_race_checked(),
-        lhs_scale=ls,
-        rhs_scale=rs[offset : offset + g],
-      )
-      out = np.asarray(out, np.float64)
+      out = _fp8_gmm(lq, rq, gs, ls, rs, offset, g, cfg, transpose_rhs)
     assert not _races_found()
     np.testing.assert_array_equal(out[~local], 0.0)
     assert np.all(np.abs(out - ref)[local] <= bound[local]), transpose_rhs
@@ -256,25 +262,13 @@ def test_fp8_block128_gmm_in_interpreter():
   local = np.zeros(m, bool)
   local[sizes[0] : sum(sizes[: offset + g])] = True
 
+  ref = np.asarray(quant.reference(lq, rq, gs, ls, rs), np.float64)
+  bound = quant.tolerance(fmt, k, jnp.bfloat16).bound(ref, quant.error_scale(lq, rq, gs, ls, rs))
+
   def run(cfg, transpose_rhs, rhs_scale):
-    shard = rq[offset : offset + g]
-    out = mgpu_gmm.gmm(
-      lq,
-      shard.swapaxes(1, 2) if transpose_rhs else shard,
-      gs,
-      config=cfg,
-      out_dtype=jnp.bfloat16,
-      transpose_rhs=transpose_rhs,
-      group_offset=jnp.int32(offset),
-      interpret=_race_checked(),
-      lhs_scale=ls,
-      rhs_scale=rhs_scale[offset : offset + g],
-    )
-    return np.asarray(out, np.float64)
+    return _fp8_gmm(lq, rq, gs, ls, rhs_scale, offset, g, cfg, transpose_rhs)
 
   def within(out):
-    ref = np.asarray(quant.reference(lq, rq, gs, ls, rs), np.float64)
-    bound = quant.tolerance(fmt, k, jnp.bfloat16).bound(ref, quant.error_scale(lq, rq, gs, ls, rs))
     return np.abs(out - ref)[local] <= bound[local]
 
   by_rows, by_cols = kernels.MosaicConfig(128, 128, 128, 2, 2), kernels.MosaicConfig(64, 256, 128, 2, 2)
