@@ -525,10 +525,14 @@ def _result(step: str, out: Path, res: Path) -> str:
     bad = [r for r in rows if not r.get("same_as") and r["status"].split(":")[0] in ("wrong", "nan", "error")]
     problems = len({(r["shape"], r["op"]) for r in rows})
     return f"{problems} problems, {timed} variants timed, {len(bad)} failed or did not run"
-  if step == "sweep":
-    records = res / "smoke" / "records.jsonl"
+  if step in ("sweep", "anchors-sweep", "exhaustive"):
+    records = res / {"sweep": "smoke", "anchors-sweep": "", "exhaustive": "exhaustive"}[step] / "records.jsonl"
     n = sum(1 for _ in records.open()) if records.is_file() else 0
     return f"{n} rows in {records}"
+  if step == "ship":
+    verified = _last(out / "ship.log", "verified ")
+    bundled = _last(out / "ship.log", "bundled") or "nothing bundled"
+    return f"{verified}; {bundled}" if verified else bundled
   if step == "verify":
     return _last(out / "verify.log")
   if step == "export":

@@ -29,10 +29,14 @@
 #   summary     0:05                      the step table and the bench table, last
 #   total       7:30  8:40
 #
-# Steps for longer jobs, not in the default run: anchors-sweep (shapes/anchors.yaml, fwd first,
-# then shapes/gpu_slice.yaml, budgeted, ANCHORS_SWEEP_S, resumable, into results/<slug>/),
-# ship (export that folder, verify it, bundle kernels/luts/<slug>.json only if verify passes),
-# exhaustive (every pruned config of Mixtral fwd into results/<slug>/exhaustive/, resumable).
+# Steps for longer jobs, not in the default run: anchors-sweep (ANCHORS_SHAPES, default
+# shapes/anchors.yaml, fwd first, --budget ANCHORS_BUDGET (8), then SLICE_SHAPES, default
+# shapes/gpu_slice.yaml, empty for none; ANCHORS_BACKENDS, e.g. mosaic_gpu, narrows both to
+# those backends; ANCHORS_SWEEP_S in all, resumable, into results/<slug>/), ship (export that
+# folder, verify it, bundle kernels/luts/<slug>.json only if verify passes), exhaustive (every
+# pruned config of Mixtral fwd into results/<slug>/exhaustive/, resumable). A tuned run puts
+# the bench steps after ship, so that their LUT rows are the new LUT's:
+#   ANCHORS_BACKENDS=mosaic_gpu bash benchmarks/gpu_run.sh anchors-sweep ship bench-fwd
 #
 # Output: every step writes into $OUT (default /tmp/ragtune-out) as soon as it has a result:
 # versions.txt, tests.txt and tests.json (tests-*.log: pytest's own output), bench-{fwd,dlhs,drhs}.csv
@@ -54,6 +58,8 @@ BENCH_FWD_S=${BENCH_FWD_S:-120} BENCH_DLHS_S=${BENCH_DLHS_S:-60} BENCH_DRHS_S=${
 SWEEP_S=${SWEEP_S:-45} VERIFY_S=${VERIFY_S:-40} EXPORT_S=${EXPORT_S:-15}
 TEST_JOBS=${TEST_JOBS:-4} TEST_TIMEOUT=${TEST_TIMEOUT:-60} SWEEP_BUDGET=${SWEEP_BUDGET:-4} ROW_TIMEOUT=${ROW_TIMEOUT:-30}
 ANCHORS_SWEEP_S=${ANCHORS_SWEEP_S:-330} SHIP_VERIFY_S=${SHIP_VERIFY_S:-300}
+ANCHORS_SHAPES=${ANCHORS_SHAPES:-shapes/anchors.yaml} SLICE_SHAPES=${SLICE_SHAPES-shapes/gpu_slice.yaml}
+ANCHORS_BACKENDS=${ANCHORS_BACKENDS:-} ANCHORS_BUDGET=${ANCHORS_BUDGET:-8}
 GPU_TESTS=${GPU_TESTS:-tests/kernels/test_gpu_compiled.py}
 DEFAULT_STEPS=(tests bench-fwd bench-dlhs bench-drhs sweep export verify)
 OTHER_STEPS=(anchors-sweep ship exhaustive)
@@ -264,16 +270,19 @@ verify_() {
 }
 
 anchors_sweep_() {
-  local end=$((SECONDS + $1)) rc
+  local end=$((SECONDS + $1)) rc pick=()
   left() { local l=$((end - SECONDS)); [ "$l" -gt 5 ] && echo "$l" || echo 5; }
+  [ -n "$ANCHORS_BACKENDS" ] && pick=(--backend "$ANCHORS_BACKENDS")
   : > "$OUT/anchors-sweep.log"
-  capped --parent-only "$(left)" "$PY" -m ragtune sweep shapes/anchors.yaml -o "$RES" --op fwd --budget 8 --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+  capped --parent-only "$(left)" "$PY" -m ragtune sweep "$ANCHORS_SHAPES" -o "$RES" "${pick[@]}" --op fwd \
+    --budget "$ANCHORS_BUDGET" --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || { show "$OUT/anchors-sweep.log" 15; return $rc; }
-  capped --parent-only "$(left)" "$PY" -m ragtune sweep shapes/anchors.yaml -o "$RES" --budget 8 --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+  capped --parent-only "$(left)" "$PY" -m ragtune sweep "$ANCHORS_SHAPES" -o "$RES" "${pick[@]}" \
+    --budget "$ANCHORS_BUDGET" --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
   rc=$?
-  [ "$rc" -eq 0 ] || { show "$OUT/anchors-sweep.log" 15; return $rc; }
-  capped --parent-only "$(left)" "$PY" -m ragtune sweep shapes/gpu_slice.yaml -o "$RES" --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+  [ "$rc" -eq 0 ] && [ -n "$SLICE_SHAPES" ] || { show "$OUT/anchors-sweep.log" 15; return $rc; }
+  capped --parent-only "$(left)" "$PY" -m ragtune sweep "$SLICE_SHAPES" -o "$RES" "${pick[@]}" --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
   rc=$?
   show "$OUT/anchors-sweep.log" 15
   return $rc
@@ -287,7 +296,12 @@ ship_() {
   rc=$?
   show "$OUT/ship.log" 30
   [ "$rc" -eq 0 ] || { log "verify failed: the LUT is NOT bundled"; return $rc; }
-  mkdir -p kernels/luts && cp "$RES/$SLUG.json" "kernels/luts/$SLUG.json" && log "bundled kernels/luts/$SLUG.json"
+  if [ "$SLUG" = cpu ]; then  # an interpreter's times rank nothing: a CPU trial ships no LUT
+    echo "not bundled: a CPU's times are the interpreter's ($RES/$SLUG.json stays where it is)" | tee -a "$OUT/ship.log"
+    return 0
+  fi
+  mkdir -p kernels/luts && cp "$RES/$SLUG.json" "kernels/luts/$SLUG.json" || return 1
+  echo "bundled kernels/luts/$SLUG.json" | tee -a "$OUT/ship.log"
 }
 
 exhaustive_() {
