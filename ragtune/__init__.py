@@ -10,10 +10,10 @@ command line over all of them.
 
 import os as _os
 
-# A process the `ragtune` command started (ragtune/cli/quiet.py marks them): the same quiet
+# A process the `ragtune` command started (ragtune/quiet.py marks them): the same quiet
 # jax start-up as the command's, before anything here imports jax.
 if _os.environ.get("RAGTUNE_QUIET_START") == "1":
-  from ragtune.cli.quiet import quiet_start as _quiet_start
+  from ragtune.quiet import quiet_start as _quiet_start
 
   _quiet_start()
 

@@ -1,11 +1,11 @@
-"""The `ragtune` command's entry point: a quiet start (ragtune/cli/quiet.py) before anything
+"""The `ragtune` command's entry point: a quiet start (ragtune/quiet.py) before anything
 imports jax, then the Typer app. Importing ragtune.cli.app (as tests do) changes nothing."""
 
 import os
 
 
 def main():
-  from ragtune.cli.quiet import quiet_start
+  from ragtune.quiet import quiet_start
 
   quiet_start()
   import kernels

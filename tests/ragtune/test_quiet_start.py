@@ -1,5 +1,5 @@
 """The `ragtune` command starts quietly on a CPU host with the gpu-compile and tpu extras
-(ragtune/cli/quiet.py), and still shows a real failure of a platform the user asks for.
+(ragtune/quiet.py), and still shows a real failure of a platform the user asks for.
 
 The commands run as a user runs them, through the console script, in an environment without
 this test run's JAX_PLATFORMS=cpu (conftest.py) or a quiet start already marked in it."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ragtune.cli import quiet
+from ragtune import quiet
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "shapes" / "smoke.yaml")
