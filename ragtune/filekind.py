@@ -9,7 +9,7 @@ import csv
 import enum
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,10 @@ FROM_CONFIG_MARK = "# Written by `ragtune shapes from-config`; rerun it to updat
 # The first line of report.md, and of the module `export-lut --format python` writes.
 REPORT_MD_MARK = "# ragtune report"
 LUT_MODULE_MARK = '"""ragtune LUT for '
+# A results folder holds RECORDS, or shard folders that do (written by sweeps with --shard,
+# ragtune.run.shard), or both.
+RECORDS = "records.jsonl"
+SHARD_FOLDERS = "shard-*-of-*"
 _HEAD_BYTES = 1 << 16
 _PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -108,13 +112,21 @@ def _text_kind(text: str, whole: Callable[[], str]) -> Kind:
   return Kind.SHAPES if isinstance(data, dict) and {"shapes", "models"} & data.keys() else Kind.OTHER
 
 
+def with_shards(dirs: Iterable[str | Path]) -> list[Path]:
+  """The results folders, each followed by the shard folders a sharded sweep made in it
+  (shard-<i>-of-<N>, ragtune.run.shard); a folder that holds only shards stands for them."""
+  out = []
+  for d in map(Path, dirs):
+    shards = sorted(s for s in d.glob(SHARD_FOLDERS) if (s / RECORDS).is_file()) if d.is_dir() else []
+    out += ([d] if not shards or (d / RECORDS).exists() else []) + shards
+  return out
+
+
 def classify(path: Path) -> Kind:
   """What `path` holds, from its content (only its first 64 KiB are read)."""
-  from ragtune.records import store
-
   path = Path(path)
   if path.is_dir():
-    return Kind.RESULTS if store.with_shards([path]) != [path] or (path / store.RECORDS).is_file() else Kind.FOLDER
+    return Kind.RESULTS if with_shards([path]) != [path] or (path / RECORDS).is_file() else Kind.FOLDER
   try:
     with open(path, "rb") as f:
       head = f.read(_HEAD_BYTES)

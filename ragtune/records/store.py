@@ -26,11 +26,9 @@ from kernels import registry
 from ragtune import filekind
 from ragtune.device import measure
 from ragtune.errors import RagtuneError
+from ragtune.filekind import RECORDS, with_shards
 from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
-
-SHARD_FOLDERS = "shard-*-of-*"  # written by sweeps with --shard (ragtune.run.shard)
-RECORDS = "records.jsonl"
 
 
 def _id_of(fields: dict[str, Any]) -> str:
@@ -273,16 +271,6 @@ def read_records(path: Path, origin: str = "", skipped: list[int] | None = None)
       _bad_line(path, i, f"not a sweep record ({e})", skipped)
   if skipped:
     skipped.sort()
-  return out
-
-
-def with_shards(dirs: Iterable[str | Path]) -> list[Path]:
-  """The results folders, each followed by the shard folders a sharded sweep made in it
-  (shard-<i>-of-<N>, ragtune.run.shard); a folder that holds only shards stands for them."""
-  out = []
-  for d in map(Path, dirs):
-    shards = sorted(s for s in d.glob(SHARD_FOLDERS) if (s / RECORDS).is_file()) if d.is_dir() else []
-    out += ([d] if not shards or (d / RECORDS).exists() else []) + shards
   return out
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import kernels
-from ragtune import paths
+from ragtune import filekind, paths
 from ragtune.errors import RagtuneError
 from ragtune.problems import limits
 from ragtune.problems import shapes as shapes_mod
@@ -94,7 +94,7 @@ def sweep_folder(base: Path, shapes_file: Path, shard: str | None) -> tuple[Path
 
 def shard_folders_notice(base: Path, say: Say) -> None:
   """An unsharded sweep or plan of a folder that holds shard folders: they are not its rows."""
-  shards = sorted(p.name for p in base.glob(store.SHARD_FOLDERS)) if base.is_dir() else []
+  shards = sorted(p.name for p in base.glob(filekind.SHARD_FOLDERS)) if base.is_dir() else []
   if shards:
     say(
       f"notice: {base} holds {len(shards)} shard folders ({shards[0]}, ...); without --shard this neither "
