@@ -1,9 +1,10 @@
 """Output paths checked before any work: a folder where a folder is needed, a file where a
 file is, somewhere we can write, and nothing there that the command did not write itself.
-Each check leaves nothing behind."""
+Each check leaves nothing behind. Then each file is written whole or not at all (write_atomic)."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -81,3 +82,24 @@ def existing_dirs(dirs: list[Path], what: str = "results folder") -> list[Path]:
     if not Path(d).exists():
       raise RagtuneError(f"{d}: no such {what}")
   return dirs
+
+
+def write_atomic(path: Path, text: str) -> None:
+  """Write via a temp file in the same folder and rename, so readers never see half a file.
+  On failure the temp file is removed and the error is one line naming the path."""
+  path = Path(path)
+  if path.is_dir():
+    raise RagtuneError(f"{path}: is a folder, not a file")
+  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except OSError as e:
+    raise RagtuneError(f"{path}: cannot write ({e.strerror or type(e).__name__})") from None
+  finally:
+    if tmp.exists():
+      tmp.unlink()

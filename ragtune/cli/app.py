@@ -875,7 +875,7 @@ def show(
   [m,k]x[g,k,n] (ragged_dot's lhs x rhs); configs name their fields as the LUT does."""
   from ragtune import provenance
   from ragtune.device import ceilings
-  from ragtune.records import report, store
+  from ragtune.records import report
 
   if csv:
     paths.output_file(csv, "the --csv file", Kind.SHOW_CSV, force=force)
@@ -897,7 +897,7 @@ def show(
   if len(jax_versions) > 1:  # timings under different jax versions may not compare
     _print(f"note: these rows were measured under jax {', '.join(jax_versions)}", err=as_json)
   if csv:
-    store.write_atomic(csv, report.csv_text(df))
+    paths.write_atomic(csv, report.csv_text(df))
     _print(f"wrote {csv}", err=as_json)
 
 
@@ -940,7 +940,7 @@ def report(
   (TF/s per problem, roofline, candidate times; needs the report extra) and report.md.
   Files of those names already there are replaced only if report wrote them."""
   from ragtune.device import ceilings
-  from ragtune.records import plots, store
+  from ragtune.records import plots
   from ragtune.records import report as report_mod
 
   dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
@@ -950,7 +950,7 @@ def report(
   _interpreted_notice(records)
   ceil = ceilings.load(dirs)
   for name, df in (("best.csv", report_mod.best_frame(records, ceil)), ("rows.csv", report_mod.rows_frame(records))):
-    store.write_atomic(output / name, report_mod.csv_text(df))
+    paths.write_atomic(output / name, report_mod.csv_text(df))
     console.print(f"wrote {output / name} ({len(df)} rows)")
   for path in plots.write_report(records, ceil, output):
     console.print(f"wrote {path}")
@@ -1074,7 +1074,6 @@ def from_config(
   ranks. Knows the field names of Mixtral, DeepSeek, Qwen-MoE, Llama-4, gpt-oss, OLMoE and DBRX,
   and the fp8 formats of a quantization_config."""
   from ragtune.problems import hf_config
-  from ragtune.records import store
 
   if output is not None:
     paths.output_file(output, "the shapes file", Kind.FROM_CONFIG, force=force)
@@ -1090,5 +1089,5 @@ def from_config(
   if output is None:
     typer.echo(text, nl=False)
   else:
-    store.write_atomic(output, text)
+    paths.write_atomic(output, text)
     console.print(f"wrote {output}")

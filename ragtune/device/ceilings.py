@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ragtune.records.store import Record, with_shards, write_atomic
+from ragtune.filekind import with_shards
+from ragtune.paths import write_atomic
 
 FILE = "ceilings.json"
 
@@ -66,19 +67,6 @@ def peaks(ceil: dict[str, dict[str, Any]], device_kind: str, jax_version: str | 
   if not entry:
     return None, None
   return entry.get("matmul_tflops", {}).get(dtype), entry.get("copy_gbps")
-
-
-def pct_of_peak(row: Record, ceil: dict[str, dict[str, Any]]) -> tuple[float | None, str]:
-  """% of the roof that binds this problem: matmul TF/s if compute-bound, copy GB/s if memory-bound."""
-  tf, bw = peaks(ceil, row.device_kind, row.jax_version, row.problem.dtype)
-  tflops, gbps = row.tflops, row.gbps
-  if not tf or not bw or not tflops or not gbps:
-    return None, ""
-  intensity = tflops * 1e12 / (gbps * 1e9)  # FLOP per byte moved
-  ridge = tf * 1e12 / (bw * 1e9)
-  if intensity >= ridge:
-    return 100.0 * tflops / tf, "compute"
-  return 100.0 * gbps / bw, "memory"
 
 
 def best_time(fn, *args, reps: int) -> float:

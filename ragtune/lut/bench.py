@@ -33,12 +33,13 @@ from kernels import registry, target
 from kernels.common import scheme
 from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
+from ragtune import paths
 from ragtune.device import ceilings, measure, xla_fit
 from ragtune.device.xla_fit import XLA_PATHS
 from ragtune.errors import RagtuneError, install_hint
 from ragtune.problems import limits
 from ragtune.problems.shapes import GroupDist, Problem
-from ragtune.records import report, store
+from ragtune.records import report
 from ragtune.run import estimate
 
 XLA = "xla ragged_dot"
@@ -457,7 +458,6 @@ def plan(
   """The LUT (lut, or the one a model here loads), the problems that fit this device (a
   warning each through `say` for those that do not) and the CSV path, checked writable and
   not a file of another kind than bench's CSV (unless force)."""
-  from ragtune import paths
   from ragtune.filekind import Kind
   from ragtune.run import prepare
 
@@ -517,4 +517,4 @@ def table(rows: list[Row], timed: bool) -> list[str]:
 def write_csv(path: Path, rows: list[Row]) -> None:
   """All rows so far, atomically, times and rates to 4 significant digits."""
   df = pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=CSV_COLUMNS)
-  store.write_atomic(path, report.csv_text(df))
+  paths.write_atomic(path, report.csv_text(df))

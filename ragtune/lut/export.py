@@ -34,7 +34,7 @@ from ragtune import paths, provenance
 from ragtune.errors import RagtuneError
 from ragtune.filekind import LUT_MODULE_MARK, Kind
 from ragtune.records import summary
-from ragtune.records.store import Record, write_atomic
+from ragtune.records.store import Record
 
 
 def _extra(
@@ -224,12 +224,12 @@ def write_luts(luts: dict[str, kernels.Lut], output: Path, fmt: str = "json", *,
   written = []
   for kind, path in targets.items():
     text = lut_json(luts[kind])
-    write_atomic(path, text)
+    paths.write_atomic(path, text)
     written.append(path)
     if fmt == "python":
       py = _module_path(path)
       module = py.stem
-      write_atomic(
+      paths.write_atomic(
         py,
         PY_TEMPLATE.format(
           device_kind=kind, n=len(luts[kind]), module=module, payload=text.replace('"""', '\\"\\"\\"')

@@ -20,7 +20,7 @@ from ragtune.device import ceilings as ceilings_mod
 from ragtune.errors import install_hint
 from ragtune.filekind import REPORT_MD_MARK, Kind
 from ragtune.records import report
-from ragtune.records.store import Record, write_atomic
+from ragtune.records.store import Record
 
 OP_MARKERS = {"fwd": "o", "dlhs": "s", "drhs": "^"}
 COLORS = {"tuned": "#1f77b4", "default": "#9ecae1", "xla": "#ff7f0e", "dense": "#7f7f7f"}
@@ -371,5 +371,5 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
         md += [f"### {caption}", "", f"![{caption}]({name})", ""]
   if not have_plots:
     md += [f"(No plots: install the optional extra with `{install_hint('report')}`.)", ""]
-  write_atomic(out / "report.md", "\n".join(md))
+  paths.write_atomic(out / "report.md", "\n".join(md))
   return written + [out / "report.md"]

@@ -69,6 +69,19 @@ def _ratio(base: float | None, t: float | None) -> float:
   return base / t if base is not None and t is not None else math.nan
 
 
+def pct_of_peak(row: Record, ceil: dict[str, dict[str, Any]]) -> tuple[float | None, str]:
+  """% of the roof that binds this problem: matmul TF/s if compute-bound, copy GB/s if memory-bound."""
+  tf, bw = ceilings_mod.peaks(ceil, row.device_kind, row.jax_version, row.problem.dtype)
+  tflops, gbps = row.tflops, row.gbps
+  if not tf or not bw or not tflops or not gbps:
+    return None, ""
+  intensity = tflops * 1e12 / (gbps * 1e9)  # FLOP per byte moved
+  ridge = tf * 1e12 / (bw * 1e9)
+  if intensity >= ridge:
+    return 100.0 * tflops / tf, "compute"
+  return 100.0 * gbps / bw, "memory"
+
+
 def best_frame(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
   """One line per (device, problem), with the sweep summary's columns: best correct config,
   its time and % of the binding peak, the XLA, default-config and dense baselines, the
@@ -82,7 +95,7 @@ def best_rows(records: list[Record], ceil: dict | None = None) -> list[dict[str,
   for s in _summaries(records):
     p, best, base = s.problem, s.best, s.baselines
     t = best.time_s if best else None
-    pct, bound = ceilings_mod.pct_of_peak(best, ceil or {}) if best else (None, "")
+    pct, bound = pct_of_peak(best, ceil or {}) if best else (None, "")
     out.append(
       {
         "device_kind": s.device_kind,

@@ -308,27 +308,6 @@ def skipped_text(path: Path, lines: list[int], shown: int = 5) -> str:
   )
 
 
-def write_atomic(path: Path, text: str) -> None:
-  """Write via a temp file in the same folder and rename, so readers never see half a file.
-  On failure the temp file is removed and the error is one line naming the path."""
-  path = Path(path)
-  if path.is_dir():
-    raise RagtuneError(f"{path}: is a folder, not a file")
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except OSError as e:
-    raise RagtuneError(f"{path}: cannot write ({e.strerror or type(e).__name__})") from None
-  finally:
-    if tmp.exists():
-      tmp.unlink()
-
-
 def make_row(
   p: Problem,
   candidate: str,

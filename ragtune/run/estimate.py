@@ -30,8 +30,8 @@ from kernels import registry
 from kernels.backend import Backend
 from ragtune.device import ceilings, measure
 from ragtune.errors import RagtuneError
+from ragtune.paths import write_atomic
 from ragtune.problems.shapes import Problem
-from ragtune.records.store import write_atomic
 
 # worker._measure runs a candidate once to check it, then measure.time_variants warms up
 # once and times 3 runs.

@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 
 from ragtune.errors import RagtuneError
-from ragtune.records.store import write_atomic
+from ragtune.paths import write_atomic
 
 LOCK = ".sweep.lock"
 HOLDER = ".sweep.holder.json"

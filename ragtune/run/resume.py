@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ragtune.errors import RagtuneError
-from ragtune.records.store import write_atomic
+from ragtune.paths import write_atomic
 
 SWEEPS = "sweep.json"
 SCHEMA = "ragtune-sweeps"

@@ -10,6 +10,7 @@ from test_records import WORKER_ROW
 from typer.testing import CliRunner
 
 import kernels
+from ragtune import paths
 from ragtune.cli.app import app
 from ragtune.errors import RagtuneError
 from ragtune.problems import limits
@@ -372,12 +373,12 @@ def test_write_atomic_cleans_up(tmp_path, monkeypatch):
 
   monkeypatch.setattr(os, "replace", fail)
   with pytest.raises(RagtuneError, match="out.json: cannot write \\(No space left on device\\)"):
-    store.write_atomic(target, "data")
+    paths.write_atomic(target, "data")
   assert list(tmp_path.iterdir()) == []
   monkeypatch.undo()
   (tmp_path / "d").mkdir()
   with pytest.raises(RagtuneError, match="is a folder, not a file"):
-    store.write_atomic(tmp_path / "d", "data")
+    paths.write_atomic(tmp_path / "d", "data")
   assert _tree(tmp_path) == ["d"]
 
 
