@@ -22,6 +22,48 @@ FROM_CONFIG_MARK = "# Written by `ragtune shapes from-config`; rerun it to updat
 # The first line of report.md, and of the module `export-lut --format python` writes.
 REPORT_MD_MARK = "# ragtune report"
 LUT_MODULE_MARK = '"""ragtune LUT for '
+# The headers of the CSVs our commands write, by which classify knows them and a rerun
+# replaces only its own: `bench --csv` (ragtune.lut.bench.Row's fields, in order), `show --csv`
+# (best per problem, "device_kind" first when the rows span several device kinds; and --all),
+# and how `report`'s best.csv and rows.csv start.
+BENCH_CSV_COLUMNS = [
+  "problem",
+  "shape",
+  "op",
+  "dtype",
+  "variant",
+  "config",
+  "status",
+  "rel_error",
+  "ms",
+  "tflops",
+  "pct_matmul_peak",
+  "gbps",
+  "pct_copy_bw",
+  "vs_xla",
+  "vs_peer",
+  "peer",
+  "timer",
+  "same_as",
+]
+SHOW_CSV_COLUMNS = [
+  "op",
+  "backend",
+  "dtype",
+  "shape",
+  "best_ms",
+  "tflops",
+  "pct_peak",
+  "xla_ms",
+  "default_ms",
+  "vs_xla",
+  "vs_default",
+  "winner",
+  "statuses",
+  "best_config",
+]
+SHOW_ALL_CSV_COLUMNS = ["op", "backend", "dtype", "shape", "config", "status", "ms", "TF/s", "error"]
+REPORT_CSV_START = ["device_kind", "op", "backend", "dtype", "m", "k", "n", "g"]
 # A results folder holds RECORDS, or shard folders that do (written by sweeps with --shard,
 # ragtune.run.shard), or both.
 RECORDS = "records.jsonl"
@@ -69,14 +111,11 @@ def _json_kind(data: Any) -> Kind | None:
 
 
 def _csv_kind(header: list[str]) -> Kind | None:
-  from ragtune.lut import bench
-  from ragtune.records import report
-
-  if header in report.show_headers():
+  if header in (SHOW_CSV_COLUMNS, ["device_kind", *SHOW_CSV_COLUMNS], SHOW_ALL_CSV_COLUMNS):
     return Kind.SHOW_CSV
-  if header == bench.CSV_COLUMNS:
+  if header == BENCH_CSV_COLUMNS:
     return Kind.BENCH_CSV
-  if header[: len(report.REPORT_CSV_START)] == report.REPORT_CSV_START:
+  if header[: len(REPORT_CSV_START)] == REPORT_CSV_START:
     return Kind.REPORT_CSV
   return None
 

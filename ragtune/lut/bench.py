@@ -37,6 +37,7 @@ from ragtune import paths
 from ragtune.device import ceilings, measure, xla_fit
 from ragtune.device.xla_fit import XLA_PATHS
 from ragtune.errors import RagtuneError, install_hint
+from ragtune.filekind import BENCH_CSV_COLUMNS
 from ragtune.problems import limits
 from ragtune.problems.shapes import GroupDist, Problem
 from ragtune.records import report
@@ -67,7 +68,8 @@ TOKAMAX_MODULES = {"triton": ("triton", "pallas_triton"), "mosaic_gpu": ("pallas
 
 @dataclasses.dataclass
 class Row:
-  """One variant of one problem: a line of the table and of the CSV."""
+  """One variant of one problem: a line of the table and of the CSV, whose columns
+  (filekind.BENCH_CSV_COLUMNS) are these fields, in order."""
 
   problem: str  # where the shape file has it, e.g. mixtral-8x7b:up:tokens=4096 or shapes[0]
   shape: str
@@ -92,10 +94,6 @@ class Row:
   def failed(self) -> bool:
     """A failure of its own (a row the same as another repeats that one's)."""
     return not self.same_as and self.status.split(":")[0] in ("wrong", "nan", "error")
-
-
-# The CSV's header: `bench --csv` replaces only a file that starts with it.
-CSV_COLUMNS = [f.name for f in dataclasses.fields(Row)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -516,5 +514,5 @@ def table(rows: list[Row], timed: bool) -> list[str]:
 
 def write_csv(path: Path, rows: list[Row]) -> None:
   """All rows so far, atomically, times and rates to 4 significant digits."""
-  df = pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=CSV_COLUMNS)
+  df = pd.DataFrame([dataclasses.asdict(r) for r in rows], columns=BENCH_CSV_COLUMNS)
   paths.write_atomic(path, report.csv_text(df))

@@ -17,19 +17,13 @@ import pandas as pd
 from kernels import registry
 from kernels.common import op_order
 from ragtune.device import ceilings as ceilings_mod
+from ragtune.filekind import REPORT_CSV_START, SHOW_ALL_CSV_COLUMNS, SHOW_CSV_COLUMNS
 from ragtune.records import summary
 from ragtune.records.store import Record
 
+KEYS = [*REPORT_CSV_START, "group_dist"]  # best.csv and rows.csv start with them
 ROW_COLUMNS = [
-  "device_kind",
-  "op",
-  "backend",
-  "dtype",
-  "m",
-  "k",
-  "n",
-  "g",
-  "group_dist",
+  *KEYS,
   "candidate",
   "status",
   "time_s",
@@ -41,9 +35,6 @@ ROW_COLUMNS = [
   "jax_version",
   "timestamp",
 ]
-KEYS = ["device_kind", "op", "backend", "dtype", "m", "k", "n", "g", "group_dist"]
-# How best.csv and rows.csv start: `report` replaces only CSVs that start so.
-REPORT_CSV_START = KEYS[:8]
 
 
 def rows_frame(records: list[Record]) -> pd.DataFrame:
@@ -177,24 +168,6 @@ def show_json(records: list[Record], ceil: dict | None, all_rows: bool) -> str:
   return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
 
-SHOW_COLUMNS = [
-  "op",
-  "backend",
-  "dtype",
-  "shape",
-  "best_ms",
-  "tflops",
-  "pct_peak",
-  "xla_ms",
-  "default_ms",
-  "vs_xla",
-  "vs_default",
-  "winner",
-  "statuses",
-  "best_config",
-]
-
-
 def show_best(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
   df = best_frame(records, ceil)
   if df.empty:
@@ -203,8 +176,8 @@ def show_best(records: list[Record], ceil: dict | None = None) -> pd.DataFrame:
   df["pct_peak"] = [f"{p:.3g}% {b}" if not math.isnan(p) else "-" for p, b in zip(df["pct_peak"], df["bound"])]
   df["dtype"] = df["dtype"].map(lambda d: DTYPE_ABBREV.get(d, d))  # within 160 columns
   if df["device_kind"].nunique() > 1:
-    return df[["device_kind"] + SHOW_COLUMNS]
-  return df[SHOW_COLUMNS]
+    return df[["device_kind"] + SHOW_CSV_COLUMNS]
+  return df[SHOW_CSV_COLUMNS]
 
 
 SPEEDUP_COLUMNS = ("vs_xla", "vs_default")
@@ -252,17 +225,13 @@ def compact_rows(records: list[Record], width: int = 160) -> pd.DataFrame:
       "ms": [_g4(r.time_s * 1e3 if r.time_s is not None else None) for r in records],
       "TF/s": [_g4(r.tflops) for r in records],
       "error": [r.error for r in records],
-    }
+    },
+    columns=SHOW_ALL_CSV_COLUMNS,
   )
   fixed = sum(max([len(str(v)) for v in out[c]] + [len(c)]) + 1 for c in out.columns if c != "error")
   room = max(10, width - fixed - 2)
   out["error"] = out["error"].map(lambda e: e if len(e) <= room else e[: room - 1] + "…")
   return out
-
-
-def show_headers() -> list[list[str]]:
-  """The header lines `show --csv` writes: best per problem (one device kind, or several), --all."""
-  return [SHOW_COLUMNS, ["device_kind", *SHOW_COLUMNS], list(compact_rows([]).columns)]
 
 
 def _g4(v) -> str:

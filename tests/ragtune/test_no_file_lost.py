@@ -1,6 +1,8 @@
 """No command overwrites a file it did not write (--force overrides), and a file of the wrong
 kind gets an error about that file: each told from the file's content (ragtune.filekind)."""
 
+import csv
+import dataclasses
 import json
 
 import pytest
@@ -88,6 +90,15 @@ def test_bench_csv_replaces_only_its_own_csv(tmp_path):
   with pytest.raises(RagtuneError, match="use --force"):
     paths.output_file(other, "the --csv file", Kind.BENCH_CSV, force=False)
   assert paths.output_file(other, "the --csv file", Kind.BENCH_CSV, force=True) == other
+
+
+def test_bench_csv_has_a_column_for_each_row_field(tmp_path):
+  """filekind knows bench's CSV by its header; every field of a Row is a column of it, in order."""
+  out = tmp_path / "bench.csv"
+  bench.write_csv(out, [bench.Row("s", "[8,8]x[2,8,8]", "fwd", "bfloat16", "xla", ms=1.0)])
+  header, row = list(csv.reader(out.open()))
+  assert header == [f.name for f in dataclasses.fields(bench.Row)] and row[header.index("ms")] == "1.0"
+  assert classify(out) == Kind.BENCH_CSV
 
 
 def test_from_config_replaces_its_own_shape_file_only(tmp_path):
