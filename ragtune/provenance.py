@@ -22,13 +22,13 @@ import os
 import re
 import shutil
 import subprocess
+import sysconfig
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
   import kernels
-  from ragtune.records.store import Record
 
 # The checkout (or unpacked source tree) this package runs from, if it runs from one.
 _ROOT = Path(__file__).resolve().parents[1]
@@ -156,15 +156,24 @@ def cuda_data_dir() -> str | None:
   return next((str(c) for c in candidates if c and (Path(str(c)) / "bin" / "ptxas").is_file()), None)
 
 
+def find_tool(name: str) -> str | None:
+  """An NVIDIA tool on PATH, or from the nvidia-cuda-* wheels in this environment."""
+  found = shutil.which(name)
+  if found:
+    return found
+  site = Path(sysconfig.get_paths()["purelib"]) / "nvidia"
+  for cand in sorted(site.glob(f"*/bin/{name}")):
+    return str(cand)
+  return None
+
+
 def xla_ptxas() -> str | None:
   """The ptxas XLA runs: cuda_data_dir's, else the first of PATH, /usr/local/cuda and the
   nvidia wheels, the order in which jaxlib 0.10's XLA probes them (seen with strace on a
   deviceless compile)."""
-  from ragtune.deviceless import machine_code
-
   data_dir = cuda_data_dir()
   candidates = [Path(data_dir) / "bin" / "ptxas" if data_dir else None, shutil.which("ptxas")]
-  candidates += [Path("/usr/local/cuda/bin/ptxas"), machine_code.find_tool("ptxas")]
+  candidates += [Path("/usr/local/cuda/bin/ptxas"), find_tool("ptxas")]
   return next((str(c) for c in candidates if c and Path(c).is_file()), None)
 
 
@@ -193,13 +202,6 @@ def sorted_versions(versions: set[str]) -> list[str]:
 
 
 # --- rows and LUTs ----------------------------------------------------------------------------
-
-
-def of_record(r: Record) -> dict[str, str]:
-  """What made a row: its versions, or for a row from before them its jax_version."""
-  if r.versions is not None:
-    return r.versions.to_dict()
-  return {"jax": r.jax_version} if r.jax_version else {}
 
 
 def shared(dicts: list[dict[str, str]]) -> dict[str, str]:

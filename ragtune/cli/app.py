@@ -893,7 +893,7 @@ def show(
     console.print(views.show_table(report.printable(df), title))
   else:
     _print_frame(report.printable(df))
-  jax_versions = provenance.sorted_versions({v for r in records if (v := provenance.of_record(r).get("jax"))})
+  jax_versions = provenance.sorted_versions({v for r in records if (v := r.made_with().get("jax"))})
   if len(jax_versions) > 1:  # timings under different jax versions may not compare
     _print(f"note: these rows were measured under jax {', '.join(jax_versions)}", err=as_json)
   if csv:

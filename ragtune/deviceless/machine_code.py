@@ -20,16 +20,15 @@ import importlib.util
 import io
 import os
 import re
-import shutil
 import struct
 import subprocess
-import sysconfig
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
 from kernels.common import WARPGROUP
 from ragtune.errors import install_hint
+from ragtune.provenance import find_tool
 
 _RIEGELI_BLOCK = 1 << 16
 _RIEGELI_BLOCK_HEADER = 24
@@ -361,17 +360,6 @@ def cubins(serialized: bytes) -> list[bytes]:
 
 
 # --- cuobjdump --------------------------------------------------------------------------
-
-
-def find_tool(name: str) -> str | None:
-  """An NVIDIA tool on PATH, or from the nvidia-cuda-* wheels in this environment."""
-  found = shutil.which(name)
-  if found:
-    return found
-  site = Path(sysconfig.get_paths()["purelib"]) / "nvidia"
-  for cand in sorted(site.glob(f"*/bin/{name}")):
-    return str(cand)
-  return None
 
 
 def _run(tool: str, *args: str) -> str:

@@ -60,7 +60,7 @@ def _extra(
     "group_dist": r.problem.group_dist,
     "jax_version": r.jax_version,
     "measured": r.timestamp,
-    "versions": provenance.of_record(r),  # made shared or own by _with_versions
+    "versions": r.made_with(),  # made shared or own by _with_versions
   }
 
 

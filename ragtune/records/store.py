@@ -106,6 +106,12 @@ class Record:
     """Correct and timed."""
     return self.status == "ok" and self.time_s is not None
 
+  def made_with(self) -> dict[str, str]:
+    """What made it (ragtune.provenance): its versions, or for a row from before them its jax_version."""
+    if self.versions is not None:
+      return self.versions.to_dict()
+    return {"jax": self.jax_version} if self.jax_version else {}
+
   def to_dict(self) -> dict[str, Any]:
     """The line as written (see the module docstring); device fields it lacks are left out."""
     p = self.problem
