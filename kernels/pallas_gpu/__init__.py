@@ -4,19 +4,19 @@ Pallas Triton is deprecated since jax 0.11 in favour of Mosaic GPU. The kernel m
 imported on first use, so `import kernels` works on a jax that no longer ships it; the
 backend then says so (unavailable) and "auto" falls back to mosaic_gpu on Hopper. Where jax
 deprecates it, jax warns at every Triton lowering (a model lowers several kernels a step); we
-warn once a process instead (deprecated, _warn_once).
+warn once a process instead (upstream.py).
 """
 
 import dataclasses
 import importlib
 import importlib.util
-import warnings
 
 import jax
 
 from kernels.backend import PALLAS_CALL_COST, Backend
 from kernels.pallas_gpu import config
 from kernels.pallas_gpu.config import TritonConfig
+from kernels.pallas_gpu.upstream import deprecated
 
 TRITON_MODULE = "jax.experimental.pallas.triton"
 
@@ -37,31 +37,6 @@ def unavailable() -> str:
   if importlib.util.find_spec(TRITON_MODULE) is None:
     return f"jax {jax.__version__} has no Pallas Triton ({TRITON_MODULE}); Mosaic GPU replaces it"
   return ""
-
-
-def deprecated() -> str:
-  if jax.__version_info__ >= (0, 11):  # jax's CHANGELOG, 0.11.0: Pallas Triton deprecated
-    return f"Pallas Triton is deprecated upstream since jax 0.11 (this is {jax.__version__}); 'mosaic_gpu' replaces it"
-  return ""
-
-
-# jax's own notice, raised at each lowering of a Triton kernel.
-_UPSTREAM_NOTICE = r"The Pallas Triton backend is deprecated"
-_warned = False
-
-
-def warn_deprecated_once() -> None:
-  """One DeprecationWarning a process for this backend in place of jax's one per kernel (gmm
-  and tgmm call it). Re-installs the filter at each call: pytest and warnings.catch_warnings
-  restore the filters they found when they exit."""
-  global _warned
-  why = deprecated()
-  if not why:
-    return
-  warnings.filterwarnings("ignore", message=_UPSTREAM_NOTICE, category=DeprecationWarning)
-  if not _warned:
-    _warned = True
-    warnings.warn(f"kernels backend 'pallas_gpu': {why}", DeprecationWarning, stacklevel=3)
 
 
 # Pallas's Triton lowering makes pointer offsets int64 for any array over 4 GiB

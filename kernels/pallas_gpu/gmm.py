@@ -21,8 +21,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from kernels import common, quant
 from kernels.common import launch_cell, program_tile  # noqa: F401  (re-exported: tests and benchmarks)
-from kernels.pallas_gpu import warn_deprecated_once
 from kernels.pallas_gpu.config import TritonConfig
+from kernels.pallas_gpu.upstream import warn_deprecated_once
 
 
 def mask_2d(row_ok, col_ok, shape):

@@ -21,9 +21,9 @@ from jax.experimental.pallas import triton as plgpu
 
 from kernels import common
 from kernels.common import program_tile as gmm_program_tile
-from kernels.pallas_gpu import warn_deprecated_once
 from kernels.pallas_gpu.config import TritonConfig
 from kernels.pallas_gpu.gmm import load, mask_2d
+from kernels.pallas_gpu.upstream import warn_deprecated_once
 
 
 def program_tile(pid, num_groups, num_k_blocks, num_n_blocks, group_k):

@@ -81,9 +81,9 @@ def test_full_vjp_with_group_offset_lowers_to_triton():
 def test_upstream_deprecation_is_one_warning_a_process(monkeypatch):
   """jax >= 0.11 deprecates Pallas Triton and warns at every Triton lowering (three a vjp);
   the backend warns once a process instead, and explain names the deprecation."""
-  backend = importlib.import_module("kernels.pallas_gpu")
-  monkeypatch.setattr(backend, "_warned", False)
-  why = backend.deprecated()
+  upstream = importlib.import_module("kernels.pallas_gpu.upstream")
+  monkeypatch.setattr(upstream, "_warned", False)
+  why = upstream.deprecated()
   assert bool(why) == (jax.__version_info__ >= (0, 11))
 
   def loss(x, w, s):
