@@ -8,6 +8,7 @@ package and in ragtune, reads a backend through this record and never by its nam
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol
 
@@ -235,3 +236,17 @@ class Backend:
         raise TypeError(f"config[{op!r}] must be None for backend {self.name!r} (it has no knobs), got {cfg!r}")
     elif not isinstance(cfg, self.config_type):
       raise TypeError(f"config[{op!r}] must be a {self.config_type.__name__} for backend {self.name!r}, got {cfg!r}")
+
+
+def host_cores() -> int:
+  """The cores this process may run on, as XLA:CPU counts them for its pool (its affinity)."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pool_env(blocking: int, cores: int, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+  """{} or {"PJRT_NPROC": n}: what a process on `cores` cores that interprets kernels of
+  `blocking` interpreter_threads must add to its environment (registry.interpreter_env says why)."""
+  need = 2 * (blocking + 1) if blocking else 0
+  if "PJRT_NPROC" in environ or "NPROC" in environ or cores >= need:
+    return {}
+  return {"PJRT_NPROC": str(need)}

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from kernels.backend import Backend, KernelConfig
+from kernels.backend import Backend, KernelConfig, host_cores, pool_env
 
 # One line per backend. Order matters only for display and for ties (Lut.query).
 _MODULES = (
@@ -113,13 +113,4 @@ def interpreter_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
   simulated threads of the kernel, each of those can wait at a barrier. When they hold every
   pool thread, the threads they wait for cannot run: a deadlock, seen on 2-core hosts with
   jax 0.10.2 and 0.12.0.1 alike. A pool of twice the blocked callbacks is ample."""
-  blocking = max(b.interpreter_threads for b in REGISTRY.values())
-  need = 2 * (blocking + 1) if blocking else 0
-  if "PJRT_NPROC" in environ or "NPROC" in environ or host_cores() >= need:
-    return {}
-  return {"PJRT_NPROC": str(need)}
-
-
-def host_cores() -> int:
-  """The cores this process may run on, as XLA:CPU counts them for its pool (its affinity)."""
-  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+  return pool_env(max(b.interpreter_threads for b in REGISTRY.values()), host_cores(), environ)

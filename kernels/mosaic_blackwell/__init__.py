@@ -80,9 +80,7 @@ BACKEND = Backend(
   interpreter="mosaic_gpu",
   interpret_cost=config.INTERPRET_COST,
   interpret_unsupported=interpret_unsupported,
-  # tgmm's three warpgroups, and the four warps the control warpgroup's warp_map runs as
-  # threads of their own; the interpreter runs CTAs one by one.
-  interpreter_threads=3 + 4,
+  interpreter_threads=config.INTERPRETER_THREADS,
   unavailable=unavailable,
   # Below pallas_gpu until a GPU has measured it; "auto"'s fallback on Blackwell where jax no
   # longer ships Pallas Triton.

@@ -229,4 +229,7 @@ def grid_work(cfg: BlackwellConfig, op: str, m: int, k: int, n: int, group_sizes
 # per multiply-add was left out (the step term holds it). compile: the first call's extra time (trace, lower, build),
 # 1.3-2.1 calibration compiles. Much cheaper than the Hopper kernels' figures (mosaic_gpu,
 # fitted under jax 0.10.2's interpreter).
+# tgmm's three warpgroups, and the four warps the control warpgroup's warp_map runs as threads
+# of their own (Backend.interpreter_threads); the interpreter runs CTAs one by one.
+INTERPRETER_THREADS = 3 + 4
 INTERPRET_COST = InterpretCost(call=4e5, step=0, tile_step=2.3e5, read=0, write=0, mac=0, compile=2.0, inner_step=6.7e4)

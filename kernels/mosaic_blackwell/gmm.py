@@ -41,7 +41,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common, target
-from kernels.mosaic_blackwell.config import EPI_TILE, ROW_TILE, BlackwellConfig
+from kernels.mosaic_blackwell.config import EPI_TILE, INTERPRETER_THREADS, ROW_TILE, BlackwellConfig
 from kernels.mosaic_gpu.gmm import (
   check_inputs,
   interpret_params,
@@ -93,7 +93,7 @@ def launch(kernel, name, out_type, cfg: BlackwellConfig, interpret, warpgroups: 
     num_threads=warpgroups,
     thread_name="wg",
     compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
-    interpret=interpret_params(interpret),
+    interpret=interpret_params(interpret, INTERPRETER_THREADS),
     **pair,
   )
 

@@ -10,7 +10,7 @@ import jax
 
 from kernels.backend import Backend
 from kernels.mosaic_gpu import config
-from kernels.mosaic_gpu.config import CONSUMERS, MosaicConfig
+from kernels.mosaic_gpu.config import MosaicConfig
 
 
 def forward(lhs, rhs, group_sizes, **kw):
@@ -79,7 +79,7 @@ BACKEND = Backend(
   interpreter="mosaic_gpu",
   interpret_cost=config.INTERPRET_COST,
   interpret_unsupported=interpret_unsupported,
-  interpreter_threads=CONSUMERS + 1,  # the warpgroups of a CTA; the interpreter runs CTAs one by one
+  interpreter_threads=config.INTERPRETER_THREADS,
   # Below pallas_gpu until a GPU measurement says otherwise; "auto"'s fallback on Hopper
   # where jax no longer ships Pallas Triton.
   auto_priority=1,

@@ -32,6 +32,9 @@ BLOCK_K = (64, 128, 256)
 STEPS_RANGE = (2, 8)
 BAND_RANGE = (1, 64)
 CONSUMERS = 2  # consumer warpgroups; a third one produces
+# The warpgroups of a CTA, each a thread the interpreter can block (Backend.interpreter_threads);
+# it runs CTAs one by one.
+INTERPRETER_THREADS = CONSUMERS + 1
 WGMMA_M = 64  # rows of one warpgroup's wgmma
 SWIZZLE_ELEMS = 64  # 16-bit elements in a 128-byte swizzle row: the unit any operand tile is cut in
 EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles, double-buffered per consumer

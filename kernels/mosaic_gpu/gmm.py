@@ -42,7 +42,15 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from kernels import common, quant, target
-from kernels.mosaic_gpu.config import CONSUMERS, EPI_TILE, FP8_FORMATS, MosaicConfig, pipeline_registers
+from kernels.backend import host_cores, pool_env
+from kernels.mosaic_gpu.config import (
+  CONSUMERS,
+  EPI_TILE,
+  FP8_FORMATS,
+  INTERPRETER_THREADS,
+  MosaicConfig,
+  pipeline_registers,
+)
 
 # H100 SXM's SM count: the grid size when the default device is not a GPU (export for
 # CUDA from a CPU host). A persistent grid of any size is correct, only its speed moves.
@@ -482,26 +490,25 @@ def gmm(
 _pool_warned = False
 
 
-def _warn_small_pool() -> None:
-  """Once a process: where XLA:CPU's intra-op pool is too small for the interpreter."""
+def _warn_small_pool(blocking: int) -> None:
+  """Once a process: where XLA:CPU's intra-op pool is too small for the interpreter to run a
+  kernel of `blocking` interpreter_threads."""
   global _pool_warned
-  from kernels import registry
-
-  env = registry.interpreter_env()
+  env = pool_env(blocking, host_cores())
   if env and not _pool_warned:
     _pool_warned = True
     setting = " ".join(f"{k}={v}" for k, v in env.items())
     warnings.warn(
-      f"jax's Mosaic GPU interpreter can deadlock on {registry.host_cores()} cores: start the process with "
+      f"jax's Mosaic GPU interpreter can deadlock on {host_cores()} cores: start the process with "
       f"{setting} (see kernels.registry.interpreter_env)",
       RuntimeWarning,
       stacklevel=4,
     )
 
 
-def interpret_params(interpret):
+def interpret_params(interpret, blocking: int = INTERPRETER_THREADS):
   if interpret:
-    _warn_small_pool()
+    _warn_small_pool(blocking)
   if interpret is True:
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
 

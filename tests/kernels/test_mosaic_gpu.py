@@ -426,14 +426,16 @@ def test_interpret_unsupported_is_what_the_interpreter_cannot_run():
 def test_interpreting_on_a_small_pool_warns_once(monkeypatch):
   """Where XLA:CPU's pool is left too small for the interpreter (kernels.registry.interpreter_env),
   the first interpreted kernel says how to start the process; the next one says nothing."""
-  monkeypatch.setattr(kernels.registry, "interpreter_env", lambda: {"PJRT_NPROC": "8"})
+  for var in ("PJRT_NPROC", "NPROC"):
+    monkeypatch.delenv(var, raising=False)
+  monkeypatch.setattr(mgpu_gmm, "host_cores", lambda: 2)
   monkeypatch.setattr(mgpu_gmm, "_pool_warned", False)
   with pytest.warns(RuntimeWarning, match="can deadlock on .* cores: start the process with PJRT_NPROC=8"):
     mgpu_gmm.interpret_params(True)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     mgpu_gmm.interpret_params(True)
-    monkeypatch.setattr(kernels.registry, "interpreter_env", dict)
+    monkeypatch.setattr(mgpu_gmm, "host_cores", lambda: 64)
     monkeypatch.setattr(mgpu_gmm, "_pool_warned", False)
     mgpu_gmm.interpret_params(True)  # a pool large enough: no warning
     assert mgpu_gmm.interpret_params(False) is None
