@@ -92,7 +92,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[int, st
       called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
       if called == "import_module":
         out += [(node.lineno, resolved(s)) for s in _constants(node.args[0], assigned) if not s.startswith(".")]
-  return [(line, m) for line, m in out if m != name]
+  return sorted({(line, m) for line, m in out if m != name})
 
 
 def graph(root: Path = ROOT) -> dict[str, list[tuple[int, str]]]:
@@ -138,7 +138,9 @@ def cycles(edges: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
   return out
 
 
-def cycle_path(comp: list[str], edges: dict[str, list[tuple[int, str]]], known: dict[str, Path]) -> str:
+def cycle_path(
+  comp: list[str], edges: dict[str, list[tuple[int, str]]], known: dict[str, Path], root: Path = ROOT
+) -> str:
   """One cycle through the component's first module, each step with the file and line of its import."""
   inside, start = set(comp), comp[0]
   came: dict[str, tuple[str, int]] = {}
@@ -154,11 +156,64 @@ def cycle_path(comp: list[str], edges: dict[str, list[tuple[int, str]]], known: 
   steps, v = [], start
   while True:
     u, line = came[v]
-    steps.append(f"{u} ({known[u].relative_to(ROOT)}:{line}) -> {v}")
+    steps.append(f"{u} ({known[u].relative_to(root)}:{line}) -> {v}")
     v = u
     if v == start:
       break
   return "; ".join(reversed(steps))
+
+
+_SAMPLE = {
+  "ragtune/__init__.py": "",
+  "ragtune/top.py": "",
+  "ragtune/a/__init__.py": "",
+  "ragtune/a/y.py": "name_in_y = 1\n",
+  "ragtune/b/__init__.py": "",
+  "ragtune/b/z.py": "",
+  "ragtune/b/w.py": "class Thing: ...\n",
+  "ragtune/a/x.py": """import importlib
+from typing import TYPE_CHECKING
+from . import y
+from .. import top
+from ..b import z as zz
+import ragtune.b.z
+if TYPE_CHECKING:
+  from ragtune.b.w import Thing
+_MODS = ("ragtune.b", "json")
+def f():
+  from .y import name_in_y
+  for m in _MODS:
+    importlib.import_module(m)
+  return [importlib.import_module(n) for n in ("ragtune.top",)]
+""",
+}
+
+
+def test_imports_are_read_in_every_form(tmp_path):
+  """Relative imports, `from package import module`, TYPE_CHECKING and lazy ones, and
+  import_module of names bound to constants, each resolved to the module it loads."""
+  for name, text in _SAMPLE.items():
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text(text)
+  known = modules(tmp_path)
+  got = imports("ragtune.a.x", known["ragtune.a.x"], known)
+  assert got == [
+    (1, "importlib"),
+    (2, "typing"),
+    (3, "ragtune.a.y"),
+    (4, "ragtune.top"),
+    (5, "ragtune.b.z"),
+    (6, "ragtune.b.z"),
+    (8, "ragtune.b.w"),
+    (11, "ragtune.a.y"),
+    (13, "json"),
+    (13, "ragtune.b"),
+    (14, "ragtune.top"),
+  ], got
+  edges = {"p": [(1, "q")], "q": [(2, "r")], "r": [(3, "p")], "s": [(4, "p")]}
+  assert cycles(edges) == [["p", "q", "r"]]
+  paths = {m: tmp_path / f"{m}.py" for m in edges}
+  assert cycle_path(["p", "q", "r"], edges, paths, tmp_path) == "p (p.py:1) -> q; q (q.py:2) -> r; r (r.py:3) -> p"
 
 
 def test_layers_list_every_module_once_and_only_paths_that_exist():
