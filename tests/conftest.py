@@ -156,6 +156,28 @@ def needs_compiler(why: str | None, what: str):
   return pytest.mark.skipif(why is not None, reason=str(why))
 
 
+def module_found(name: str) -> bool:
+  """Whether module `name` can be imported, without importing it. find_spec imports a dotted
+  name's parents and raises where one is missing (an install without the gpu-compile extra has
+  no jax_plugins package at all): that is not found, not an error."""
+  try:
+    return importlib.util.find_spec(name) is not None
+  except ModuleNotFoundError:
+    return False
+
+
+def gpu_compile_missing() -> str | None:
+  """Why the deviceless GPU compile tests (tests/ragtune/test_aot_compile.py) cannot run in
+  this process, or None."""
+  from ragtune.deviceless import machine_code
+
+  if not any(module_found(p) for p in ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")):
+    return "no CUDA plugin (pip install -e '.[gpu-compile]')"
+  if machine_code.find_tool("cuobjdump") is None:
+    return "no cuobjdump (pip install -e '.[gpu-compile]')"
+  return compiler_missing("h100")
+
+
 def compiler_missing(target: str) -> str | None:
   """Why ragtune.deviceless.aot cannot compile for `target` in this process, or None."""
   from ragtune.deviceless import aot
