@@ -69,9 +69,9 @@ MGPU_BACKENDS = tuple(name for name, b in kernels.registry.REGISTRY.items() if b
 # case of the backends' own files, and the conformance cases that reach the kernels in a way
 # no other case does: both rhs layouts (fwd, dlhs and drhs over four group-size patterns), a
 # shape below every block, many small groups off the block grid, a group_offset shard, the
-# tiles an H100 and a B200 run (each backend's device defaults) on a ragged shape. The
-# rest (a single group, each dtype and promotion, vmap) go through the same kernel paths via
-# ragged_dot's wrapper, which pallas_gpu's conformance cases check on both stacks.
+# tiles an H100 and a B200 run (each backend's device defaults) on a ragged shape, and vmap
+# (plgpu.kernel's own vmap rule: one more grid axis, refs sliced per example). What each of
+# the others reaches, one of these reaches too: docs/tests.md, "Interpreted cases outside CI".
 MGPU_CORE = "RAGTUNE_MGPU_CORE"
 CORE_CONFORMANCE = (
   "test_group_sizes[{b}-kn]",
@@ -80,6 +80,7 @@ CORE_CONFORMANCE = (
   "test_many_small_groups_off_the_block_grid[{b}]",
   "test_group_offset_shards[{b}-kn]",
   "test_device_defaults[{b}]",
+  "test_vmap_other_forms[{b}-group_sizes_offset]",
 )
 
 
