@@ -69,9 +69,9 @@ MGPU_BACKENDS = tuple(name for name, b in kernels.registry.REGISTRY.items() if b
 # case of the backends' own files, and the conformance cases that reach the kernels in a way
 # no other case does: both rhs layouts (fwd, dlhs and drhs over four group-size patterns), a
 # shape below every block, many small groups off the block grid, a group_offset shard, the
-# tiles an H100 and a B200 run (each backend's device defaults) on a ragged shape. The
-# rest (a single group, each dtype and promotion, vmap) go through the same kernel paths via
-# ragged_dot's wrapper, which pallas_gpu's conformance cases check on both stacks.
+# tiles an H100 and a B200 run (each backend's device defaults) on a ragged shape, and vmap
+# (plgpu.kernel's own vmap rule: one more grid axis, refs sliced per example). What each of
+# the others reaches, one of these reaches too: docs/tests.md, "Interpreted cases outside CI".
 MGPU_CORE = "RAGTUNE_MGPU_CORE"
 CORE_CONFORMANCE = (
   "test_group_sizes[{b}-kn]",
@@ -80,6 +80,7 @@ CORE_CONFORMANCE = (
   "test_many_small_groups_off_the_block_grid[{b}]",
   "test_group_offset_shards[{b}-kn]",
   "test_device_defaults[{b}]",
+  "test_vmap_other_forms[{b}-group_sizes_offset]",
 )
 
 
@@ -154,6 +155,28 @@ def needs_compiler(why: str | None, what: str):
   if why and os.environ.get("CI") and jax.default_backend() == "cpu":
     raise RuntimeError(f"CI must run the {what}: {why}")
   return pytest.mark.skipif(why is not None, reason=str(why))
+
+
+def module_found(name: str) -> bool:
+  """Whether module `name` can be imported, without importing it. find_spec imports a dotted
+  name's parents and raises where one is missing (an install without the gpu-compile extra has
+  no jax_plugins package at all): that is not found, not an error."""
+  try:
+    return importlib.util.find_spec(name) is not None
+  except ModuleNotFoundError:
+    return False
+
+
+def gpu_compile_missing() -> str | None:
+  """Why the deviceless GPU compile tests (tests/ragtune/test_aot_compile.py) cannot run in
+  this process, or None."""
+  from ragtune.deviceless import machine_code
+
+  if not any(module_found(p) for p in ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")):
+    return "no CUDA plugin (pip install -e '.[gpu-compile]')"
+  if machine_code.find_tool("cuobjdump") is None:
+    return "no cuobjdump (pip install -e '.[gpu-compile]')"
+  return compiler_missing("h100")
 
 
 def compiler_missing(target: str) -> str | None:

@@ -295,10 +295,12 @@ def _vmapped(backend, batched, transpose_rhs=False, group_offset=None):
 
 
 def _one_vmap_case_for_mosaic(backend: str, kept: bool) -> None:
-  """vmap is kernels.common.broadcast_vmap around every backend alike; Mosaic GPU's
-  interpreter (three simulated warpgroups a CTA) is the slowest, so it runs two of the forms."""
+  """The Mosaic GPU kernels are batched by plgpu.kernel's own vmap rule, whichever operands
+  vmap batches: one more grid axis, each batched operand's ref and the output's sliced per
+  example. Their interpreter (three simulated warpgroups a CTA) is the slowest, so they run
+  two of the forms: group sizes batched, alone and over a group_offset shard."""
   if registry.get(backend).interpreter == "mosaic_gpu" and not kept:
-    pytest.skip("the same broadcast_vmap as the other backends; mosaic_gpu runs two vmap forms")
+    pytest.skip("plgpu.kernel's vmap rule batches every operand alike; the Mosaic GPU backends run two vmap forms")
 
 
 @pytest.mark.parametrize("batched", ["lhs", "rhs", "group_sizes"])

@@ -1,6 +1,7 @@
 """The registry as the one list of backends: adding one is a folder and a line, "auto"
 follows each backend's priority, and use_lut scopes a LUT to a block."""
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -8,9 +9,10 @@ import threading
 from pathlib import Path
 
 import jax.numpy as jnp
+import pytest
 
 import kernels
-from kernels import registry
+from kernels import common, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 H100, B200 = "NVIDIA H100 80GB HBM3", "NVIDIA B200"
@@ -193,3 +195,39 @@ def test_every_backend_with_kernels_has_an_interpreter_and_its_cost():
   what they cost there; one without (XLA's) has neither."""
   for b in registry.REGISTRY.values():
     assert (b.interpret_cost is not None) == b.own_kernels == bool(b.interpreter), b.name
+
+
+# What each backend refuses: lhs x rhs dtype pairs whose promotion it does not compute in.
+F32_PROMOTIONS = {
+  ("float32", "float32"),
+  ("float32", "bfloat16"),
+  ("bfloat16", "float32"),
+  ("float32", "float16"),
+  ("float16", "float32"),
+  ("bfloat16", "float16"),  # bfloat16 x float16 promotes to float32
+  ("float16", "bfloat16"),
+}
+REFUSED = {
+  "pallas_gpu": set(),
+  "mosaic_gpu": F32_PROMOTIONS,
+  "mosaic_blackwell": F32_PROMOTIONS,
+  "pallas_tpu": {("float16", "float16")},
+  "xla": set(),
+}
+
+
+@pytest.mark.parametrize("name", registry.NAMES)
+def test_a_backend_refuses_the_dtypes_it_lacks_before_any_kernel(name):
+  """The refusals of the conformance suite's dtype cases (test_dtypes, test_mixed_dtypes_follow_lax),
+  which for the Mosaic GPU backends run in CI only in this form: ragged_dot refuses before a
+  kernel is traced, so no interpreter is needed, for every pair of dtypes whose promotion the
+  backend lacks, with the error that names the alternatives."""
+  refused = set()
+  for lhs_dt, rhs_dt in itertools.product(common.DTYPES, repeat=2):
+    lhs, rhs, gs = jnp.zeros((4, 8), lhs_dt), jnp.zeros((2, 8, 8), rhs_dt), jnp.array([2, 2], jnp.int32)
+    if jnp.promote_types(lhs_dt, rhs_dt).name in registry.get(name).dtypes:
+      continue  # runs a kernel: the conformance suite's
+    with pytest.raises(TypeError, match=rf"backend '{name}' supports lhs/rhs dtypes .*, got {lhs_dt} x {rhs_dt}; use"):
+      kernels.ragged_dot(lhs, rhs, gs, backend=name, interpret=True)
+    refused.add((lhs_dt, rhs_dt))
+  assert refused == REFUSED[name]

@@ -10,7 +10,6 @@ NVIDIA device). Skipped where either is missing, except under CI, where that is 
 """
 
 import dataclasses
-import importlib.util
 import json
 import os
 import random
@@ -23,7 +22,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import compiler_missing, needs_compiler
+from conftest import gpu_compile_missing, needs_compiler
 
 import kernels
 from kernels.common import gpu_smem_limit
@@ -37,15 +36,7 @@ B200 = "NVIDIA B200"
 BF16 = "bfloat16"
 
 
-def _why_unavailable() -> str | None:
-  if not any(importlib.util.find_spec(p) for p in ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")):
-    return "no CUDA plugin (pip install -e '.[gpu-compile]')"
-  if machine_code.find_tool("cuobjdump") is None:
-    return "no cuobjdump (pip install -e '.[gpu-compile]')"
-  return compiler_missing("h100")
-
-
-_UNAVAILABLE = _why_unavailable()
+_UNAVAILABLE = gpu_compile_missing()
 pytestmark = needs_compiler(_UNAVAILABLE, "deviceless compile tests")
 
 # shapes/anchors.yaml's problems (Mixtral 8x7B prefill; DeepSeek-V3 decode, prefill up and

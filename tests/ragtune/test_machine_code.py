@@ -222,6 +222,71 @@ def test_setmaxnreg_counts_and_the_worst_case_they_hold():
   assert code((), ()).setmaxnreg_demand is None and code((40,), (232,), threads=0).setmaxnreg_demand is None
 
 
+def _kernel_code(sass: str, *, threads: int = 384, registers: int = 168) -> machine_code.KernelCode:
+  """The KernelCode of one SASS function, as machine_code reads a cubin's."""
+  (facts,) = machine_code.sass_facts(sass).values()
+  return machine_code.KernelCode(
+    name="k",
+    registers=registers,
+    local_bytes=0,
+    stack_bytes=0,
+    static_smem_bytes=0,
+    threads=threads,
+    **vars(facts),
+  )
+
+
+def _setmaxnreg_sass(*counts: str) -> str:
+  """A warp-specialized kernel's USETMAXREGs ("dealloc 0x28", "alloc 0xf0"), each on its own
+  path: one for the producer, one for each kind of consumer."""
+  instrs = []
+  for i, c in enumerate(counts):
+    kind, imm = c.split()
+    if i + 1 < len(counts):  # to the next path, past this one's three instructions
+      instrs.append(f"@P{i} BRA {hex(16 * (len(instrs) + 3))}")
+    alloc = "DEALLOC.CTAPOOL" if kind == "dealloc" else "TRY_ALLOC.CTAPOOL UP1,"
+    instrs += [f"USETMAXREG.{alloc} {imm}", "EXIT"]
+  return _sass("k", *instrs)
+
+
+def test_setmaxnreg_demand_takes_the_largest_try_alloc_count():
+  """Two consumer paths asking for 232 (0xe8) and 240 (0xf0) registers, a producer giving
+  back to 40 (0x28), 3 warpgroups of 128 threads launched at 168 registers (a pool of 384 x
+  168 = 64512). At worst both consumers take 240: 128 * (40 + 2 * 240) = 66560 > 64512, the
+  last TRY_ALLOC waits forever. The smaller count would give 128 * (40 + 2 * 232) = 64512,
+  which fits: the check must take the larger."""
+  for order in (("dealloc 0x28", "alloc 0xe8", "alloc 0xf0"), ("alloc 0xf0", "dealloc 0x28", "alloc 0xe8")):
+    kc = _kernel_code(_setmaxnreg_sass(*order))
+    assert (kc.setmaxnreg, kc.setmaxnreg_dec, kc.setmaxnreg_inc) == (True, (40,), (232, 240)), order
+    assert (kc.setmaxnreg_demand, kc.register_pool) == (66560, 64512), order
+    report = _report("ragtune_mgpu_gmm", setmaxnreg_demand=kc.setmaxnreg_demand, register_pool=kc.register_pool)
+    assert report.fault() == (
+      aot.DEADLOCK,
+      "ragtune_mgpu_gmm: setmaxnreg asks for 66560 registers of a CTA launched with 64512 (384 threads x 168): "
+      "a warpgroup would wait for them forever",
+    )
+
+
+def test_setmaxnreg_demand_branches():
+  """Each rule of KernelCode.setmaxnreg_demand on synthetic SASS, worked out by hand."""
+  demand = lambda *counts, **kw: _kernel_code(_setmaxnreg_sass(*counts), **kw).setmaxnreg_demand
+  # Two counts given back are two warpgroups'; the third takes 240: 128 * (24 + 40 + 240).
+  assert demand("dealloc 0x18", "dealloc 0x28", "alloc 0xf0") == 128 * (24 + 40 + 240) == 38912
+  # Only a DEALLOC: the other two warpgroups keep the launch count, 168.
+  assert demand("dealloc 0x28") == 128 * (40 + 2 * 168) == 48128
+  # Only TRY_ALLOCs: every warpgroup may take the largest, 240.
+  assert demand("alloc 0xe8", "alloc 0xf0") == 128 * 3 * 240 == 92160
+  # 320 threads are 3 warpgroups (setmaxnreg sets a whole warpgroup's count): 40 + 2 * 240.
+  assert demand("dealloc 0x28", "alloc 0xe8", "alloc 0xf0", threads=320) == 128 * (40 + 2 * 240)
+  # More counts given back than warpgroups: none left to take any.
+  assert demand("dealloc 0x18", "dealloc 0x28", "alloc 0xf0", threads=128) == 128 * (24 + 40) == 8192
+  # No thread count to place them in, or no setmaxnreg at all: nothing to check.
+  assert demand("dealloc 0x28", "alloc 0xf0", threads=0) is None
+  assert _kernel_code(_sass("k", HGMMA_128, "EXIT")).setmaxnreg_demand is None
+  # A repeated count is one count.
+  assert demand("dealloc 0x28", "alloc 0xf0", "alloc 0xf0") == 128 * (40 + 2 * 240)
+
+
 def test_a_setmaxnreg_plan_over_the_pool_is_a_deadlock_and_the_worst_outcome(tmp_path):
   over = _report("ragtune_mgpu_tgmm", setmaxnreg_demand=65536)
   looped = _report("ragtune_mgpu_gmm", loop_spills=4, spill_bytes=8, stack_bytes=8)
