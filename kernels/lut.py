@@ -263,11 +263,15 @@ class Lut:
   def from_file(cls, path: str | os.PathLike) -> Lut:
     p = Path(path)
     try:
-      text = p.read_text()
+      raw = p.read_bytes()
     except OSError as e:
       raise LutError(f"{p}: cannot read LUT ({e.strerror or e})") from None
     try:
-      data = json.loads(text)
+      data = json.loads(raw.decode())
+    except UnicodeDecodeError as e:
+      line, column = raw.count(b"\n", 0, e.start) + 1, e.start - raw.rfind(b"\n", 0, e.start)
+      why = f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {column})"  # as ragtune.errors.not_utf8 says it
+      raise LutError(f"{p}:{line}: corrupt LUT, {why}") from None
     except json.JSONDecodeError as e:
       raise LutError(f"{p}:{e.lineno}: corrupt LUT, invalid JSON ({e.msg})") from None
     return cls.from_dict(data, source=str(p))

@@ -60,7 +60,7 @@ from kernels import registry
 from kernels.common import FORMATS, OPS, QUANT_DTYPES
 from kernels.lut import shape_text
 from kernels.registry import NAMES as BACKENDS
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, read_text
 from ragtune.problems.presets import MODEL_PRESETS, SHIPPED_FORMATS, MoePreset
 
 Op = Literal["fwd", "dlhs", "drhs"]
@@ -431,7 +431,7 @@ def load_shape_set(path: str | Path) -> ShapeSet:
   p = Path(path)
   filekind.check_input(p, {filekind.Kind.SHAPES, filekind.Kind.FROM_CONFIG}, "a shape file")
   try:
-    text = p.read_text()
+    text = read_text(p)
   except FileNotFoundError:
     raise RagtuneError(f"{p}: no such shapes file") from None
   except OSError as e:

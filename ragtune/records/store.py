@@ -25,7 +25,7 @@ from typing import Any
 from kernels import registry
 from ragtune import filekind
 from ragtune.device import measure
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, not_utf8
 from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
 
@@ -245,17 +245,17 @@ def _read_lines(path: Path, skipped: list[int] | None = None) -> list[tuple[int,
   """(line number, object) of each complete line. A line that is not JSON is an error, or,
   with `skipped` given, its number is appended there."""
   rows = []
-  with open(path) as f:
-    lines = f.read().split("\n")
-  for i, line in enumerate(lines, 1):
-    if not line.strip():
+  lines = Path(path).read_bytes().split(b"\n")
+  for i, data in enumerate(lines, 1):
+    if not data.strip():
       continue
     try:
-      rows.append((i, json.loads(line)))
-    except json.JSONDecodeError:
+      rows.append((i, json.loads(data.decode())))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
       if i == len(lines):  # a partial last line from a killed sweep; the next append cuts it off
         continue
-      _bad_line(path, i, "corrupt record (not JSON)", skipped)
+      why = not_utf8(data, e)[1] if isinstance(e, UnicodeDecodeError) else "corrupt record (not JSON)"
+      _bad_line(path, i, why, skipped)
   return rows
 
 

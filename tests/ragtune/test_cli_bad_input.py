@@ -437,3 +437,45 @@ def test_full_expert_weights_past_int32_are_not_refused_on_wide_indexing_backend
   tpu = [dataclasses.replace(big[0], backend="pallas_tpu")]
   with pytest.raises(RagtuneError, match="rhs \\[g,k,n\\] has 3,758,096,384 elements, beyond pallas_tpu's int32"):
     limits.check_fits(tpu, memory=1 << 50)
+
+
+@pytest.mark.parametrize(
+  "cmd,where",
+  [
+    (["plan", "{shapes}", "-o", "{out}"], "{shapes}:3: not UTF-8 text (byte 0xe9 at column 6)"),
+    (["sweep", "{shapes}", "-o", "{out}"], "{shapes}:3: not UTF-8 text (byte 0xe9 at column 6)"),
+    (["bench", "{shapes}", "--csv", "{out}.csv"], "{shapes}:3: not UTF-8 text (byte 0xe9 at column 6)"),
+    (["show", "{res}"], "{records}:2: not UTF-8 text (byte 0xe9 at column 8); --skip-bad-lines reads past"),
+    (["export-lut", "{res}"], "{records}:2: not UTF-8 text (byte 0xe9 at column 8)"),
+    (["verify", "{res}"], "{records}:2: not UTF-8 text (byte 0xe9 at column 8)"),
+    (["verify", "{lut}"], "{lut}:2: corrupt LUT, not UTF-8 text (byte 0xe9 at column 14)"),
+    (["bench", "{good}", "--lut", "{lut}", "--csv", "{out}.csv"], "{lut}:2: corrupt LUT, not UTF-8 text"),
+  ],
+)
+def test_a_byte_that_is_not_utf8_is_named(tmp_path, cmd, where):
+  """A shape file, records file or LUT saved in another encoding: its file, line and column, exit 2, nothing written."""
+  names = {
+    "shapes": str(tmp_path / "latin1.yaml"),
+    "good": str(tmp_path / "good.yaml"),
+    "res": str(tmp_path / "res"),
+    "records": str(tmp_path / "res" / store.RECORDS),
+    "lut": str(tmp_path / "lut.json"),
+    "out": str(tmp_path / "out"),
+  }
+  Path(names["good"]).write_text(GOOD_SHAPE)
+  Path(names["shapes"]).write_bytes(GOOD_SHAPE.encode() + b"# caf\xe9\n")
+  (tmp_path / "res").mkdir()
+  Path(names["records"]).write_bytes(WORKER_ROW.encode() + b'\n{"x": "\xe9"}\n')
+  Path(names["lut"]).write_bytes(b'{"schema": "ragtune-lut",\n "note": "caf\xe9"}')
+  before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+  r = runner.invoke(app, [c.format(**names) for c in cmd])
+  assert r.exit_code == 2, r.output
+  assert where.format(**names) in _one_error_line(r)
+  assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before, "files intact, nothing written"
+
+
+def test_a_records_line_that_is_not_utf8_is_a_bad_line(tmp_path):
+  path = tmp_path / store.RECORDS
+  path.write_bytes(WORKER_ROW.encode() + b'\n{"x": "\xe9"}\n' + WORKER_ROW.encode() + b"\n")
+  skipped: list[int] = []
+  assert len(store.read_records(path, skipped=skipped)) == 2 and skipped == [2]
