@@ -660,7 +660,7 @@ def verify(
     typer.Argument(metavar="LUT_OR_DIR", help="LUT file, or results folder [default: results/<device-slug>/]."),
   ] = None,
   seed: Annotated[
-    int, typer.Option("--seed", metavar="SEED", help="Seed for the fresh inputs and group-size draws.")
+    int, typer.Option("--seed", min=0, metavar="SEED", help="Seed for the fresh inputs and group-size draws.")
   ] = 1234,
   force: Annotated[bool, typer.Option("--force", help="Verify a LUT made for another device kind.")] = False,
   interpret: Annotated[

@@ -80,7 +80,7 @@ class GroupDist(BaseModel):
 
   model_config = ConfigDict(extra="forbid")
   dist: Literal["uniform", "multinomial", "zipf"] = "multinomial"
-  seed: int = 0
+  seed: int = Field(0, ge=0)  # numpy's generators take no negative seed
   alpha: float = Field(1.2, gt=0)
   empty_fraction: float = Field(0.1, ge=0, lt=1)
   fill: float = Field(1.0, gt=0, le=1)

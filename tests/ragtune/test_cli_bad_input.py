@@ -55,6 +55,10 @@ YAML_CASES = {
     "shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {seed: x}}\n",
     "shapes[0].group_sizes.seed: Input should be a valid integer",
   ),
+  "negative_seed": (
+    "shapes:\n  - m: 8\n    k: 8\n    n: 8\n    g: 2\n    group_sizes: {seed: -1}\n",
+    ":6: shapes[0].group_sizes.seed: Input should be greater than or equal to 0",
+  ),
   "model_knob": (
     "models:\n  - {model: olmoe-1b-7b, tokens: [2], group_sizes: {dist: zipf, alpha: 0}}\n",
     ":2: models[0].group_sizes.alpha: Input should be greater than 0",
@@ -164,6 +168,7 @@ def test_bad_cli_values(tmp_path):
     (["plan", "{spec}", "-j", "0"], "error: --jobs 0: "),
     (["compile", "{spec}", "-j", "0"], "error: --jobs 0: "),
     (["verify", "--timeout", "0"], "error: --timeout 0: "),
+    (["verify", "--seed", "-1"], "error: --seed -1: "),
     (["export-lut", "--format", "xml"], "error: --format xml: "),
     (["sweep"], "SHAPES_FILE"),
     (["show", "--foo"], "--foo"),
