@@ -101,6 +101,39 @@ def _usage_line(args: list[str]):
     raise _UsageLine(msg + hint, e.ctx) from None
 
 
+def _empty_value(params: list, args: list[str]) -> str | None:
+  """What the user gave as an empty string (an unset shell variable: -o "$OUT"), if anything:
+  "--out ''" or "SHAPES_FILE ''". An empty path is no folder of its own, it is the current
+  one, and an empty --op is no op; no option or argument means anything by it."""
+  takes_value = {o: p for p in params if p.param_type_name == "option" and not p.is_flag for o in p.opts}
+  positional = [p for p in params if p.param_type_name == "argument"]
+  i, n, options = 0, 0, True
+  while i < len(args):
+    arg, value = args[i], None
+    name, eq, rest = arg.partition("=")
+    if options and arg in takes_value:
+      value, i = (args[i + 1] if i + 1 < len(args) else None), i + 2
+    elif options and eq and name in takes_value:
+      arg, value, i = name, rest, i + 1
+    elif options and arg.startswith("-") and arg.strip("-"):
+      i += 1
+      continue
+    elif options and arg == "--":
+      i, options = i + 1, False
+      continue
+    else:  # an argument: the n-th, or one more of a last that takes many
+      p = (
+        positional[n] if n < len(positional) else positional[-1] if positional and positional[-1].nargs == -1 else None
+      )
+      if not arg.strip():
+        return f"{p.metavar or p.name.upper() if p is not None else 'an extra argument'} {shlex.quote(arg)}"
+      i, n = i + 1, n + 1
+      continue
+    if value is not None and not value.strip():
+      return f"{arg} {shlex.quote(value)}"
+  return None
+
+
 class _Group(typer.core.TyperGroup):
   def parse_args(self, ctx, args):
     with _usage_line(args):
@@ -148,6 +181,10 @@ class _Command(typer.core.TyperCommand):
   """Usage lines that name arguments (SHAPES_FILE), types in words, usage errors in one line."""
 
   def parse_args(self, ctx, args):
+    if (empty := _empty_value(self.get_params(ctx), args)) is not None:
+      raise _UsageLine(
+        f"{empty}: empty (an unset shell variable?); give a value (see '{ctx.command_path} --help')", ctx
+      )
     with _usage_line(args):
       return super().parse_args(ctx, args)
 

@@ -185,11 +185,10 @@ def sweep_dir(out_dir: Path, builder: str) -> Path:
   return out_dir
 
 
-def place_workers(opts: SweepOptions, info: dict, devices: str | None, interpret: bool | None, say: Say) -> None:
-  """Where the workers run: the devices, and in interpret mode or not (said on a CPU)."""
+def worker_devices(devices: str | None, info: dict) -> tuple[int, ...]:
+  """--devices: the local devices the workers run on, one each."""
   # One process owns a TPU host's chips, and the CPU is one device: one worker there.
-  opts.devices = devices_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
-  opts.interpret = resolve_interpret(interpret, opts.platform, say)
+  return devices_mod.parse_devices(devices or ("all" if info["platform"] == "gpu" else "1"), info["count"])
 
 
 def check_timeout(rows: list, timeout_s: float, strict: bool, say: Say) -> None:
@@ -284,6 +283,8 @@ def sweep(
   a bare command resumes the options stored for the file in the results folder
   (ragtune.run.resume); start=False (--dry-run) places no workers."""
   spec, problems = load_problems(shapes_file, Selection.of(given), say)
+  info = device()
+  workers = worker_devices(given.devices, info)  # checked before anything is decided about the folder
   base = results_dir(out)
   flags, origin = resume.resolve(shapes_file, sweep_folder(base, shapes_file, given.shard)[0], given)
   if flags != given:
@@ -297,7 +298,6 @@ def sweep(
   out_dir = sweep_dir(folder, flags.builder or DEFAULT_BUILDER)
   if skip_bad_lines:
     warn_bad_lines(out_dir, say)
-  info = device()
   if start and not wait:  # refused before the plan is printed, not after (the sweep takes the lock)
     lock.check(out_dir)
   if not interpreting(flags.interpret, info["platform"]):  # interpreted, any backend's kernels run
@@ -325,7 +325,8 @@ def sweep(
     environment_rows_notice(run, say)
   if start and run.todo:
     environment.check({p.backend for p in problems}, opts.interpret, opts.platform)
-    place_workers(opts, info, flags.devices, flags.interpret, say)
+    opts.devices = workers
+    opts.interpret = resolve_interpret(flags.interpret, opts.platform, say)
   elif start:  # nothing to run; its stored rows' summary still says what timed them
     resolve_interpret(flags.interpret, opts.platform, say)
   return run

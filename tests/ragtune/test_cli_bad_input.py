@@ -187,6 +187,47 @@ def test_usage_errors_are_one_line(tmp_path, monkeypatch, args, expected):
   assert _tree(tmp_path) == ["spec.yaml"], "nothing written"
 
 
+def _commands():
+  """(words, click command) of every command of the CLI, `shapes from-config` included."""
+  import typer.main
+
+  todo = [([], typer.main.get_command(app))]
+  while todo:
+    words, cmd = todo.pop()
+    if hasattr(cmd, "commands"):
+      todo += [([*words, name], sub) for name, sub in cmd.commands.items()]
+    else:
+      yield words, cmd
+
+
+def test_an_empty_value_is_refused_by_every_option_and_argument(tmp_path, monkeypatch):
+  """-o "$OUT" with OUT unset: an empty path is the current folder (records, locks and LUTs
+  would land there) and an empty --op all ops; every option that takes a value and every
+  argument refuses it, before any work."""
+  monkeypatch.chdir(tmp_path)
+  seen = set()
+  for words, cmd in _commands():
+    for p in cmd.params:
+      if p.param_type_name == "option" and not p.is_flag:
+        given, named = [p.opts[-1], ""], f"{p.opts[-1]} ''"
+      elif p.param_type_name == "argument":
+        given, named = [""], f"{p.metavar} ''"
+      else:
+        continue
+      seen.add(p.opts[-1])
+      r = runner.invoke(app, [*words, *given], prog_name="ragtune")
+      assert r.exit_code == 2, (words, given, r.output)
+      line = _one_error_line(r)
+      assert line.startswith(f"error: {named}: empty (an unset shell variable?)"), line
+      assert line.endswith(f"(see 'ragtune {' '.join(words)} --help')"), line
+  assert {"-o", "--csv", "--lut", "--op", "--devices", "shapes_file", "dirs", "target", "config"} <= seen, seen
+  # As --opt=VALUE, and after other options and arguments.
+  for args in (["sweep", "x.yaml", "--out="], ["export-lut", "res", "--format", "json", "-o", ""], ["show", "a", ""]):
+    r = runner.invoke(app, args, prog_name="ragtune")
+    assert r.exit_code == 2 and ": empty (an unset shell variable?)" in _one_error_line(r), (args, r.output)
+  assert _tree(tmp_path) == [], "nothing written"
+
+
 def test_bad_devices_is_one_line_and_writes_nothing(tmp_path):
   (tmp_path / "spec.yaml").write_text(GOOD_SHAPE)
   r = runner.invoke(app, ["sweep", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "out"), "--devices", "0"])
@@ -484,3 +525,25 @@ def test_a_records_line_that_is_not_utf8_is_a_bad_line(tmp_path):
   path.write_bytes(WORKER_ROW.encode() + b'\n{"x": "\xe9"}\n' + WORKER_ROW.encode() + b"\n")
   skipped: list[int] = []
   assert len(store.read_records(path, skipped=skipped)) == 2 and skipped == [2]
+
+
+def test_options_are_checked_before_a_finished_sweep_is_called_complete(tmp_path, monkeypatch):
+  """--devices foo on a finished folder said "complete", exit 0: every option is checked first."""
+  from test_resume import _measure_all
+
+  from ragtune.run import pool
+
+  spec, out = tmp_path / "s.yaml", tmp_path / "D"
+  spec.write_text("ops: [fwd]\nmax_candidates: 1\nshapes:\n  - {m: 24, k: 32, n: 32, g: 2}\n")
+  monkeypatch.setattr(pool.Pool, "run", _measure_all)
+  assert runner.invoke(app, ["sweep", str(spec), "-o", str(out)]).exit_code == 0
+  monkeypatch.setattr(pool.Pool, "run", lambda self, tasks: pytest.fail("nothing may run"))
+  assert "nothing to do" in runner.invoke(app, ["sweep", str(spec), "-o", str(out)]).output
+  before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+  bad = {"foo": "--devices must be all, a count or indices like 0,2,5; got 'foo'", "99": "--devices 99: only"}
+  for devices, says in bad.items():
+    for dry_run in ([], ["--dry-run"]):
+      r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--devices", devices, *dry_run])
+      assert r.exit_code == 2, r.output
+      assert says in _one_error_line(r)
+  assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
