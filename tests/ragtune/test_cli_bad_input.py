@@ -547,3 +547,28 @@ def test_options_are_checked_before_a_finished_sweep_is_called_complete(tmp_path
       assert r.exit_code == 2, r.output
       assert says in _one_error_line(r)
   assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "1.5e9"])
+def test_a_bad_device_memory_variable_is_one_line_naming_it(tmp_path, value):
+  """RAGTUNE_DEVICE_MEMORY is checked in the parent before any work; -5 was taken as the device's size."""
+  spec = tmp_path / "s.yaml"
+  spec.write_text(GOOD_SHAPE)
+  for cmd in (["plan", str(spec), "-o", str(tmp_path / "out")], ["sweep", str(spec), "-o", str(tmp_path / "out")]):
+    r = runner.invoke(app, cmd, env={limits.MEMORY_ENV: value})
+    assert r.exit_code == 2, r.output
+    assert (
+      _one_error_line(r)
+      == f"error: RAGTUNE_DEVICE_MEMORY='{value}': expected a positive whole number of bytes, e.g. 8000000000"
+    )
+  assert _tree(tmp_path) == ["s.yaml"]
+
+
+def test_the_device_probe_reports_a_bad_device_memory_variable_in_one_line(monkeypatch):
+  """The child that lists the devices sends the error back, not its traceback's last lines."""
+  from ragtune.run import devices
+
+  monkeypatch.setenv(limits.MEMORY_ENV, "abc")
+  with pytest.raises(RagtuneError) as e:
+    devices.probe_devices.__wrapped__()
+  assert str(e.value) == "RAGTUNE_DEVICE_MEMORY='abc': expected a positive whole number of bytes, e.g. 8000000000"
