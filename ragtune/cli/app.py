@@ -305,7 +305,9 @@ Models = Annotated[
 ]
 MaxCandidates = Annotated[
   int | None,
-  typer.Option("--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first)."),
+  typer.Option(
+    "--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first); not with --budget."
+  ),
 ]
 Budget = Annotated[
   int | None,
@@ -313,7 +315,8 @@ Budget = Annotated[
     "--budget",
     min=1,
     metavar="N",
-    help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best).",
+    help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best); "
+    "not with --max-candidates.",
   ),
 ]
 Shard = Annotated[

@@ -46,6 +46,15 @@ class Selection:
     return cls(flags.ops, flags.backends, flags.shapes, flags.models, flags.shard)
 
 
+def check_search(max_candidates: int | None, budget: int | None) -> None:
+  """--max-candidates and --budget are two searches, not limits of one: refuse both at once."""
+  if max_candidates and budget:
+    raise RagtuneError(
+      f"--max-candidates {max_candidates} and --budget {budget}: give one (--max-candidates N times the "
+      "first N candidates of each problem; --budget N a staged search that times at most N)"
+    )
+
+
 def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
   """(spec, problems) of a shapes file as selected; with a shard, only that shard's (said when auto found it)."""
   spec = shapes_mod.load_shape_set(shapes_file)
@@ -283,6 +292,7 @@ def sweep(
   """The sweep a `ragtune sweep` command runs: bad input is refused before anything else;
   a bare command resumes the options stored for the file in the results folder
   (ragtune.run.resume); start=False (--dry-run) places no workers."""
+  check_search(given.max_candidates, given.budget)
   spec, problems = load_problems(shapes_file, Selection.of(given), say)
   info = device()
   workers = worker_devices(given.devices, info)  # checked before anything is decided about the folder
@@ -364,6 +374,7 @@ def plan(
   after compile_all(problems, out_dir, device_kind) has compiled every candidate for it."""
   from ragtune.candidates import prune
 
+  check_search(max_candidates, budget)
   info = prune.target_facts(target) if target else device()
   if target:
     spec, problems, switched = target_problems(info, shapes_file, sel, say)

@@ -572,3 +572,14 @@ def test_the_device_probe_reports_a_bad_device_memory_variable_in_one_line(monke
   with pytest.raises(RagtuneError) as e:
     devices.probe_devices.__wrapped__()
   assert str(e.value) == "RAGTUNE_DEVICE_MEMORY='abc': expected a positive whole number of bytes, e.g. 8000000000"
+
+
+@pytest.mark.parametrize("cmd", [["sweep"], ["sweep", "--dry-run"], ["plan"]])
+def test_max_candidates_and_budget_are_not_given_together(tmp_path, cmd):
+  """They are two searches; --max-candidates was silently ignored beside --budget."""
+  spec = tmp_path / "s.yaml"
+  spec.write_text(GOOD_SHAPE)
+  r = runner.invoke(app, [*cmd, str(spec), "-o", str(tmp_path / "out"), "--max-candidates", "2", "--budget", "4"])
+  assert r.exit_code == 2, r.output
+  assert _one_error_line(r).startswith("error: --max-candidates 2 and --budget 4: give one")
+  assert _tree(tmp_path) == ["s.yaml"]
