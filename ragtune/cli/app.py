@@ -252,21 +252,25 @@ def _interpreted_notice(records: list) -> None:
     )
 
 
-def _warn_skipped(skipped: dict[Path, list[int]]) -> None:
+def _warn_skipped(skipped: dict[Path, list[int]], cut: dict[Path, int]) -> None:
   from ragtune.records import store
 
   for path, lines in skipped.items():
     _print(f"warning: {store.skipped_text(path, lines)}", err=True)
+  for path, line in cut.items():
+    _print(f"warning: {store.cut_text(path, line)}", err=True)
 
 
 def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
   """The records of the results folders; lines that are not records stop the command, or
-  with skip_bad_lines are skipped with a warning per file."""
+  with skip_bad_lines are skipped with a warning per file; a last line cut off mid-write
+  is skipped with a warning."""
   from ragtune.records import store
 
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
-  records = store.load_results(dirs, skipped)
-  _warn_skipped(skipped or {})
+  cut: dict[Path, int] = {}
+  records = store.load_results(dirs, skipped, cut)
+  _warn_skipped(skipped or {}, cut)
   return records
 
 
@@ -751,6 +755,7 @@ def verify(
   from ragtune.lut import verify as verify_mod
 
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
+  cut: dict[Path, int] = {}
   sel = verify_mod.select(
     target,
     compile_for,
@@ -758,9 +763,10 @@ def verify(
     ops=_split(op),
     shapes=_split_shapes(shape),
     skipped=skipped,
+    cut=cut,
     device=prepare.device,
   )
-  _warn_skipped(skipped or {})
+  _warn_skipped(skipped or {}, cut)
   stopped = "interrupted: verify stopped before its last entry (it writes nothing); run it again to check them all"
   if sel.compile_for:
     with _stoppable(stopped):

@@ -172,13 +172,16 @@ def interpretable(problems: list, interpret: bool, say: Say) -> list:
   return keep
 
 
-def warn_bad_lines(out_dir: Path, say: Say) -> None:
-  """--skip-bad-lines: say, before any work, which lines of the results file are skipped."""
-  path, skipped = Path(out_dir) / store.RECORDS, []
+def warn_unread_lines(out_dir: Path, skip_bad_lines: bool, say: Say) -> None:
+  """Say, before any work, which lines of the results file are not read: its bad lines with
+  --skip-bad-lines (without, the first is the error), and a last line cut off mid-write."""
+  path, skipped, cut = Path(out_dir) / store.RECORDS, [] if skip_bad_lines else None, []
   if path.is_file():
-    store.read_records(path, skipped=skipped)
+    store.read_records(path, skipped=skipped, cut=cut)
     if skipped:
       say(f"warning: {store.skipped_text(path, skipped)}")
+    if cut:
+      say(f"warning: {store.cut_text(path, cut[0])}")
 
 
 def sweep_dir(out_dir: Path, builder: str) -> Path:
@@ -307,10 +310,9 @@ def sweep(
   if shard is None:
     shard_folders_notice(base, say)
   out_dir = sweep_dir(folder, flags.builder or DEFAULT_BUILDER)
-  if skip_bad_lines:
-    warn_bad_lines(out_dir, say)
   if start and not wait:  # refused before the plan is printed, not after (the sweep takes the lock)
     lock.check(out_dir)
+  warn_unread_lines(out_dir, skip_bad_lines, say)
   if not interpreting(flags.interpret, info["platform"]):  # interpreted, any backend's kernels run
     problems = on_device(problems, info["platform"], info["device_kind"], say)
   problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
@@ -404,7 +406,6 @@ def plan(
     sharded=out_dir != base,
   )
   opts.lut = plan_mod.find_lut(info["device_kind"]) if budget else None  # as the sweep's
-  if skip_bad_lines:
-    warn_bad_lines(out_dir, say)
+  warn_unread_lines(out_dir, skip_bad_lines, say)
   cost = CostModel.for_sweep(interpret, info["device_kind"], out_dir)
   return plan_mod.plan(problems, opts, cost), cost

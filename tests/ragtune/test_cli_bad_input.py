@@ -583,3 +583,37 @@ def test_max_candidates_and_budget_are_not_given_together(tmp_path, cmd):
   assert r.exit_code == 2, r.output
   assert _one_error_line(r).startswith("error: --max-candidates 2 and --budget 4: give one")
   assert _tree(tmp_path) == ["s.yaml"]
+
+
+def test_a_last_line_cut_off_mid_write_is_said_not_skipped_silently(tmp_path):
+  """A sweep killed while writing a row leaves a last line with no newline: each reader reads
+  the rest and says so (a bad line mid-file is still an error); the next sweep removes it."""
+  res = tmp_path / "res"
+  res.mkdir()
+  records = res / store.RECORDS
+  records.write_text(WORKER_ROW + "\n" + WORKER_ROW[:40])
+  (tmp_path / "s.yaml").write_text(GOOD_SHAPE)
+  before = records.read_bytes()
+  said = f"warning: {records}:2: the last line was cut off mid-write (a sweep stopped while writing it) and is not read"
+  for cmd in (
+    ["show", str(res)],
+    ["export-lut", str(res), "-o", str(tmp_path / "lut.json")],
+    ["plan", str(tmp_path / "s.yaml"), "-o", str(res)],
+  ):
+    r = runner.invoke(app, cmd)
+    assert r.exit_code == 0, r.output
+    assert [line for line in r.output.splitlines() if line.startswith("warning:")] == [
+      said + "; the next sweep that writes here removes it"
+    ], r.output
+  assert records.read_bytes() == before, "readers leave the file as it is"
+  records.write_text(WORKER_ROW[:40] + "\n" + WORKER_ROW + "\n")
+  assert "records.jsonl:1: corrupt record (not JSON)" in _one_error_line(runner.invoke(app, ["show", str(res)]))
+
+
+def test_the_next_append_keeps_a_whole_last_line_and_cuts_a_torn_one(tmp_path):
+  path = tmp_path / store.RECORDS
+  row = json.loads(WORKER_ROW)
+  for tail, kept in ((WORKER_ROW, 2), (WORKER_ROW[:40], 1)):
+    path.write_text(WORKER_ROW + "\n" + tail)
+    store.JsonLines(path).append(row)
+    assert len(store.read_records(path)) == kept + 1 and path.read_text().endswith("}\n")
