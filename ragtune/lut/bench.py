@@ -170,6 +170,12 @@ def find_lut(path: Path | None, device_kind: str, results_dir: Path) -> tuple[ke
   """The LUT to bench and its file: `path` (a file, or a folder holding <slug>.json); else the
   one a model here loads (RAGTUNE_LUT, then kernels/luts/<slug>.json); else the results
   folder's export (<results>/<slug>.json, where export-lut writes it); else none."""
+  from ragtune import filekind
+
+  if path is not None:
+    filekind.check_input(
+      Path(path), {filekind.Kind.LUT, filekind.Kind.RESULTS}, "a ragtune LUT or a folder holding one"
+    )
   found = kernels.lut.locate_lut(path, device_kind)
   if found is None:
     export = results_dir / f"{kernels.device_slug(device_kind)}.json"

@@ -302,6 +302,15 @@ def with_shards(dirs: Iterable[str | Path]) -> list[Path]:
   return out
 
 
+def _refuse_other_kind(path: Path) -> None:
+  """A file with no sweep record in it, whose content does not mark it as a records file
+  either (a README given to show): say what it is, not what is wrong with its first line."""
+  if filekind.classify(path) == filekind.Kind.OTHER and not read_records(path, skipped=[]):
+    raise RagtuneError(
+      f"{path}: is {filekind.Kind.OTHER.value}, not a results folder or its {RECORDS} (no line of it is a sweep record)"
+    )
+
+
 def load_results(
   dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | None = None, cut: dict[Path, int] | None = None
 ) -> list[Record]:
@@ -321,12 +330,18 @@ def load_results(
       raise RagtuneError(f"{p}: no {RECORDS} here (is it a results folder written by `ragtune sweep`?)")
     bad: list[int] | None = None if skipped is None else []
     torn: list[int] = []
-    records = read_records(path, str(p), bad, torn)
+    try:
+      records = read_records(path, str(p), bad, torn)
+    except RagtuneError:
+      _refuse_other_kind(path)
+      raise
     if bad:
       skipped[path] = bad
     if torn and cut is not None:
       cut[path] = torn[0]
     if not records:
+      if bad:
+        _refuse_other_kind(path)
       raise RagtuneError(
         f"{path}: results file is empty"
         + (f" ({len(bad)} bad lines skipped)" if bad else "")

@@ -617,3 +617,33 @@ def test_the_next_append_keeps_a_whole_last_line_and_cuts_a_torn_one(tmp_path):
     path.write_text(WORKER_ROW + "\n" + tail)
     store.JsonLines(path).append(row)
     assert len(store.read_records(path)) == kept + 1 and path.read_text().endswith("}\n")
+
+
+@pytest.mark.parametrize(
+  "cmd,expected",
+  [
+    (["bench", "{good}", "--lut", "{good}"], "{good}: is a shape file, not a ragtune LUT or a folder holding one"),
+    (["bench", "{good}", "--lut", "{records}"], "{records}: is a records file (records.jsonl), not a ragtune LUT"),
+    (["show", "{readme}"], "{readme}: is a file of another kind, not a results folder or its records.jsonl"),
+    (["show", "{readme}", "--skip-bad-lines"], "{readme}: is a file of another kind, not a results folder"),
+    (["export-lut", "{readme}", "-o", "{out}.json"], "{readme}: is a file of another kind, not a results folder"),
+    (["report", "{readme}", "-o", "{out}"], "{readme}: is a file of another kind, not a results folder"),
+  ],
+)
+def test_a_file_of_another_kind_is_named_as_what_it_is(tmp_path, cmd, expected):
+  """Not "corrupt LUT, invalid JSON" for a shape file, nor "corrupt record" for a README."""
+  names = {
+    "good": str(tmp_path / "good.yaml"),
+    "records": str(tmp_path / store.RECORDS),
+    "readme": str(tmp_path / "README.md"),
+    "out": str(tmp_path / "out"),
+  }
+  Path(names["good"]).write_text(GOOD_SHAPE)
+  Path(names["records"]).write_text(WORKER_ROW + "\n")
+  Path(names["readme"]).write_text("# ragtune\n\nTunes grouped matmul, {m, k, n}.\n")
+  before = _tree(tmp_path)
+  r = runner.invoke(app, [c.format(**names) for c in cmd])
+  assert r.exit_code == 2, r.output
+  line = _one_error_line(r)
+  assert line.startswith(f"error: {expected.format(**names)}"), line
+  assert _tree(tmp_path) == before
