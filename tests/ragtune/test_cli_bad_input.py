@@ -647,3 +647,38 @@ def test_a_file_of_another_kind_is_named_as_what_it_is(tmp_path, cmd, expected):
   line = _one_error_line(r)
   assert line.startswith(f"error: {expected.format(**names)}"), line
   assert _tree(tmp_path) == before
+
+
+def test_a_corrupt_ragtune_lut_follows_the_runtimes_rule_in_bench_and_a_budgeted_search(tmp_path, monkeypatch, caplog):
+  """bench, and sweep/plan --budget (which seed their search from the LUT a model here would
+  load), meet RAGTUNE_LUT as a model does: by default an error led by RAGTUNE_LUT=; with
+  RAGTUNE_LUT_ON_ERROR=warn, one warning, and no LUT."""
+  import logging
+
+  from ragtune.lut import bench as bench_mod
+
+  spec, corrupt = tmp_path / "s.yaml", tmp_path / "corrupt.json"
+  spec.write_text(GOOD_SHAPE)
+  corrupt.write_text("{corrupt")
+  said = f"RAGTUNE_LUT={corrupt}:1: corrupt LUT, invalid JSON"
+  out = ["-o", str(tmp_path / "out")]
+  for cmd in (
+    ["bench", str(spec), "--csv", str(tmp_path / "b.csv")],
+    ["sweep", str(spec), "--budget", "2", "--dry-run", *out],
+    ["plan", str(spec), "--budget", "2", *out],
+  ):
+    r = runner.invoke(app, cmd, env={kernels.lut.ENV_VAR: str(corrupt)})
+    assert r.exit_code == 2, r.output
+    assert _one_error_line(r).startswith(f"error: {said}"), r.output
+  assert _tree(tmp_path) == ["corrupt.json", "s.yaml"]
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(corrupt))
+  monkeypatch.setenv(kernels.lut.ON_ERROR_VAR, "warn")
+  monkeypatch.setattr(kernels.lut, "_warned", set())
+  with caplog.at_level(logging.WARNING, logger="kernels"):
+    assert bench_mod.find_lut(None, kernels.lut.current_device_kind(), tmp_path) == (None, None)
+    r = runner.invoke(app, ["plan", str(spec), "--budget", "2", *out])
+  assert r.exit_code == 0, r.output
+  assert [m.getMessage() for m in caplog.records if m.name == "kernels"] == [
+    f"RAGTUNE_LUT_ON_ERROR=warn: {said} (Expecting property name enclosed in double quotes); using no LUT, "
+    "the built-in heuristics run"
+  ], "once per process"
