@@ -263,11 +263,15 @@ class Lut:
   def from_file(cls, path: str | os.PathLike) -> Lut:
     p = Path(path)
     try:
-      text = p.read_text()
+      raw = p.read_bytes()
     except OSError as e:
       raise LutError(f"{p}: cannot read LUT ({e.strerror or e})") from None
     try:
-      data = json.loads(text)
+      data = json.loads(raw.decode())
+    except UnicodeDecodeError as e:
+      line, column = raw.count(b"\n", 0, e.start) + 1, e.start - raw.rfind(b"\n", 0, e.start)
+      why = f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {column})"  # as ragtune.errors.not_utf8 says it
+      raise LutError(f"{p}:{line}: corrupt LUT, {why}") from None
     except json.JSONDecodeError as e:
       raise LutError(f"{p}:{e.lineno}: corrupt LUT, invalid JSON ({e.msg})") from None
     return cls.from_dict(data, source=str(p))
@@ -432,25 +436,19 @@ def _from_env(value: str, message: str) -> str:
   return f"{ENV_VAR}={value}{rest}"
 
 
-def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> Lut:
-  """Load a LUT and make it the one `kernels.ragged_dot` uses when config is None.
-
-  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the env var
-  RAGTUNE_LUT, then the LUTs bundled in ``kernels/luts/``; if neither has one for this
-  device, an empty LUT (so the built-in heuristics apply).
-  A LUT made for another device kind raises LutError unless force=True. With path None, a
-  LUT that cannot be used raises too, its message led by ``RAGTUNE_LUT=<path>`` when the
+def default_lut(device_kind: str | None = None, *, force: bool = False) -> Lut | None:
+  """The LUT the default search finds for a device of `device_kind` (this process's when
+  None), without making it active: RAGTUNE_LUT, then the LUTs bundled in ``kernels/luts/``;
+  None when neither names one. One that cannot be used (corrupt, or made for another device
+  kind unless force=True) raises LutError, its message led by ``RAGTUNE_LUT=<path>`` when the
   variable named it; with RAGTUNE_LUT_ON_ERROR=warn it logs a WARNING instead (once per
-  process for each distinct error) and the LUT is empty.
-  """
-  global _active, _active_resolved
-  kind = current_device_kind()
-  env = os.environ.get(ENV_VAR) if path is None else None
+  process for each distinct error) and the LUT is empty (source None)."""
+  kind = device_kind or current_device_kind()
+  env = os.environ.get(ENV_VAR)
   try:
-    lut = _read_lut(path, kind, force)
+    found = locate_lut(None, kind)
+    return None if found is None else _read_lut(found, kind, force)
   except LutError as e:
-    if path is not None:
-      raise
     message = _from_env(env, str(e)) if env else str(e)
     mode = os.environ.get(ON_ERROR_VAR) or "raise"
     if mode not in ("raise", "warn"):
@@ -460,6 +458,21 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
     if message not in _warned:
       _warned.add(message)
       logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
+    return Lut(kind, source=None)
+
+
+def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> Lut:
+  """Load a LUT and make it the one `kernels.ragged_dot` uses when config is None.
+
+  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the default
+  search (default_lut, whose errors follow RAGTUNE_LUT_ON_ERROR); if it finds none for this
+  device, an empty LUT (so the built-in heuristics apply).
+  A LUT made for another device kind raises LutError unless force=True.
+  """
+  global _active, _active_resolved
+  kind = current_device_kind()
+  lut = default_lut(kind, force=force) if path is None else _read_lut(path, kind, force)
+  if lut is None:
     lut = Lut(kind, source=None)
   _active, _active_resolved = lut, True
   return lut

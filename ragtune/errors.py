@@ -1,3 +1,6 @@
+from pathlib import Path
+
+
 def install_hint(*extras: str) -> str:
   """The one form every message gives for installing extras: the README's, from the checkout."""
   return f"python3 -m pip install -e '.[{','.join(extras)}]'"
@@ -5,3 +8,21 @@ def install_hint(*extras: str) -> str:
 
 class RagtuneError(Exception):
   """A user-facing error: the CLI prints its message on one line and exits non-zero."""
+
+
+def not_utf8(data: bytes, e: UnicodeDecodeError) -> tuple[int, str]:
+  """(line, why) of the first byte of `data` that is not UTF-8: 'not UTF-8 text (byte 0xe9 at column 5)'."""
+  line = data.count(b"\n", 0, e.start) + 1
+  column = e.start - data.rfind(b"\n", 0, e.start)
+  return line, f"not UTF-8 text (byte 0x{data[e.start]:02x} at column {column})"
+
+
+def read_text(path: str | Path) -> str:
+  """A file's text; a byte that is not UTF-8 is a RagtuneError naming the file, line and
+  column. OSError (a missing file) is the caller's to word."""
+  data = Path(path).read_bytes()
+  try:
+    return data.decode()
+  except UnicodeDecodeError as e:
+    line, why = not_utf8(data, e)
+    raise RagtuneError(f"{path}:{line}: {why}") from None

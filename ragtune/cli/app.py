@@ -101,6 +101,39 @@ def _usage_line(args: list[str]):
     raise _UsageLine(msg + hint, e.ctx) from None
 
 
+def _empty_value(params: list, args: list[str]) -> str | None:
+  """What the user gave as an empty string (an unset shell variable: -o "$OUT"), if anything:
+  "--out ''" or "SHAPES_FILE ''". An empty path is no folder of its own, it is the current
+  one, and an empty --op is no op; no option or argument means anything by it."""
+  takes_value = {o: p for p in params if p.param_type_name == "option" and not p.is_flag for o in p.opts}
+  positional = [p for p in params if p.param_type_name == "argument"]
+  i, n, options = 0, 0, True
+  while i < len(args):
+    arg, value = args[i], None
+    name, eq, rest = arg.partition("=")
+    if options and arg in takes_value:
+      value, i = (args[i + 1] if i + 1 < len(args) else None), i + 2
+    elif options and eq and name in takes_value:
+      arg, value, i = name, rest, i + 1
+    elif options and arg.startswith("-") and arg.strip("-"):
+      i += 1
+      continue
+    elif options and arg == "--":
+      i, options = i + 1, False
+      continue
+    else:  # an argument: the n-th, or one more of a last that takes many
+      p = (
+        positional[n] if n < len(positional) else positional[-1] if positional and positional[-1].nargs == -1 else None
+      )
+      if not arg.strip():
+        return f"{p.metavar or p.name.upper() if p is not None else 'an extra argument'} {shlex.quote(arg)}"
+      i, n = i + 1, n + 1
+      continue
+    if value is not None and not value.strip():
+      return f"{arg} {shlex.quote(value)}"
+  return None
+
+
 class _Group(typer.core.TyperGroup):
   def parse_args(self, ctx, args):
     with _usage_line(args):
@@ -148,6 +181,10 @@ class _Command(typer.core.TyperCommand):
   """Usage lines that name arguments (SHAPES_FILE), types in words, usage errors in one line."""
 
   def parse_args(self, ctx, args):
+    if (empty := _empty_value(self.get_params(ctx), args)) is not None:
+      raise _UsageLine(
+        f"{empty}: empty (an unset shell variable?); give a value (see '{ctx.command_path} --help')", ctx
+      )
     with _usage_line(args):
       return super().parse_args(ctx, args)
 
@@ -215,21 +252,25 @@ def _interpreted_notice(records: list) -> None:
     )
 
 
-def _warn_skipped(skipped: dict[Path, list[int]]) -> None:
+def _warn_skipped(skipped: dict[Path, list[int]], cut: dict[Path, int]) -> None:
   from ragtune.records import store
 
   for path, lines in skipped.items():
     _print(f"warning: {store.skipped_text(path, lines)}", err=True)
+  for path, line in cut.items():
+    _print(f"warning: {store.cut_text(path, line)}", err=True)
 
 
 def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
   """The records of the results folders; lines that are not records stop the command, or
-  with skip_bad_lines are skipped with a warning per file."""
+  with skip_bad_lines are skipped with a warning per file; a last line cut off mid-write
+  is skipped with a warning."""
   from ragtune.records import store
 
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
-  records = store.load_results(dirs, skipped)
-  _warn_skipped(skipped or {})
+  cut: dict[Path, int] = {}
+  records = store.load_results(dirs, skipped, cut)
+  _warn_skipped(skipped or {}, cut)
   return records
 
 
@@ -268,7 +309,9 @@ Models = Annotated[
 ]
 MaxCandidates = Annotated[
   int | None,
-  typer.Option("--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first)."),
+  typer.Option(
+    "--max-candidates", min=1, metavar="N", help="Candidates per problem (default config first); not with --budget."
+  ),
 ]
 Budget = Annotated[
   int | None,
@@ -276,7 +319,8 @@ Budget = Annotated[
     "--budget",
     min=1,
     metavar="N",
-    help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best).",
+    help="Staged search: candidates timed per problem (coarse design, then one-knob neighbours of the best); "
+    "not with --max-candidates.",
   ),
 ]
 Shard = Annotated[
@@ -660,7 +704,7 @@ def verify(
     typer.Argument(metavar="LUT_OR_DIR", help="LUT file, or results folder [default: results/<device-slug>/]."),
   ] = None,
   seed: Annotated[
-    int, typer.Option("--seed", metavar="SEED", help="Seed for the fresh inputs and group-size draws.")
+    int, typer.Option("--seed", min=0, metavar="SEED", help="Seed for the fresh inputs and group-size draws.")
   ] = 1234,
   force: Annotated[bool, typer.Option("--force", help="Verify a LUT made for another device kind.")] = False,
   interpret: Annotated[
@@ -711,6 +755,7 @@ def verify(
   from ragtune.lut import verify as verify_mod
 
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
+  cut: dict[Path, int] = {}
   sel = verify_mod.select(
     target,
     compile_for,
@@ -718,9 +763,10 @@ def verify(
     ops=_split(op),
     shapes=_split_shapes(shape),
     skipped=skipped,
+    cut=cut,
     device=prepare.device,
   )
-  _warn_skipped(skipped or {})
+  _warn_skipped(skipped or {}, cut)
   stopped = "interrupted: verify stopped before its last entry (it writes nothing); run it again to check them all"
   if sel.compile_for:
     with _stoppable(stopped):

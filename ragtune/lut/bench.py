@@ -167,14 +167,23 @@ def bench_problems(problems: list[Problem], device: bool) -> list[Problem]:
 
 def find_lut(path: Path | None, device_kind: str, results_dir: Path) -> tuple[kernels.Lut | None, Path | None]:
   """The LUT to bench and its file: `path` (a file, or a folder holding <slug>.json); else the
-  one a model here loads (RAGTUNE_LUT, then kernels/luts/<slug>.json); else the results
-  folder's export (<results>/<slug>.json, where export-lut writes it); else none."""
-  found = kernels.lut.locate_lut(path, device_kind)
-  if found is None:
-    export = results_dir / f"{kernels.device_slug(device_kind)}.json"
-    found = export if export.is_file() else None
-  if found is None:
-    return None, None
+  one a model here loads (RAGTUNE_LUT, then kernels/luts/<slug>.json, with the errors and
+  RAGTUNE_LUT_ON_ERROR rule a model meets); else the results folder's export
+  (<results>/<slug>.json, where export-lut writes it); else none."""
+  from ragtune import filekind
+
+  if path is None:
+    lut = kernels.lut.default_lut(device_kind)
+    if lut is not None:  # without a source: RAGTUNE_LUT_ON_ERROR=warn said why, and a model runs none
+      return (lut, Path(lut.source)) if lut.source is not None else (None, None)
+    found = results_dir / f"{kernels.device_slug(device_kind)}.json"
+    if not found.is_file():
+      return None, None
+  else:
+    filekind.check_input(
+      Path(path), {filekind.Kind.LUT, filekind.Kind.RESULTS}, "a ragtune LUT or a folder holding one"
+    )
+    found = kernels.lut.locate_lut(path, device_kind)
   lut = kernels.Lut.from_file(found)
   if lut.device_kind != device_kind:
     raise RagtuneError(f"{found}: LUT was tuned on {lut.device_kind!r} but this device is {device_kind!r}")

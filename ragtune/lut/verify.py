@@ -257,11 +257,16 @@ def entry_report(res: EntryResult, full: bool) -> list[str]:
 
 
 def load_lut_for_verify(
-  target: Path, kind: str, *, force: bool = False, skipped: dict[Path, list[int]] | None = None
+  target: Path,
+  kind: str,
+  *,
+  force: bool = False,
+  skipped: dict[Path, list[int]] | None = None,
+  cut: dict[Path, int] | None = None,
 ) -> kernels.Lut:
   """A LUT file, or a folder holding LUTs or records (then the LUT those records export),
   for a device of `kind`, with entries. A LUT made for another device kind is refused
-  unless `force`. `skipped`: as for store.load_results."""
+  unless `force`. `skipped`, `cut`: as for store.load_results."""
   if not (target.is_file() or target.is_dir()):
     raise RagtuneError(f"{target}: no such LUT file or results folder")
   filekind.check_input(target, {filekind.Kind.LUT, filekind.Kind.RESULTS}, "a LUT file or a results folder")
@@ -270,7 +275,7 @@ def load_lut_for_verify(
   except kernels.LutError:
     lut_path = None  # a folder with no LUT for this device
   if lut_path is None:
-    lut = _lut_from_records(target, kind, skipped)
+    lut = _lut_from_records(target, kind, skipped, cut)
   else:
     try:
       lut = kernels.Lut.from_file(lut_path)
@@ -325,6 +330,7 @@ def select(
   shapes: list[str] | None,
   skipped: dict[Path, list[int]] | None,
   device: Callable[[], dict],
+  cut: dict[Path, int] | None = None,
 ) -> Selected:
   """The LUT (file or results folder; by default this device's results folder, or the
   target's) and its entries of these ops and shapes. A LUT for another chip than a
@@ -339,7 +345,7 @@ def select(
   info = prune.target_facts(compile_for) if compile_for else device()
   slug_dir = Path("results") / kernels.device_slug(info["device_kind"])
   target = target or (slug_dir if compile_for else devices.default_results_dir())
-  lut = load_lut_for_verify(target, info["device_kind"], force=force or bool(compile_for), skipped=skipped)
+  lut = load_lut_for_verify(target, info["device_kind"], force=force or bool(compile_for), skipped=skipped, cut=cut)
   if compile_for and not force and canonical_kind(lut.device_kind) != canonical_kind(info["device_kind"]):
     raise RagtuneError(
       f"{target}: LUT was tuned on {lut.device_kind!r} but --target {compile_for} compiles for "
@@ -366,13 +372,15 @@ def version_warning(lut: kernels.Lut, entries: list[kernels.Entry], where: str) 
   )
 
 
-def _lut_from_records(folder: Path, kind: str, skipped: dict[Path, list[int]] | None) -> kernels.Lut:
+def _lut_from_records(
+  folder: Path, kind: str, skipped: dict[Path, list[int]] | None, cut: dict[Path, int] | None = None
+) -> kernels.Lut:
   from ragtune.lut import export
   from ragtune.records import store
 
   if not any((d / store.RECORDS).exists() for d in store.with_shards([folder])):
     raise RagtuneError(f"{folder}: neither a LUT ({kernels.device_slug(kind)}.json) nor {store.RECORDS} here")
-  luts = export.build_luts(store.load_results([folder], skipped))
+  luts = export.build_luts(store.load_results([folder], skipped, cut))
   if kind not in luts:
     raise RagtuneError(f"{folder}: no correct results for this device ({kind!r}); found {sorted(luts)}")
   return luts[kind]

@@ -36,16 +36,28 @@ def bytes_needed(op: str, dtype: str, m: int, k: int, n: int, g: int) -> int:
 MEMORY_ENV = "RAGTUNE_DEVICE_MEMORY"
 
 
+def memory_override() -> int | None:
+  """RAGTUNE_DEVICE_MEMORY's bytes, None when it is unset; anything but a positive whole
+  number is an error naming the variable."""
+  text = os.environ.get(MEMORY_ENV, "")
+  if not text:
+    return None
+  try:
+    n = int(text)
+  except ValueError:
+    n = 0
+  if n < 1:
+    raise RagtuneError(f"{MEMORY_ENV}={text!r}: expected a positive whole number of bytes, e.g. 8000000000")
+  return n
+
+
 def device_memory_bytes() -> int | None:
   """The default device's memory limit (RAGTUNE_DEVICE_MEMORY bytes when set); a CPU host's
   physical memory."""
   import jax
 
-  if os.environ.get(MEMORY_ENV):
-    try:
-      return int(os.environ[MEMORY_ENV])
-    except ValueError:
-      raise RagtuneError(f"{MEMORY_ENV}={os.environ[MEMORY_ENV]!r}: expected a number of bytes") from None
+  if (n := memory_override()) is not None:
+    return n
   d = jax.devices()[0]
   try:
     stats = d.memory_stats() or {}

@@ -60,7 +60,7 @@ from kernels import registry
 from kernels.common import FORMATS, OPS, QUANT_DTYPES
 from kernels.lut import shape_text
 from kernels.registry import NAMES as BACKENDS
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, read_text
 from ragtune.problems.presets import MODEL_PRESETS, SHIPPED_FORMATS, MoePreset
 
 Op = Literal["fwd", "dlhs", "drhs"]
@@ -80,7 +80,7 @@ class GroupDist(BaseModel):
 
   model_config = ConfigDict(extra="forbid")
   dist: Literal["uniform", "multinomial", "zipf"] = "multinomial"
-  seed: int = 0
+  seed: int = Field(0, ge=0)  # numpy's generators take no negative seed
   alpha: float = Field(1.2, gt=0)
   empty_fraction: float = Field(0.1, ge=0, lt=1)
   fill: float = Field(1.0, gt=0, le=1)
@@ -431,7 +431,7 @@ def load_shape_set(path: str | Path) -> ShapeSet:
   p = Path(path)
   filekind.check_input(p, {filekind.Kind.SHAPES, filekind.Kind.FROM_CONFIG}, "a shape file")
   try:
-    text = p.read_text()
+    text = read_text(p)
   except FileNotFoundError:
     raise RagtuneError(f"{p}: no such shapes file") from None
   except OSError as e:

@@ -1,7 +1,8 @@
 """Sweep records: one JSON object per line in <dir>/records.jsonl, appended and fsynced.
 
-A killed sweep can leave at most one partial last line; it is cut off on the next open,
-so every complete line is kept and nothing finished is measured twice.
+A killed sweep can leave at most one partial last line; readers leave it out with a warning
+(cut_text), and the next append cuts it off, so every complete line is kept and nothing
+finished is measured twice.
 
 Each line is a `Record`, written with the keys sweeps have always written, the derived ones
 (`id`, `problem`, `candidate`, `kind`) included, so older ragtune and scripts can still read
@@ -25,7 +26,7 @@ from typing import Any
 from kernels import registry
 from ragtune import filekind
 from ragtune.device import measure
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, not_utf8
 from ragtune.filekind import RECORDS, with_shards
 from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
@@ -195,12 +196,19 @@ class JsonLines:
     self._tail_checked = False
 
   def _repair_tail(self) -> None:
+    """A last line with no newline: cut off (readers skip it, with a warning), or whole but
+    for its newline (readers read it), which is kept."""
     if not self.path.exists():
       return
     with open(self.path, "rb+") as f:
       data = f.read()
       if data and not data.endswith(b"\n"):
-        f.truncate(data.rfind(b"\n") + 1)
+        start = data.rfind(b"\n") + 1
+        try:
+          json.loads(data[start:].decode())
+          f.write(b"\n")
+        except ValueError:
+          f.truncate(start)
 
   def rows(self) -> list[dict[str, Any]]:
     return [d for _, d in _read_lines(self.path)] if self.path.exists() else []
@@ -245,30 +253,38 @@ def _bad_line(path: Path, i: int, why: str, skipped: list[int] | None) -> None:
   skipped.append(i)
 
 
-def _read_lines(path: Path, skipped: list[int] | None = None) -> list[tuple[int, dict[str, Any]]]:
+def _read_lines(
+  path: Path, skipped: list[int] | None = None, cut: list[int] | None = None
+) -> list[tuple[int, dict[str, Any]]]:
   """(line number, object) of each complete line. A line that is not JSON is an error, or,
-  with `skipped` given, its number is appended there."""
+  with `skipped` given, its number is appended there. A last line with no newline that is
+  not JSON was cut off mid-write (a killed sweep), not corrupted: it is left out, and its
+  number appended to `cut` when given."""
   rows = []
-  with open(path) as f:
-    lines = f.read().split("\n")
-  for i, line in enumerate(lines, 1):
-    if not line.strip():
+  lines = Path(path).read_bytes().split(b"\n")
+  for i, data in enumerate(lines, 1):
+    if not data.strip():
       continue
     try:
-      rows.append((i, json.loads(line)))
-    except json.JSONDecodeError:
-      if i == len(lines):  # a partial last line from a killed sweep; the next append cuts it off
+      rows.append((i, json.loads(data.decode())))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      if i == len(lines):  # the next append cuts it off (JsonLines._repair_tail)
+        if cut is not None:
+          cut.append(i)
         continue
-      _bad_line(path, i, "corrupt record (not JSON)", skipped)
+      why = not_utf8(data, e)[1] if isinstance(e, UnicodeDecodeError) else "corrupt record (not JSON)"
+      _bad_line(path, i, why, skipped)
   return rows
 
 
-def read_records(path: Path, origin: str = "", skipped: list[int] | None = None) -> list[Record]:
+def read_records(
+  path: Path, origin: str = "", skipped: list[int] | None = None, cut: list[int] | None = None
+) -> list[Record]:
   """The file's records. A line that is no record is an error naming it, or, with `skipped`
-  given, its number is appended there and the line left out."""
+  given, its number is appended there and the line left out. `cut`: as for _read_lines."""
   out: list[Record] = []
   problems: dict[tuple, Problem] = {}
-  for i, d in _read_lines(path, skipped):
+  for i, d in _read_lines(path, skipped, cut):
     try:
       out.append(Record.from_dict(d, origin, problems))
     except KeyError as e:
@@ -280,9 +296,21 @@ def read_records(path: Path, origin: str = "", skipped: list[int] | None = None)
   return out
 
 
-def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | None = None) -> list[Record]:
+def _refuse_other_kind(path: Path) -> None:
+  """A file with no sweep record in it, whose content does not mark it as a records file
+  either (a README given to show): say what it is, not what is wrong with its first line."""
+  if filekind.classify(path) == filekind.Kind.OTHER and not read_records(path, skipped=[]):
+    raise RagtuneError(
+      f"{path}: is {filekind.Kind.OTHER.value}, not a results folder or its {RECORDS} (no line of it is a sweep record)"
+    )
+
+
+def load_results(
+  dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | None = None, cut: dict[Path, int] | None = None
+) -> list[Record]:
   """All records of the given results folders (or records files), each with its `origin`.
-  With `skipped` given, lines that are no records are left out and listed there per file."""
+  With `skipped` given, lines that are no records are left out and listed there per file;
+  with `cut`, the number of each file's last line that was cut off mid-write (cut_text)."""
   out, dirs = [], list(dirs)
   for d in dirs:
     if not Path(d).exists():
@@ -295,11 +323,24 @@ def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | No
     if not path.exists():
       raise RagtuneError(f"{p}: no {RECORDS} here (is it a results folder written by `ragtune sweep`?)")
     bad: list[int] | None = None if skipped is None else []
-    records = read_records(path, str(p), bad)
+    torn: list[int] = []
+    try:
+      records = read_records(path, str(p), bad, torn)
+    except RagtuneError:
+      _refuse_other_kind(path)
+      raise
     if bad:
       skipped[path] = bad
+    if torn and cut is not None:
+      cut[path] = torn[0]
     if not records:
-      raise RagtuneError(f"{path}: results file is empty" + (f" ({len(bad)} bad lines skipped)" if bad else ""))
+      if bad:
+        _refuse_other_kind(path)
+      raise RagtuneError(
+        f"{path}: results file is empty"
+        + (f" ({len(bad)} bad lines skipped)" if bad else "")
+        + (f" (line {torn[0]} was cut off mid-write)" if torn else "")
+      )
     # An id met twice: a row measured again (sweep --retry-failed), or two unlocked sweeps
     # of older versions; the latest record wins.
     out += {r.id: r for r in records}.values()
@@ -311,6 +352,14 @@ def skipped_text(path: Path, lines: list[int], shown: int = 5) -> str:
   more = f", and {len(lines) - shown} more" if len(lines) > shown else ""
   return (
     f"{path}: skipped {len(lines)} bad line{'s' if len(lines) > 1 else ''} ({', '.join(map(str, lines[:shown]))}{more})"
+  )
+
+
+def cut_text(path: Path, line: int) -> str:
+  """What readers say of a last line cut off mid-write (_read_lines): not corruption, and repaired by the next sweep."""
+  return (
+    f"{path}:{line}: the last line was cut off mid-write (a sweep stopped while writing it) and is not read; "
+    "the next sweep that writes here removes it"
   )
 
 

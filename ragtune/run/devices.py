@@ -14,29 +14,25 @@ from typing import Any
 
 import kernels
 from ragtune.errors import RagtuneError
+from ragtune.problems import limits
 from ragtune.run import child
 
 PROBE_TIMEOUT_S = 300
 
 
 def report_devices() -> None:
-  """The probe's child process: sends ("devices", fields) of what jax sees here."""
+  """The probe's child process: sends ("devices", fields) of what jax sees here, or
+  ("error", message) of a RagtuneError."""
   channel = child.Channel()
   import jax
 
-  from ragtune.problems.limits import device_memory_bytes
-
   d = jax.local_devices()
+  try:
+    memory = limits.device_memory_bytes()
+  except RagtuneError as e:
+    return channel.send(("error", str(e)))
   channel.send(
-    (
-      "devices",
-      {
-        "platform": d[0].platform,
-        "count": len(d),
-        "device_kind": d[0].device_kind,
-        "memory_bytes": device_memory_bytes(),
-      },
-    )
+    ("devices", {"platform": d[0].platform, "count": len(d), "device_kind": d[0].device_kind, "memory_bytes": memory})
   )
 
 
@@ -54,6 +50,8 @@ def probe_devices() -> dict[str, Any]:
     msg = probe.recv(PROBE_TIMEOUT_S)
     if msg is None:
       raise RagtuneError(f"listing this host's devices (in a child process) took over {PROBE_TIMEOUT_S}s")
+    if msg[0] == "error":
+      raise RagtuneError(msg[1])
     if msg[0] != "devices":
       tail = " | ".join(probe.stderr_lines()[-3:])
       raise RagtuneError(f"could not list this host's devices in a child process: {tail}")

@@ -10,7 +10,6 @@ from typing import Any
 
 import kernels
 from kernels import registry
-from kernels.lut import locate_lut
 from ragtune.candidates import prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
@@ -36,13 +35,9 @@ def shard(problems: list[Problem], index: int, count: int) -> list[Problem]:
 
 
 def find_lut(device_kind: str) -> kernels.Lut | None:
-  """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None."""
-  try:
-    path = locate_lut(None, device_kind)
-    lut = kernels.Lut.from_file(path) if path is not None else None
-  except kernels.LutError:
-    return None
-  return lut if lut is not None and lut.device_kind == device_kind else None
+  """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None;
+  one it cannot use is an error, or with RAGTUNE_LUT_ON_ERROR=warn a warning, as for a model."""
+  return kernels.lut.default_lut(device_kind)
 
 
 def _lut_hint(p: Problem, lut, device_kind: str | None):

@@ -46,6 +46,15 @@ class Selection:
     return cls(flags.ops, flags.backends, flags.shapes, flags.models, flags.shard)
 
 
+def check_search(max_candidates: int | None, budget: int | None) -> None:
+  """--max-candidates and --budget are two searches, not limits of one: refuse both at once."""
+  if max_candidates and budget:
+    raise RagtuneError(
+      f"--max-candidates {max_candidates} and --budget {budget}: give one (--max-candidates N times the "
+      "first N candidates of each problem; --budget N a staged search that times at most N)"
+    )
+
+
 def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
   """(spec, problems) of a shapes file as selected; with a shard, only that shard's (said when auto found it)."""
   spec = shapes_mod.load_shape_set(shapes_file)
@@ -71,6 +80,7 @@ def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
 def device() -> dict:
   """This host's device (asked of a child process); the parent keeps off the accelerator, so
   the workers get all of its memory."""
+  limits.memory_override()  # a bad RAGTUNE_DEVICE_MEMORY, refused before the probe (cached once per process)
   info = devices_mod.probe_devices()
   devices_mod.keep_parent_off_device(info["platform"])
   return info
@@ -162,13 +172,16 @@ def interpretable(problems: list, interpret: bool, say: Say) -> list:
   return keep
 
 
-def warn_bad_lines(out_dir: Path, say: Say) -> None:
-  """--skip-bad-lines: say, before any work, which lines of the results file are skipped."""
-  path, skipped = Path(out_dir) / store.RECORDS, []
+def warn_unread_lines(out_dir: Path, skip_bad_lines: bool, say: Say) -> None:
+  """Say, before any work, which lines of the results file are not read: its bad lines with
+  --skip-bad-lines (without, the first is the error), and a last line cut off mid-write."""
+  path, skipped, cut = Path(out_dir) / store.RECORDS, [] if skip_bad_lines else None, []
   if path.is_file():
-    store.read_records(path, skipped=skipped)
+    store.read_records(path, skipped=skipped, cut=cut)
     if skipped:
       say(f"warning: {store.skipped_text(path, skipped)}")
+    if cut:
+      say(f"warning: {store.cut_text(path, cut[0])}")
 
 
 def sweep_dir(out_dir: Path, builder: str) -> Path:
@@ -185,11 +198,10 @@ def sweep_dir(out_dir: Path, builder: str) -> Path:
   return out_dir
 
 
-def place_workers(opts: SweepOptions, info: dict, devices: str | None, interpret: bool | None, say: Say) -> None:
-  """Where the workers run: the devices, and in interpret mode or not (said on a CPU)."""
+def worker_devices(devices: str | None, info: dict) -> tuple[int, ...]:
+  """--devices: the local devices the workers run on, one each."""
   # One process owns a TPU host's chips, and the CPU is one device: one worker there.
-  opts.devices = devices_mod.parse_devices(devices or ("all" if opts.platform == "gpu" else "1"), info["count"])
-  opts.interpret = resolve_interpret(interpret, opts.platform, say)
+  return devices_mod.parse_devices(devices or ("all" if info["platform"] == "gpu" else "1"), info["count"])
 
 
 def check_timeout(rows: list, timeout_s: float, strict: bool, say: Say) -> None:
@@ -283,7 +295,10 @@ def sweep(
   """The sweep a `ragtune sweep` command runs: bad input is refused before anything else;
   a bare command resumes the options stored for the file in the results folder
   (ragtune.run.resume); start=False (--dry-run) places no workers."""
+  check_search(given.max_candidates, given.budget)
   spec, problems = load_problems(shapes_file, Selection.of(given), say)
+  info = device()
+  workers = worker_devices(given.devices, info)  # checked before anything is decided about the folder
   base = results_dir(out)
   flags, origin = resume.resolve(shapes_file, sweep_folder(base, shapes_file, given.shard)[0], given)
   if flags != given:
@@ -295,11 +310,9 @@ def sweep(
   if shard is None:
     shard_folders_notice(base, say)
   out_dir = sweep_dir(folder, flags.builder or DEFAULT_BUILDER)
-  if skip_bad_lines:
-    warn_bad_lines(out_dir, say)
-  info = device()
   if start and not wait:  # refused before the plan is printed, not after (the sweep takes the lock)
     lock.check(out_dir)
+  warn_unread_lines(out_dir, skip_bad_lines, say)
   if not interpreting(flags.interpret, info["platform"]):  # interpreted, any backend's kernels run
     problems = on_device(problems, info["platform"], info["device_kind"], say)
   problems = fitting(problems, info.get("memory_bytes"), shapes_file, say)
@@ -325,7 +338,8 @@ def sweep(
     environment_rows_notice(run, say)
   if start and run.todo:
     environment.check({p.backend for p in problems}, opts.interpret, opts.platform)
-    place_workers(opts, info, flags.devices, flags.interpret, say)
+    opts.devices = workers
+    opts.interpret = resolve_interpret(flags.interpret, opts.platform, say)
   elif start:  # nothing to run; its stored rows' summary still says what timed them
     resolve_interpret(flags.interpret, opts.platform, say)
   return run
@@ -362,6 +376,7 @@ def plan(
   after compile_all(problems, out_dir, device_kind) has compiled every candidate for it."""
   from ragtune.candidates import prune
 
+  check_search(max_candidates, budget)
   info = prune.target_facts(target) if target else device()
   if target:
     spec, problems, switched = target_problems(info, shapes_file, sel, say)
@@ -391,7 +406,6 @@ def plan(
     sharded=out_dir != base,
   )
   opts.lut = plan_mod.find_lut(info["device_kind"]) if budget else None  # as the sweep's
-  if skip_bad_lines:
-    warn_bad_lines(out_dir, say)
+  warn_unread_lines(out_dir, skip_bad_lines, say)
   cost = CostModel.for_sweep(interpret, info["device_kind"], out_dir)
   return plan_mod.plan(problems, opts, cost), cost

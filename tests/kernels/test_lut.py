@@ -188,6 +188,8 @@ def _bad_luts(tmp_path):
   other = tmp_path / "h100.json"
   other.write_text(json.dumps(_lut("NVIDIA H100 80GB HBM3").to_dict()))
   (tmp_path / "empty").mkdir()
+  latin1 = tmp_path / "latin1.json"
+  latin1.write_bytes(b'{"schema": "ragtune-lut",\n "note": "caf\xe9"}')
   slug = f"{kernels.device_slug(KIND)}.json"
   return [
     (tmp_path / "missing.json", ": no such LUT file or folder"),
@@ -197,6 +199,7 @@ def _bad_luts(tmp_path):
       f": LUT was tuned on 'NVIDIA H100 80GB HBM3' but this device is {KIND!r}; pass force=True to use it anyway",
     ),
     (tmp_path / "empty", f": no LUT for device {KIND!r} (looked for {slug}; found no .json files)"),
+    (latin1, ":2: corrupt LUT, not UTF-8 text (byte 0xe9 at column 14)"),
   ]
 
 

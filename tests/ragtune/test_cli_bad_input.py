@@ -56,6 +56,10 @@ YAML_CASES = {
     "shapes:\n  - {m: 8, k: 8, n: 8, g: 2, group_sizes: {seed: x}}\n",
     "shapes[0].group_sizes.seed: Input should be a valid integer",
   ),
+  "negative_seed": (
+    "shapes:\n  - m: 8\n    k: 8\n    n: 8\n    g: 2\n    group_sizes: {seed: -1}\n",
+    ":6: shapes[0].group_sizes.seed: Input should be greater than or equal to 0",
+  ),
   "model_knob": (
     "models:\n  - {model: olmoe-1b-7b, tokens: [2], group_sizes: {dist: zipf, alpha: 0}}\n",
     ":2: models[0].group_sizes.alpha: Input should be greater than 0",
@@ -165,6 +169,7 @@ def test_bad_cli_values(tmp_path):
     (["plan", "{spec}", "-j", "0"], "error: --jobs 0: "),
     (["compile", "{spec}", "-j", "0"], "error: --jobs 0: "),
     (["verify", "--timeout", "0"], "error: --timeout 0: "),
+    (["verify", "--seed", "-1"], "error: --seed -1: "),
     (["export-lut", "--format", "xml"], "error: --format xml: "),
     (["sweep"], "SHAPES_FILE"),
     (["show", "--foo"], "--foo"),
@@ -181,6 +186,47 @@ def test_usage_errors_are_one_line(tmp_path, monkeypatch, args, expected):
   command = "ragtune" if args[0] == "sweeep" else f"ragtune {args[0]}"
   assert expected in line and line.endswith(f"(see '{command} --help')"), line
   assert _tree(tmp_path) == ["spec.yaml"], "nothing written"
+
+
+def _commands():
+  """(words, click command) of every command of the CLI, `shapes from-config` included."""
+  import typer.main
+
+  todo = [([], typer.main.get_command(app))]
+  while todo:
+    words, cmd = todo.pop()
+    if hasattr(cmd, "commands"):
+      todo += [([*words, name], sub) for name, sub in cmd.commands.items()]
+    else:
+      yield words, cmd
+
+
+def test_an_empty_value_is_refused_by_every_option_and_argument(tmp_path, monkeypatch):
+  """-o "$OUT" with OUT unset: an empty path is the current folder (records, locks and LUTs
+  would land there) and an empty --op all ops; every option that takes a value and every
+  argument refuses it, before any work."""
+  monkeypatch.chdir(tmp_path)
+  seen = set()
+  for words, cmd in _commands():
+    for p in cmd.params:
+      if p.param_type_name == "option" and not p.is_flag:
+        given, named = [p.opts[-1], ""], f"{p.opts[-1]} ''"
+      elif p.param_type_name == "argument":
+        given, named = [""], f"{p.metavar} ''"
+      else:
+        continue
+      seen.add(p.opts[-1])
+      r = runner.invoke(app, [*words, *given], prog_name="ragtune")
+      assert r.exit_code == 2, (words, given, r.output)
+      line = _one_error_line(r)
+      assert line.startswith(f"error: {named}: empty (an unset shell variable?)"), line
+      assert line.endswith(f"(see 'ragtune {' '.join(words)} --help')"), line
+  assert {"-o", "--csv", "--lut", "--op", "--devices", "shapes_file", "dirs", "target", "config"} <= seen, seen
+  # As --opt=VALUE, and after other options and arguments.
+  for args in (["sweep", "x.yaml", "--out="], ["export-lut", "res", "--format", "json", "-o", ""], ["show", "a", ""]):
+    r = runner.invoke(app, args, prog_name="ragtune")
+    assert r.exit_code == 2 and ": empty (an unset shell variable?)" in _one_error_line(r), (args, r.output)
+  assert _tree(tmp_path) == [], "nothing written"
 
 
 def test_bad_devices_is_one_line_and_writes_nothing(tmp_path):
@@ -438,3 +484,202 @@ def test_full_expert_weights_past_int32_are_not_refused_on_wide_indexing_backend
   tpu = [dataclasses.replace(big[0], backend="pallas_tpu")]
   with pytest.raises(RagtuneError, match="rhs \\[g,k,n\\] has 3,758,096,384 elements, beyond pallas_tpu's int32"):
     limits.check_fits(tpu, memory=1 << 50)
+
+
+@pytest.mark.parametrize(
+  "cmd,where",
+  [
+    (["plan", "{shapes}", "-o", "{out}"], "{shapes}:3: not UTF-8 text (byte 0xe9 at column 6)"),
+    (["sweep", "{shapes}", "-o", "{out}"], "{shapes}:3: not UTF-8 text (byte 0xe9 at column 6)"),
+    (["bench", "{shapes}", "--csv", "{out}.csv"], "{shapes}:3: not UTF-8 text (byte 0xe9 at column 6)"),
+    (["show", "{res}"], "{records}:2: not UTF-8 text (byte 0xe9 at column 8); --skip-bad-lines reads past"),
+    (["export-lut", "{res}"], "{records}:2: not UTF-8 text (byte 0xe9 at column 8)"),
+    (["verify", "{res}"], "{records}:2: not UTF-8 text (byte 0xe9 at column 8)"),
+    (["verify", "{lut}"], "{lut}:2: corrupt LUT, not UTF-8 text (byte 0xe9 at column 14)"),
+    (["bench", "{good}", "--lut", "{lut}", "--csv", "{out}.csv"], "{lut}:2: corrupt LUT, not UTF-8 text"),
+  ],
+)
+def test_a_byte_that_is_not_utf8_is_named(tmp_path, cmd, where):
+  """A shape file, records file or LUT saved in another encoding: its file, line and column, exit 2, nothing written."""
+  names = {
+    "shapes": str(tmp_path / "latin1.yaml"),
+    "good": str(tmp_path / "good.yaml"),
+    "res": str(tmp_path / "res"),
+    "records": str(tmp_path / "res" / store.RECORDS),
+    "lut": str(tmp_path / "lut.json"),
+    "out": str(tmp_path / "out"),
+  }
+  Path(names["good"]).write_text(GOOD_SHAPE)
+  Path(names["shapes"]).write_bytes(GOOD_SHAPE.encode() + b"# caf\xe9\n")
+  (tmp_path / "res").mkdir()
+  Path(names["records"]).write_bytes(WORKER_ROW.encode() + b'\n{"x": "\xe9"}\n')
+  Path(names["lut"]).write_bytes(b'{"schema": "ragtune-lut",\n "note": "caf\xe9"}')
+  before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+  r = runner.invoke(app, [c.format(**names) for c in cmd])
+  assert r.exit_code == 2, r.output
+  assert where.format(**names) in _one_error_line(r)
+  assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before, "files intact, nothing written"
+
+
+def test_a_records_line_that_is_not_utf8_is_a_bad_line(tmp_path):
+  path = tmp_path / store.RECORDS
+  path.write_bytes(WORKER_ROW.encode() + b'\n{"x": "\xe9"}\n' + WORKER_ROW.encode() + b"\n")
+  skipped: list[int] = []
+  assert len(store.read_records(path, skipped=skipped)) == 2 and skipped == [2]
+
+
+def test_options_are_checked_before_a_finished_sweep_is_called_complete(tmp_path, monkeypatch):
+  """--devices foo on a finished folder said "complete", exit 0: every option is checked first."""
+  from test_resume import _measure_all
+
+  from ragtune.run import pool
+
+  spec, out = tmp_path / "s.yaml", tmp_path / "D"
+  spec.write_text("ops: [fwd]\nmax_candidates: 1\nshapes:\n  - {m: 24, k: 32, n: 32, g: 2}\n")
+  monkeypatch.setattr(pool.Pool, "run", _measure_all)
+  assert runner.invoke(app, ["sweep", str(spec), "-o", str(out)]).exit_code == 0
+  monkeypatch.setattr(pool.Pool, "run", lambda self, tasks: pytest.fail("nothing may run"))
+  assert "nothing to do" in runner.invoke(app, ["sweep", str(spec), "-o", str(out)]).output
+  before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+  bad = {"foo": "--devices must be all, a count or indices like 0,2,5; got 'foo'", "99": "--devices 99: only"}
+  for devices, says in bad.items():
+    for dry_run in ([], ["--dry-run"]):
+      r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--devices", devices, *dry_run])
+      assert r.exit_code == 2, r.output
+      assert says in _one_error_line(r)
+  assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "1.5e9"])
+def test_a_bad_device_memory_variable_is_one_line_naming_it(tmp_path, value):
+  """RAGTUNE_DEVICE_MEMORY is checked in the parent before any work; -5 was taken as the device's size."""
+  spec = tmp_path / "s.yaml"
+  spec.write_text(GOOD_SHAPE)
+  for cmd in (["plan", str(spec), "-o", str(tmp_path / "out")], ["sweep", str(spec), "-o", str(tmp_path / "out")]):
+    r = runner.invoke(app, cmd, env={limits.MEMORY_ENV: value})
+    assert r.exit_code == 2, r.output
+    assert (
+      _one_error_line(r)
+      == f"error: RAGTUNE_DEVICE_MEMORY='{value}': expected a positive whole number of bytes, e.g. 8000000000"
+    )
+  assert _tree(tmp_path) == ["s.yaml"]
+
+
+def test_the_device_probe_reports_a_bad_device_memory_variable_in_one_line(monkeypatch):
+  """The child that lists the devices sends the error back, not its traceback's last lines."""
+  from ragtune.run import devices
+
+  monkeypatch.setenv(limits.MEMORY_ENV, "abc")
+  with pytest.raises(RagtuneError) as e:
+    devices.probe_devices.__wrapped__()
+  assert str(e.value) == "RAGTUNE_DEVICE_MEMORY='abc': expected a positive whole number of bytes, e.g. 8000000000"
+
+
+@pytest.mark.parametrize("cmd", [["sweep"], ["sweep", "--dry-run"], ["plan"]])
+def test_max_candidates_and_budget_are_not_given_together(tmp_path, cmd):
+  """They are two searches; --max-candidates was silently ignored beside --budget."""
+  spec = tmp_path / "s.yaml"
+  spec.write_text(GOOD_SHAPE)
+  r = runner.invoke(app, [*cmd, str(spec), "-o", str(tmp_path / "out"), "--max-candidates", "2", "--budget", "4"])
+  assert r.exit_code == 2, r.output
+  assert _one_error_line(r).startswith("error: --max-candidates 2 and --budget 4: give one")
+  assert _tree(tmp_path) == ["s.yaml"]
+
+
+def test_a_last_line_cut_off_mid_write_is_said_not_skipped_silently(tmp_path):
+  """A sweep killed while writing a row leaves a last line with no newline: each reader reads
+  the rest and says so (a bad line mid-file is still an error); the next sweep removes it."""
+  res = tmp_path / "res"
+  res.mkdir()
+  records = res / store.RECORDS
+  records.write_text(WORKER_ROW + "\n" + WORKER_ROW[:40])
+  (tmp_path / "s.yaml").write_text(GOOD_SHAPE)
+  before = records.read_bytes()
+  said = f"warning: {records}:2: the last line was cut off mid-write (a sweep stopped while writing it) and is not read"
+  for cmd in (
+    ["show", str(res)],
+    ["export-lut", str(res), "-o", str(tmp_path / "lut.json")],
+    ["plan", str(tmp_path / "s.yaml"), "-o", str(res)],
+  ):
+    r = runner.invoke(app, cmd)
+    assert r.exit_code == 0, r.output
+    assert [line for line in r.output.splitlines() if line.startswith("warning:")] == [
+      said + "; the next sweep that writes here removes it"
+    ], r.output
+  assert records.read_bytes() == before, "readers leave the file as it is"
+  records.write_text(WORKER_ROW[:40] + "\n" + WORKER_ROW + "\n")
+  assert "records.jsonl:1: corrupt record (not JSON)" in _one_error_line(runner.invoke(app, ["show", str(res)]))
+
+
+def test_the_next_append_keeps_a_whole_last_line_and_cuts_a_torn_one(tmp_path):
+  path = tmp_path / store.RECORDS
+  row = json.loads(WORKER_ROW)
+  for tail, kept in ((WORKER_ROW, 2), (WORKER_ROW[:40], 1)):
+    path.write_text(WORKER_ROW + "\n" + tail)
+    store.JsonLines(path).append(row)
+    assert len(store.read_records(path)) == kept + 1 and path.read_text().endswith("}\n")
+
+
+@pytest.mark.parametrize(
+  "cmd,expected",
+  [
+    (["bench", "{good}", "--lut", "{good}"], "{good}: is a shape file, not a ragtune LUT or a folder holding one"),
+    (["bench", "{good}", "--lut", "{records}"], "{records}: is a records file (records.jsonl), not a ragtune LUT"),
+    (["show", "{readme}"], "{readme}: is a file of another kind, not a results folder or its records.jsonl"),
+    (["show", "{readme}", "--skip-bad-lines"], "{readme}: is a file of another kind, not a results folder"),
+    (["export-lut", "{readme}", "-o", "{out}.json"], "{readme}: is a file of another kind, not a results folder"),
+    (["report", "{readme}", "-o", "{out}"], "{readme}: is a file of another kind, not a results folder"),
+  ],
+)
+def test_a_file_of_another_kind_is_named_as_what_it_is(tmp_path, cmd, expected):
+  """Not "corrupt LUT, invalid JSON" for a shape file, nor "corrupt record" for a README."""
+  names = {
+    "good": str(tmp_path / "good.yaml"),
+    "records": str(tmp_path / store.RECORDS),
+    "readme": str(tmp_path / "README.md"),
+    "out": str(tmp_path / "out"),
+  }
+  Path(names["good"]).write_text(GOOD_SHAPE)
+  Path(names["records"]).write_text(WORKER_ROW + "\n")
+  Path(names["readme"]).write_text("# ragtune\n\nTunes grouped matmul, {m, k, n}.\n")
+  before = _tree(tmp_path)
+  r = runner.invoke(app, [c.format(**names) for c in cmd])
+  assert r.exit_code == 2, r.output
+  line = _one_error_line(r)
+  assert line.startswith(f"error: {expected.format(**names)}"), line
+  assert _tree(tmp_path) == before
+
+
+def test_a_corrupt_ragtune_lut_follows_the_runtimes_rule_in_bench_and_a_budgeted_search(tmp_path, monkeypatch, caplog):
+  """bench, and sweep/plan --budget (which seed their search from the LUT a model here would
+  load), meet RAGTUNE_LUT as a model does: by default an error led by RAGTUNE_LUT=; with
+  RAGTUNE_LUT_ON_ERROR=warn, one warning, and no LUT."""
+  import logging
+
+  from ragtune.lut import bench as bench_mod
+
+  spec, corrupt = tmp_path / "s.yaml", tmp_path / "corrupt.json"
+  spec.write_text(GOOD_SHAPE)
+  corrupt.write_text("{corrupt")
+  said = f"RAGTUNE_LUT={corrupt}:1: corrupt LUT, invalid JSON"
+  out = ["-o", str(tmp_path / "out")]
+  for cmd in (
+    ["bench", str(spec), "--csv", str(tmp_path / "b.csv")],
+    ["sweep", str(spec), "--budget", "2", "--dry-run", *out],
+    ["plan", str(spec), "--budget", "2", *out],
+  ):
+    r = runner.invoke(app, cmd, env={kernels.lut.ENV_VAR: str(corrupt)})
+    assert r.exit_code == 2, r.output
+    assert _one_error_line(r).startswith(f"error: {said}"), r.output
+  assert _tree(tmp_path) == ["corrupt.json", "s.yaml"]
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(corrupt))
+  monkeypatch.setenv(kernels.lut.ON_ERROR_VAR, "warn")
+  monkeypatch.setattr(kernels.lut, "_warned", set())
+  with caplog.at_level(logging.WARNING, logger="kernels"):
+    assert bench_mod.find_lut(None, kernels.lut.current_device_kind(), tmp_path) == (None, None)
+    r = runner.invoke(app, ["plan", str(spec), "--budget", "2", *out])
+  assert r.exit_code == 0, r.output
+  assert [m.getMessage() for m in caplog.records if m.name == "kernels"] == [
+    f"RAGTUNE_LUT_ON_ERROR=warn: {said} (Expecting property name enclosed in double quotes); using no LUT, "
+    "the built-in heuristics run"
+  ], "once per process"
