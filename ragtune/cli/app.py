@@ -646,7 +646,7 @@ def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
     verdict = "compiles" if rep["outcome"] == aot.OK else f"FAILED {rep['outcome']}: {rep['error'][:300]}"
     _print(f"{head} {cfg}: {verdict} ({rep['compile_s']:.1f}s)")
   console.print(
-    f"compiled {len(compiled)} of {len(items)} entries for {target} in {time.perf_counter() - t0:.1f}s: "
+    f"compiled {len(compiled)} of {count(len(items), 'entry')} for {target} in {time.perf_counter() - t0:.1f}s: "
     f"{len(compiled) - failures} ok, {failures} failed"
   )
   return failures
@@ -738,7 +738,7 @@ def verify(
   with _stoppable(stopped):
     failures = _verify_entries(entries, seed=seed, interpret=interpret, timeout=timeout, full=full)
   console.print(
-    f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
+    f"verified {count(len(entries), 'entry')} in {time.perf_counter() - t0:.1f}s: "
     f"{len(entries) - failures} passed, {failures} failed"
   )
   if failures:
@@ -839,7 +839,7 @@ def export_lut(
   luts = export.build_luts(_records(dirs, skip_bad_lines))
   written = export.write_luts(luts, output, fmt.value, force=force)
   for kind, lut in sorted(luts.items()):
-    console.print(f"{kind}: {len(lut)} entries")
+    console.print(f"{kind}: {count(len(lut), 'entry')}")
   for p in written:
     console.print(f"wrote {p}")
 
@@ -902,7 +902,7 @@ def show(
 
 
 def _print_frame(df) -> None:
-  """A frame as plain columns (pipes, logs, tests)."""
+  """A frame as plain columns (pipes, logs, tests); '-' where there is no value, as in the rich table."""
   import pandas as pd
 
   with pd.option_context(
@@ -917,7 +917,7 @@ def _print_frame(df) -> None:
     "display.float_format",
     "{:.4g}".format,
   ):
-    _print(df.to_string(index=False))
+    _print(df.to_string(index=False, na_rep="-"))
 
 
 @app.command(cls=_Command, epilog=_example("ragtune report -o report/"))
@@ -951,7 +951,7 @@ def report(
   ceil = ceilings.load(dirs)
   for name, df in (("best.csv", report_mod.best_frame(records, ceil)), ("rows.csv", report_mod.rows_frame(records))):
     store.write_atomic(output / name, report_mod.csv_text(df))
-    console.print(f"wrote {output / name} ({len(df)} rows)")
+    console.print(f"wrote {output / name} ({count(len(df), 'row')})")
   for path in plots.write_report(records, ceil, output):
     console.print(f"wrote {path}")
 
@@ -1012,7 +1012,7 @@ def bench(
   _print(f"\nwrote {csv}")
   failed = [r for r in rows if r.failed]
   if failed:
-    _print(f"{len(failed)} variant(s) failed their check or did not run; see the status column", err=True)
+    _print(f"{count(len(failed), 'variant')} failed the check or did not run; see the status column", err=True)
     raise typer.Exit(1)
 
 

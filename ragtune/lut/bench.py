@@ -464,8 +464,9 @@ def plan(
   kind = kernels.lut.current_device_kind()
   results_dir = Path("results") / kernels.device_slug(kind)
   table, lut_file = find_lut(lut, kind, results_dir)
+  what = "the --csv file" if csv else "bench's default CSV"
   csv = csv or default_csv(lut_file, results_dir, set_name)
-  paths.output_file(csv, "the --csv file", Kind.BENCH_CSV, force=force)
+  paths.output_file(csv, what, Kind.BENCH_CSV, force=force)
   problems = bench_problems(problems, on_device())
   limits.check_fits(problems, where=where)
   problems = prepare.fitting(problems, limits.device_memory_bytes(), Path(where), say)

@@ -28,6 +28,7 @@ from ragtune.device import measure
 from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
+from ragtune.words import count
 
 SHARD_FOLDERS = "shard-*-of-*"  # written by sweeps with --shard (ragtune.run.shard)
 RECORDS = "records.jsonl"
@@ -315,9 +316,7 @@ def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | No
 def skipped_text(path: Path, lines: list[int], shown: int = 5) -> str:
   """'DIR/records.jsonl: skipped 2 bad lines (5, 9)': what --skip-bad-lines left out of a file."""
   more = f", and {len(lines) - shown} more" if len(lines) > shown else ""
-  return (
-    f"{path}: skipped {len(lines)} bad line{'s' if len(lines) > 1 else ''} ({', '.join(map(str, lines[:shown]))}{more})"
-  )
+  return f"{path}: skipped {count(len(lines), 'bad line')} ({', '.join(map(str, lines[:shown]))}{more})"
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -97,7 +97,7 @@ def shard_folders_notice(base: Path, say: Say) -> None:
   shards = sorted(p.name for p in base.glob(store.SHARD_FOLDERS)) if base.is_dir() else []
   if shards:
     say(
-      f"notice: {base} holds {len(shards)} shard folders ({shards[0]}, ...); without --shard this neither "
+      f"notice: {base} holds {count(len(shards), 'shard folder')} ({shards[0]}, ...); without --shard this neither "
       f"reads nor resumes them (export-lut {base} merges them)"
     )
 
