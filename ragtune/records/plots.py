@@ -20,7 +20,7 @@ from ragtune.device import ceilings as ceilings_mod
 from ragtune.errors import install_hint
 from ragtune.filekind import REPORT_MD_MARK, Kind
 from ragtune.records import report
-from ragtune.records.store import Record, write_atomic
+from ragtune.records.store import Record, atomic_path, write_atomic
 
 OP_MARKERS = {"fwd": "o", "dlhs": "s", "drhs": "^"}
 COLORS = {"tuned": "#1f77b4", "default": "#9ecae1", "xla": "#ff7f0e", "dense": "#7f7f7f"}
@@ -363,10 +363,8 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
         ),
       ]
       for name, caption, draw in figs:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / f".{name}.tmp.png"
-        draw(tmp)
-        tmp.replace(out / name)  # atomic, like every file we write
+        with atomic_path(out / name) as tmp:  # like every file we write; no temp left on a failure
+          draw(tmp)
         written.append(out / name)
         md += [f"### {caption}", "", f"![{caption}]({name})", ""]
   if not have_plots:

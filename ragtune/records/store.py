@@ -12,6 +12,7 @@ and ignores keys it does not know.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -319,25 +320,32 @@ def skipped_text(path: Path, lines: list[int], shown: int = 5) -> str:
   return f"{path}: skipped {count(len(lines), 'bad line')} ({', '.join(map(str, lines[:shown]))}{more})"
 
 
-def write_atomic(path: Path, text: str) -> None:
-  """Write via a temp file in the same folder and rename, so readers never see half a file.
-  On failure the temp file is removed and the error is one line naming the path."""
+@contextlib.contextmanager
+def atomic_path(path: Path):
+  """A temp path in the same folder to write `path`'s content to; renamed onto `path` when the
+  block ends, so readers never see half a file. On any failure the temp file is removed, and
+  an OSError is one line naming the path. The temp keeps the suffix (a plot's format)."""
   path = Path(path)
   if path.is_dir():
     raise RagtuneError(f"{path}: is a folder, not a file")
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+  tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
+    yield tmp
     os.replace(tmp, path)
   except OSError as e:
     raise RagtuneError(f"{path}: cannot write ({e.strerror or type(e).__name__})") from None
   finally:
     if tmp.exists():
       tmp.unlink()
+
+
+def write_atomic(path: Path, text: str) -> None:
+  """Write text atomically (atomic_path), synced to disk before the rename."""
+  with atomic_path(path) as tmp, open(tmp, "w") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def make_row(
