@@ -146,9 +146,13 @@ def _cpu_cost() -> estimate.CostModel:
 def cpu_sized(p: Problem) -> Problem:
   """p as a CPU host benches it: as it is where the Pallas interpreter runs a candidate in
   seconds (so a LUT tuned here applies exactly), else shrunk (m/256, k/32, n/32, at most 8
-  groups, multinomial routing)."""
-  cfg = registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g)
-  seconds = _cpu_cost().candidate_s(p, cfg)
+  groups, multinomial routing). The cost is that of the kernel a CPU host benches (its first
+  GPU backend, gpu_backends), not of p's backend: a shape file lists a shape once per backend,
+  and each must size alike to be benched once."""
+  (interpreted,) = gpu_backends(False, "cpu")
+  b = interpreted if p.dtype in registry.get(interpreted).dtypes else p.backend
+  q = dataclasses.replace(p, backend=b)
+  seconds = _cpu_cost().candidate_s(q, registry.default_config(b, p.op, p.dtype, p.m, p.k, p.n, p.g))
   if seconds is not None and seconds <= CPU_COST_S:
     return p
   m, k, n, g = min(p.m, max(32, p.m // 256)), min(p.k, max(16, p.k // 32)), min(p.n, max(16, p.n // 32)), min(p.g, 8)

@@ -233,6 +233,18 @@ def test_one_problem_per_op_and_shape_and_big_ones_shrink_on_a_cpu_host():
   assert bench.bench_problems(smoke, device=False) == smoke  # a LUT tuned on them applies exactly
 
 
+def test_a_shape_listed_for_several_backends_is_benched_once_on_a_cpu_host():
+  """A CPU host benches one interpreted backend; the Mosaic GPU interpreter's cost of a shape
+  does not shrink a second copy of it (benchmarks/gpu_run.py's small problem ran twice)."""
+  spec = shapes.ShapeSet.model_validate(
+    {"ops": ["fwd"], "backends": ["pallas_gpu", "mosaic_gpu"], "shapes": [{"m": 96, "k": 64, "n": 80, "g": 4}]}
+  )
+  problems = shapes.expand(spec)
+  assert len(problems) == 2
+  (p,) = bench.bench_problems(problems, device=False)
+  assert (p.m, p.k, p.n, p.g) == (96, 64, 80, 4)
+
+
 def test_default_csv_is_beside_the_lut_but_never_in_the_kernels_package(tmp_path):
   results = Path("results/cpu")
   assert bench.default_csv(tmp_path / "cpu.json", results, "moe") == tmp_path / "bench-moe.csv"
