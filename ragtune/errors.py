@@ -1,3 +1,7 @@
+import shlex
+from pathlib import Path
+
+
 def install_hint(*extras: str) -> str:
   """The one form every message gives for installing extras: the README's, from the checkout."""
   return f"python3 -m pip install -e '.[{','.join(extras)}]'"
@@ -5,3 +9,17 @@ def install_hint(*extras: str) -> str:
 
 class RagtuneError(Exception):
   """A user-facing error: the CLI prints its message on one line and exits non-zero."""
+
+
+def no_such(path: Path, what: str = "results folder", *, default: bool = False) -> RagtuneError:
+  """The error for an input a sweep makes that is not there, with how to make it: `default`
+  when no path was given and this is the device's default results folder (a fresh clone's
+  first command other than sweep)."""
+  shapes = "shapes/smoke.yaml" if Path("shapes/smoke.yaml").is_file() else "SHAPES.yaml"
+  if default:
+    how = f"this device's default; run a sweep first: ragtune sweep {shapes}"
+  elif Path(path).suffix == ".json":
+    how = f"export-lut writes one: ragtune export-lut RESULTS_DIR -o {shlex.quote(str(path))}"
+  else:
+    how = f"a sweep makes one: ragtune sweep {shapes} -o {shlex.quote(str(path))}"
+  return RagtuneError(f"{path}: no such {what} ({how})")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, no_such
 from ragtune.filekind import Kind, classify
 
 
@@ -75,9 +75,10 @@ def folder_of(path: Path) -> Path:
   return path.parent if path.is_file() else path
 
 
-def existing_dirs(dirs: list[Path], what: str = "results folder") -> list[Path]:
-  """Input folders (or records files) that must exist."""
+def existing_dirs(dirs: list[Path], what: str = "results folder", *, default: bool = False) -> list[Path]:
+  """Input folders (or records files) that must exist; `default`: they are the device's
+  default, no path was given (see errors.no_such)."""
   for d in dirs:
     if not Path(d).exists():
-      raise RagtuneError(f"{d}: no such {what}")
+      raise no_such(d, what, default=default)
   return dirs

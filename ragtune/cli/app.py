@@ -830,7 +830,7 @@ def export_lut(
   it is a ragtune LUT (or the module --format python wrote)."""
   from ragtune.lut import export
 
-  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
+  dirs = prepare.results_dirs(dirs)
   output = output or paths.folder_of(dirs[0])
   if output.suffix == ".json":
     paths.output_file(output, "the LUT file", Kind.LUT, force=force)
@@ -879,7 +879,7 @@ def show(
 
   if csv:
     paths.output_file(csv, "the --csv file", Kind.SHOW_CSV, force=force)
-  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
+  dirs = prepare.results_dirs(dirs)
   records = _records(dirs, skip_bad_lines)
   _interpreted_notice(records)
   ceil = ceilings.load(dirs)
@@ -943,7 +943,7 @@ def report(
   from ragtune.records import plots, store
   from ragtune.records import report as report_mod
 
-  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
+  dirs = prepare.results_dirs(dirs)
   output = output or paths.folder_of(dirs[0]) / "report"
   plots.check_output(output, force)
   records = _records(dirs, skip_bad_lines)

@@ -26,7 +26,7 @@ from typing import Any
 from kernels import registry
 from ragtune import filekind
 from ragtune.device import measure
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, no_such
 from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
 from ragtune.words import count
@@ -294,7 +294,7 @@ def load_results(dirs: Iterable[str | Path], skipped: dict[Path, list[int]] | No
   out, dirs = [], list(dirs)
   for d in dirs:
     if not Path(d).exists():
-      raise RagtuneError(f"{d}: no such results folder")
+      raise no_such(d)
     filekind.check_input(
       Path(d), {filekind.Kind.RESULTS, filekind.Kind.RECORDS}, "a results folder or its records.jsonl"
     )

@@ -81,6 +81,12 @@ def results_dir(out: Path | None = None) -> Path:
   return out or devices_mod.default_results_dir()
 
 
+def results_dirs(dirs: list[Path] | None) -> list[Path]:
+  """The results folders a reading command was given, or this device's default; each must
+  exist (an error that says how to make one, otherwise)."""
+  return paths.existing_dirs(dirs or [results_dir()], default=not dirs)
+
+
 def sweep_folder(base: Path, shapes_file: Path, shard: str | None) -> tuple[Path, shard_mod.Shard | None]:
   """Where a sweep of this shard of the file writes, and the shard: the results folder itself
   without one; with one, its shard folder there, unless the results folder holds this file's
