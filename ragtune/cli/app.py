@@ -222,11 +222,26 @@ def _warn_skipped(skipped: dict[Path, list[int]]) -> None:
     _print(f"warning: {store.skipped_text(path, lines)}", err=True)
 
 
-def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
+def _shard_gaps(dirs: list[Path], *, stop: bool = False) -> None:
+  """Shards of a sharded sweep with no records in these folders (prepare.missing_shards): a
+  warning each; with stop, an error (export-lut: a LUT from the rest would lack them)."""
+  gaps = prepare.missing_shards(dirs)
+  if gaps and stop:
+    raise RagtuneError(
+      gaps[0].text("a LUT from the others would lack {their} problems")
+      + "; or pass --partial to export the others anyway"
+    )
+  for gap in gaps:
+    _print(f"warning: {gap.text('{their} problems are left out')}", err=True)
+
+
+def _records(dirs: list[Path], skip_bad_lines: bool, *, partial: bool = True) -> list:
   """The records of the results folders; lines that are not records stop the command, or
-  with skip_bad_lines are skipped with a warning per file."""
+  with skip_bad_lines are skipped with a warning per file. Shards of a sharded sweep with no
+  records there: a warning, or unless partial an error."""
   from ragtune.records import store
 
+  _shard_gaps(dirs, stop=not partial)
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
   records = store.load_results(dirs, skipped)
   _warn_skipped(skipped or {})
@@ -721,6 +736,8 @@ def verify(
     device=prepare.device,
   )
   _warn_skipped(skipped or {})
+  if sel.lut.source is None:  # the LUT of the folder's records, not a file: its shards count
+    _shard_gaps([sel.where])
   stopped = "interrupted: verify stopped before its last entry (it writes nothing); run it again to check them all"
   if sel.compile_for:
     with _stoppable(stopped):
@@ -823,11 +840,20 @@ def export_lut(
   ] = LutFormat.json,
   force: Force = False,
   skip_bad_lines: SkipBadLines = False,
+  partial: Annotated[
+    bool,
+    typer.Option(
+      "--partial",
+      help="Export although shards of a sharded sweep (--shard) have no records in DIR yet: a LUT "
+      "without their problems (refused otherwise).",
+    ),
+  ] = False,
 ):
   """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
   entry where XLA's own op was fastest, and write the LUT atomically. A DIR may be a
   records.jsonl (its folder is then the default -o). An existing file is replaced only if
-  it is a ragtune LUT (or the module --format python wrote)."""
+  it is a ragtune LUT (or the module --format python wrote). A DIR that holds shard folders
+  merges them, and is refused while a shard has no records there, unless --partial."""
   from ragtune.lut import export
 
   dirs = prepare.results_dirs(dirs)
@@ -836,7 +862,7 @@ def export_lut(
     paths.output_file(output, "the LUT file", Kind.LUT, force=force)
   else:
     paths.writable_dir(output, "the LUT folder (-o FILE.json for one file)")
-  luts = export.build_luts(_records(dirs, skip_bad_lines))
+  luts = export.build_luts(_records(dirs, skip_bad_lines, partial=partial))
   written = export.write_luts(luts, output, fmt.value, force=force)
   for kind, lut in sorted(luts.items()):
     console.print(f"{kind}: {count(len(lut), 'entry')}")

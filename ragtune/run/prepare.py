@@ -108,6 +108,45 @@ def shard_folders_notice(base: Path, say: Say) -> None:
     )
 
 
+def _stored_sweeps(folder: Path) -> list[resume.StoredSweep]:
+  try:
+    return resume.load(folder)
+  except RagtuneError:  # unreadable: it tells nothing of the set
+    return []
+
+
+def _set_size(stored: resume.StoredSweep) -> int | None:
+  """How many problems a stored sweep's options select in its shapes file, before sharding;
+  None when the file is gone or has changed since."""
+  path = Path(stored.shapes_file)
+  try:
+    if not path.is_file() or resume.file_sha256(path) != stored.shapes_sha256:
+      return None
+    return len(load_problems(path, Selection.of(dataclasses.replace(stored.flags, shard=None)))[1])
+  except RagtuneError:
+    return None
+
+
+def missing_shards(dirs: list[Path]) -> list[shard_mod.Gap]:
+  """Per results folder and shard count N, the shards i of N with no records there. A shard
+  with no problem (a set of fewer problems than shards: shard i is empty when i is past the
+  set's size) writes no folder and is not missing; the shard folders' stored sweeps give that
+  size, while their shapes file is there unchanged."""
+  gaps = []
+  for base in map(Path, dirs):
+    for n, found in sorted(shard_mod.folders(base).items()):
+      swept = {i for i, folder in found.items() if (folder / store.RECORDS).is_file()}
+      stored = [s for folder in found.values() for s in _stored_sweeps(folder)]
+      sizes = [_set_size(s) for s in stored]
+      size = max(sizes) if sizes and None not in sizes else n
+      missing = tuple(i for i in range(min(n, size)) if i not in swept)
+      if missing:
+        flags = dataclasses.replace(stored[-1].flags, shard=f"{missing[0]}/{n}") if stored else None
+        command = resume.command(Path(stored[-1].shapes_file), base, flags) if stored else ""
+        gaps.append(shard_mod.Gap(base, n, missing, command))
+  return gaps
+
+
 def fitting(problems: list, memory: int | None, where: Path, say: Say) -> list:
   """The problems that fit the device's memory; a warning for each that does not (an error if none does)."""
   fit, reasons = limits.split_by_memory(problems, memory, str(where))
