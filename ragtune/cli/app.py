@@ -375,11 +375,25 @@ def _stoppable(message: str, handler=signal.default_int_handler):
       signal.signal(sig, old)
 
 
-def _run_sweep(problems: list, opts, on_state):
-  """run_sweep with a live bar in a terminal, or plain progress lines in a log."""
+def _run_sweep(run: prepare.SweepPlan):
+  """run_sweep with a live bar in a terminal, or plain progress lines in a log. The plan is
+  printed once the sweep holds the folder: with --wait, what the sweep it waited for recorded
+  meanwhile is done."""
+  from ragtune.cli import views
   from ragtune.run import progress, sweep
 
-  waiting = lambda holder: _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
+  problems, opts, waited = run.problems, run.opts, []
+
+  def waiting(holder: str) -> None:
+    waited.append(holder)
+    _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
+
+  def on_state(finished: bool) -> None:
+    if not finished:  # under the lock, the folder's rows read
+      for line in views.plan_summary(run.replan() if waited else run.rows, run.cost):
+        _print(line)
+    run.save(finished)
+
   if not console.is_terminal:
     return sweep.run_sweep(problems, opts, progress.PlainProgress(_print), waiting, on_state)
   with Progress(*progress.bar_columns(), console=console, transient=False) as bar:
@@ -486,7 +500,6 @@ def sweep(
   unfinished one resumes, a finished one has nothing to do. It starts with
   an estimate of its time. An error of the environment rather than of a candidate (a missing
   module, interpret mode off on a CPU) stops it before anything is recorded for it."""
-  from ragtune.cli import views
   from ragtune.run import pool
 
   from_cli = lambda name: ctx.get_parameter_source(name) == _click.core.ParameterSource.COMMANDLINE
@@ -526,12 +539,10 @@ def sweep(
     f"{count(len(run.problems), 'problem')} from {shapes_file} -> {run.opts.out_dir}/records.jsonl "
     f"({count(len(devs), 'worker')}, devices {devs})"
   )
-  for line in views.plan_summary(run.rows, run.cost):
-    _print(line)
   t0 = time.perf_counter()
   kept = f"interrupted: every finished row is kept in {run.opts.out_dir / 'records.jsonl'}; resume with: "
   with _stoppable(kept + run.command(), pool.stop_handler):
-    summaries = _run_sweep(run.problems, run.opts, run.save)
+    summaries = _run_sweep(run)
   out_dir = run.opts.out_dir
   seconds = time.perf_counter() - t0
   done = (

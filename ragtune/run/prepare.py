@@ -263,6 +263,11 @@ class SweepPlan:
   def todo(self) -> int:
     return sum(r.todo for r in self.rows)
 
+  def replan(self) -> list[plan_mod.PlanRow]:
+    """The plan again, from the rows in the folder now (another sweep's, once it let go)."""
+    self.rows = plan_mod.plan(self.problems, self.opts, self.cost)
+    return self.rows
+
   def command(self, flags: resume.SweepFlags | None = None) -> str:
     """The command that runs this sweep again, exactly (or with other flags); a shard found
     by auto is named as i/N, which runs anywhere."""
