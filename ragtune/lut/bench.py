@@ -1,7 +1,8 @@
 """`ragtune bench SHAPES.yaml`: what the tuning bought, on this device.
 
 For each problem of a shape set it runs the LUT's choice (what `kernels.ragged_dot` picks
-with the LUT), each GPU backend's default config, XLA's `jax.lax.ragged_dot`,
+with the LUT; on a CPU host, where backend="auto" runs XLA's op and reads no LUT, what the
+first GPU backend picks), each GPU backend's default config, XLA's `jax.lax.ragged_dot`,
 `tokamax.ragged_dot` with its own shipped config cache (when tokamax is installed) and a
 dense matmul of the same FLOPs. Each ragged variant is checked against `jax.lax.ragged_dot`
 first; one that fails is reported and never timed. The rest are timed together, in one
@@ -281,12 +282,17 @@ def lut_choice(p: Problem, bench: Bench) -> Choice:
     return resolve(None, "auto" if bench.on_device else computes[0], p.m, p.k, p.n, p.g, p.dtype, ops=(p.op,))[p.op]
 
 
-def _lut_label(c: Choice) -> str:
+def _lut_label(c: Choice, auto: bool) -> str:
+  """'LUT: mosaic_gpu (exact)': what backend="auto" runs with the LUT. On a CPU host, where
+  auto runs XLA's op and reads no LUT, the row is an explicit backend's: 'LUT with
+  backend=pallas_gpu (exact)'."""
+  head = "LUT: " if auto else f"LUT with backend={c.backend} "
+  name = f"{c.backend} " if auto else ""
   if c.source == "lut-exact":
-    return f"LUT: {c.backend} (exact)"
+    return f"{head}{name}(exact)"
   if c.source == "lut-nearest":
-    return f"LUT: {c.backend} (nearest, {shape_text(*c.tuned_shape)})"
-  return f"LUT: {c.backend} (no entry)"
+    return f"{head}{name}(nearest, {shape_text(*c.tuned_shape)})"
+  return f"{head}{name}(no entry)"
 
 
 def _short(cfg: Any) -> str:
@@ -335,7 +341,8 @@ def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]
   c = lut_choice(p, bench)
   same = next((v.label for v in out if v.key == (c.backend, c.config)), "")
   fn = None if same else measure.build_op(p, c.backend, c.config, default_interpret(c.backend))
-  return [Variant(_lut_label(c), (c.backend, c.config), _short(c.config), fn, args, same_as=same), *out]
+  label = _lut_label(c, bench.on_device)
+  return [Variant(label, (c.backend, c.config), _short(c.config), fn, args, same_as=same), *out]
 
 
 def _fill_times(
@@ -492,7 +499,8 @@ def header(bench: Bench, lut_file: Path | None) -> list[str]:
     lines.append(
       "CPU host: the Pallas kernels are interpreted, and shapes too big for that are shrunk (m/256, k/32, "
       "n/32, at most 8 groups, multinomial routing). Every variant is checked against jax.lax.ragged_dot; "
-      "none is timed, since an interpreter's time says nothing about a GPU's."
+      "none is timed, since an interpreter's time says nothing about a GPU's. backend=\"auto\" runs XLA's op "
+      f"here and reads no LUT: the LUT row is backend=\"{bench.backends[0]}\"'s choice with the LUT."
     )
   return lines
 

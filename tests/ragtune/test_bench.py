@@ -76,9 +76,10 @@ def test_cpu_run_checks_every_variant_times_none_and_writes_the_csv_beside_the_l
   assert r.exit_code == 0, r.output
   assert "device: cpu (cpu), jax " in r.output and f"LUT: {Path('luts/cpu.json')}" in r.output
   assert "none is timed" in r.output and "TF/s" not in r.output
+  assert 'backend="auto" runs XLA\'s op here and reads no LUT' in r.output, "the LUT row is not auto's"
   rows = list(csv.DictReader((tmp_path / "luts" / "bench-tiny.csv").open()))
   assert not (tmp_path / "results").exists(), "the CSV goes beside the LUT"
-  expected = ["LUT: pallas_gpu (exact)", "pallas_gpu default [interpret]", bench.XLA]
+  expected = ["LUT with backend=pallas_gpu (exact)", "pallas_gpu default [interpret]", bench.XLA]
   assert [row["variant"] for row in rows] == expected + [bench.TOKAMAX] * (TOKAMAX is not None) + [bench.DENSE]
   assert all(row["status"] == "ok" and row["shape"] == "[64,32]x[4,32,48]" for row in rows), rows  # not shrunk
   assert all(row[c] == "" for row in rows for c in ("ms", "tflops", "vs_peer", "timer")), "nothing is timed"
