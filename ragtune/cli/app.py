@@ -571,7 +571,8 @@ def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, k
   _print(
     f"compiled {total} new candidates for {kind} in {time.monotonic() - start:.0f}s: "
     + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")
-    + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS})",
+    + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS}"
+    + ("; per problem: the plan's compile-rejected column)" if bad else ")"),
     err=True,
   )
 
