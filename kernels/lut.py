@@ -358,11 +358,17 @@ class Lut:
     shape = (best.dtype, best.m, best.k, best.n, best.g)
     return min((e for e in usable if (e.dtype, e.m, e.k, e.n, e.g) == shape), key=rank), None
 
-  def lut_fn(self, op: str = "fwd", *, dtype: Any = None, g: int | None = None) -> LutFn:
-    """A megablox-compatible LutFn over this LUT's megablox-tiling entries for `op`.
+  def lut_fn(
+    self, op: str = "fwd", *, dtype: Any = None, g: int | None = None, fallback: tuple[int, int, int] | None = None
+  ) -> LutFn:
+    """A megablox-compatible LutFn over this LUT's entries of the megablox backend
+    (pallas_tpu) for `op`; entries of other backends are not read, so a GPU's LUT has none.
 
     It takes the op's own (m, k, n), as megablox passes them: (m, k, n) for fwd and
-    tgmm, (m, n, k) for dlhs; and returns plain-int (tm, tk, tn) or None.
+    tgmm, (m, n, k) for dlhs; and returns plain-int (tm, tk, tn): the nearest entry's
+    tiling, else `fallback`, else None (on which megablox raises). megablox needs m % tm
+    == 0 where kernels.ragged_dot pads m, so tm is cut to the largest multiple of 8 up to
+    it that divides m (else m, one row tile): (128, 128, 128) runs at m = 96 as (96, 128, 128).
     """
     if op not in OPS:
       raise ValueError(f"op must be one of {OPS}, got {op!r}")
@@ -370,7 +376,12 @@ class Lut:
     def fn(m: int, k: int, n: int):
       fm, fk, fn_ = op_dims(op, int(m), int(k), int(n))  # op_dims is its own inverse
       e = self.query(op, fm, fk, fn_, g, dtype, backend=registry.megablox_backend())
-      return None if e is None else tuple(int(x) for x in e.config.tiling())
+      tiling = e.config.tiling() if e is not None else fallback
+      if tiling is None:
+        return None
+      tm, tk, tn = (int(x) for x in tiling)
+      rows = int(m)  # megablox's first dimension is the rows of lhs for all three ops
+      return next((t for t in range(min(tm, rows) // 8 * 8, 0, -8) if rows % t == 0), rows), tk, tn
 
     return fn
 

@@ -119,6 +119,22 @@ def test_lut_fn_uses_megablox_frames():
   assert all(type(v) is int for v in lut.lut_fn("fwd")(512, 1024, 2048))
 
 
+def test_lut_fn_reads_pallas_tpu_entries_falls_back_and_cuts_tm_to_divide_m():
+  """megablox needs m % tm == 0 (kernels pads m instead): the largest multiple of 8 up to tm
+  that divides m, else m; the fallback likewise. A GPU's entries are not megablox tilings."""
+  lut = _lut()
+  assert lut.lut_fn("fwd")(480, 1024, 2048) == (240, 512, 1024)  # the entry's tm 256, cut
+  gpu_only = kernels.Lut(KIND, [e for e in lut.entries() if e.backend != "pallas_tpu"])
+  assert gpu_only.lut_fn("fwd")(4096, 4096, 14336) is None
+  fallback = gpu_only.lut_fn("fwd", fallback=(128, 128, 128))
+  assert [fallback(m, 64, 80) for m in (96, 100, 1000, 4)] == [
+    (96, 128, 128),
+    (100, 128, 128),  # no multiple of 8 divides 100: one row tile
+    (40, 128, 128),
+    (4, 128, 128),
+  ]
+
+
 def test_lut_fn_drives_megablox_gmm():
   mb = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
   lut = kernels.Lut(
