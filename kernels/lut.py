@@ -393,6 +393,7 @@ class Lut:
 
 _active: Lut | None = None
 _active_resolved = False
+_env_checked: str | None = None  # the RAGTUNE_LUT value check_unused_env_lut last read without error
 # The RAGTUNE_LUT_ON_ERROR=warn messages already logged: a process that loads the default LUT
 # again (each load_lut(), each reset) warns of the same broken LUT once.
 _warned: set[str] = set()
@@ -462,18 +463,42 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
   except LutError as e:
     if path is not None:
       raise
-    message = _from_env(env, str(e)) if env else str(e)
-    mode = os.environ.get(ON_ERROR_VAR) or "raise"
-    if mode not in ("raise", "warn"):
-      raise LutError(f"{ON_ERROR_VAR}={mode}: expected 'raise' or 'warn' (on this LUT error: {message})") from None
-    if mode == "raise":
-      raise LutError(message) from None
-    if message not in _warned:
-      _warned.add(message)
-      logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
+    _default_search_failed(_from_env(env, str(e)) if env else str(e))
     lut = Lut(kind, source=None)
   _active, _active_resolved = lut, True
   return lut
+
+
+def _default_search_failed(message: str) -> None:
+  """A LUT the default search cannot use: LutError(message), or with RAGTUNE_LUT_ON_ERROR=warn
+  one WARNING per process for each distinct message, and the caller goes on with no LUT."""
+  mode = os.environ.get(ON_ERROR_VAR) or "raise"
+  if mode not in ("raise", "warn"):
+    raise LutError(f"{ON_ERROR_VAR}={mode}: expected 'raise' or 'warn' (on this LUT error: {message})") from None
+  if mode == "raise":
+    raise LutError(message) from None
+  if message not in _warned:
+    _warned.add(message)
+    logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
+
+
+def check_unused_env_lut() -> None:
+  """For a call that asks no LUT (backend="auto" where XLA's op runs, as on a CPU; or
+  backend="xla"): read the file RAGTUNE_LUT names all the same, so a broken one shows here,
+  before it ships to the device it is for. A file that cannot be read raises LutError, led by
+  RAGTUNE_LUT= (with RAGTUNE_LUT_ON_ERROR=warn, logs it), as load_lut does. Its device kind is
+  not held against it, nor is a folder without this device's LUT: nothing here would use
+  them. Nothing is read once a LUT was chosen in code or loaded; a good file is read once."""
+  global _env_checked
+  value = os.environ.get(ENV_VAR)
+  if not value or value == _env_checked or _active_resolved or _scoped.get() is not _UNSET or Path(value).is_dir():
+    return
+  try:
+    Lut.from_file(locate_lut(value, current_device_kind()))
+  except LutError as e:
+    _default_search_failed(_from_env(value, str(e)))
+    return
+  _env_checked = value
 
 
 def set_active_lut(lut: Lut | None) -> None:
@@ -510,5 +535,5 @@ def active_lut() -> Lut | None:
 
 def reset_active_lut() -> None:
   """Forget the active LUT; the next call loads the default again."""
-  global _active, _active_resolved
-  _active, _active_resolved = None, False
+  global _active, _active_resolved, _env_checked
+  _active, _active_resolved, _env_checked = None, False, None

@@ -255,6 +255,37 @@ def test_on_error_warn_falls_back_to_the_heuristics_once(tmp_path, monkeypatch, 
   )
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="auto runs XLA's op, reading no LUT, on a CPU")
+def test_a_broken_ragtune_lut_raises_where_auto_asks_no_lut(tmp_path, monkeypatch, caplog):
+  """On a CPU, auto runs XLA's op and asks no LUT; a RAGTUNE_LUT that cannot be read raises
+  all the same (or warns), so it shows before it ships. A LUT for another device, or a folder
+  without this device's, is no error there: nothing would use it."""
+  shape = ((64, 32), (2, 32, 48), jnp.float32)
+  bad = _bad_luts(tmp_path)
+  for path, rest in bad[:2]:  # missing, corrupt
+    monkeypatch.setenv(kernels.lut.ENV_VAR, str(path))
+    kernels.lut.reset_active_lut()
+    for call in (lambda: kernels.explain(*shape), lambda: kernels.explain(*shape, backend="xla")):
+      with pytest.raises(kernels.LutError) as e:
+        call()
+      assert str(e.value) == f"RAGTUNE_LUT={path}{rest}"
+    with pytest.raises(kernels.LutError):
+      kernels.ragged_dot(jnp.ones((8, 4)), jnp.ones((2, 4, 4)), jnp.array([4, 4], jnp.int32))
+  for path, _ in bad[2:]:  # another device's LUT, a folder without this device's
+    monkeypatch.setenv(kernels.lut.ENV_VAR, str(path))
+    kernels.lut.reset_active_lut()
+    assert kernels.explain(*shape)["fwd"].backend == "xla"
+  monkeypatch.setenv(kernels.lut.ON_ERROR_VAR, "warn")
+  monkeypatch.setattr(kernels.lut, "_warned", set(), raising=False)
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(bad[1][0]))
+  kernels.lut.reset_active_lut()
+  with caplog.at_level(logging.WARNING, logger="kernels"):
+    assert all(kernels.explain(*shape)["fwd"].backend == "xla" for _ in range(2))
+  assert [r.getMessage() for r in caplog.records if r.name == "kernels"] == [
+    f"RAGTUNE_LUT_ON_ERROR=warn: RAGTUNE_LUT={bad[1][0]}{bad[1][1]}; using no LUT, the built-in heuristics run"
+  ]
+
+
 def test_on_error_warn_once_per_process_per_error(tmp_path, monkeypatch, caplog):
   """Each load of the default LUT (load_lut(), a reset, a new thread's first call) meets the
   same broken file; the log says so once, and once more for another broken file."""
