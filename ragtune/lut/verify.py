@@ -267,7 +267,7 @@ def load_lut_for_verify(
   """A LUT file, or a folder holding LUTs or records (then the LUT those records export),
   for a device of `kind`, with entries. A LUT made for another device kind is refused
   unless `force`. `skipped`: as for store.load_results. `default`: target is the device's
-  default results folder, no path was given (paths.no_such)."""
+  default results folder, no path was given (errors.no_such)."""
   if not (target.is_file() or target.is_dir()):
     raise no_such(target, "LUT file or results folder", default=default)
   filekind.check_input(target, {filekind.Kind.LUT, filekind.Kind.RESULTS}, "a LUT file or a results folder")
