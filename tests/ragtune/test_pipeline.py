@@ -158,7 +158,7 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
 
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output
-  assert f"resuming: {len(before)} measurements" in r.output
+  assert f"resuming: skipping {len(before)} measurements already in the results file" in r.output
   after = store.ResultsStore(out).rows()
   ids = [row.id for row in after]
   assert len(ids) == len(set(ids)) == total
