@@ -362,11 +362,17 @@ class Lut:
     shape = (best.dtype, best.m, best.k, best.n, best.g)
     return min((e for e in usable if (e.dtype, e.m, e.k, e.n, e.g) == shape), key=rank), None
 
-  def lut_fn(self, op: str = "fwd", *, dtype: Any = None, g: int | None = None) -> LutFn:
-    """A megablox-compatible LutFn over this LUT's megablox-tiling entries for `op`.
+  def lut_fn(
+    self, op: str = "fwd", *, dtype: Any = None, g: int | None = None, fallback: tuple[int, int, int] | None = None
+  ) -> LutFn:
+    """A megablox-compatible LutFn over this LUT's entries of the megablox backend
+    (pallas_tpu) for `op`; entries of other backends are not read, so a GPU's LUT has none.
 
     It takes the op's own (m, k, n), as megablox passes them: (m, k, n) for fwd and
-    tgmm, (m, n, k) for dlhs; and returns plain-int (tm, tk, tn) or None.
+    tgmm, (m, n, k) for dlhs; and returns plain-int (tm, tk, tn): the nearest entry's
+    tiling, else `fallback`, else None (on which megablox raises). megablox needs m % tm
+    == 0 where kernels.ragged_dot pads m, so tm is cut to the largest multiple of 8 up to
+    it that divides m (else m, one row tile): (128, 128, 128) runs at m = 96 as (96, 128, 128).
     """
     if op not in OPS:
       raise ValueError(f"op must be one of {OPS}, got {op!r}")
@@ -374,7 +380,12 @@ class Lut:
     def fn(m: int, k: int, n: int):
       fm, fk, fn_ = op_dims(op, int(m), int(k), int(n))  # op_dims is its own inverse
       e = self.query(op, fm, fk, fn_, g, dtype, backend=registry.megablox_backend())
-      return None if e is None else tuple(int(x) for x in e.config.tiling())
+      tiling = e.config.tiling() if e is not None else fallback
+      if tiling is None:
+        return None
+      tm, tk, tn = (int(x) for x in tiling)
+      rows = int(m)  # megablox's first dimension is the rows of lhs for all three ops
+      return next((t for t in range(min(tm, rows) // 8 * 8, 0, -8) if rows % t == 0), rows), tk, tn
 
     return fn
 
@@ -386,6 +397,7 @@ class Lut:
 
 _active: Lut | None = None
 _active_resolved = False
+_env_checked: str | None = None  # the RAGTUNE_LUT value check_unused_env_lut last read without error
 # The RAGTUNE_LUT_ON_ERROR=warn messages already logged: a process that loads the default LUT
 # again (each load_lut(), each reset) warns of the same broken LUT once.
 _warned: set[str] = set()
@@ -449,15 +461,7 @@ def default_lut(device_kind: str | None = None, *, force: bool = False) -> Lut |
     found = locate_lut(None, kind)
     return None if found is None else _read_lut(found, kind, force)
   except LutError as e:
-    message = _from_env(env, str(e)) if env else str(e)
-    mode = os.environ.get(ON_ERROR_VAR) or "raise"
-    if mode not in ("raise", "warn"):
-      raise LutError(f"{ON_ERROR_VAR}={mode}: expected 'raise' or 'warn' (on this LUT error: {message})") from None
-    if mode == "raise":
-      raise LutError(message) from None
-    if message not in _warned:
-      _warned.add(message)
-      logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
+    _default_search_failed(_from_env(env, str(e)) if env else str(e))
     return Lut(kind, source=None)
 
 
@@ -476,6 +480,38 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
     lut = Lut(kind, source=None)
   _active, _active_resolved = lut, True
   return lut
+
+
+def _default_search_failed(message: str) -> None:
+  """A LUT the default search cannot use: LutError(message), or with RAGTUNE_LUT_ON_ERROR=warn
+  one WARNING per process for each distinct message, and the caller goes on with no LUT."""
+  mode = os.environ.get(ON_ERROR_VAR) or "raise"
+  if mode not in ("raise", "warn"):
+    raise LutError(f"{ON_ERROR_VAR}={mode}: expected 'raise' or 'warn' (on this LUT error: {message})") from None
+  if mode == "raise":
+    raise LutError(message) from None
+  if message not in _warned:
+    _warned.add(message)
+    logger.warning("%s=warn: %s; using no LUT, the built-in heuristics run", ON_ERROR_VAR, message)
+
+
+def check_unused_env_lut() -> None:
+  """For a call that asks no LUT (backend="auto" where XLA's op runs, as on a CPU; or
+  backend="xla"): read the file RAGTUNE_LUT names all the same, so a broken one shows here,
+  before it ships to the device it is for. A file that cannot be read raises LutError, led by
+  RAGTUNE_LUT= (with RAGTUNE_LUT_ON_ERROR=warn, logs it), as load_lut does. Its device kind is
+  not held against it, nor is a folder without this device's LUT: nothing here would use
+  them. Nothing is read once a LUT was chosen in code or loaded; a good file is read once."""
+  global _env_checked
+  value = os.environ.get(ENV_VAR)
+  if not value or value == _env_checked or _active_resolved or _scoped.get() is not _UNSET or Path(value).is_dir():
+    return
+  try:
+    Lut.from_file(locate_lut(value, current_device_kind()))
+  except LutError as e:
+    _default_search_failed(_from_env(value, str(e)))
+    return
+  _env_checked = value
 
 
 def set_active_lut(lut: Lut | None) -> None:
@@ -512,5 +548,5 @@ def active_lut() -> Lut | None:
 
 def reset_active_lut() -> None:
   """Forget the active LUT; the next call loads the default again."""
-  global _active, _active_resolved
-  _active, _active_resolved = None, False
+  global _active, _active_resolved, _env_checked
+  _active, _active_resolved, _env_checked = None, False, None

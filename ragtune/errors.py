@@ -1,3 +1,4 @@
+import shlex
 from pathlib import Path
 
 
@@ -26,3 +27,17 @@ def read_text(path: str | Path) -> str:
   except UnicodeDecodeError as e:
     line, why = not_utf8(data, e)
     raise RagtuneError(f"{path}:{line}: {why}") from None
+
+
+def no_such(path: Path, what: str = "results folder", *, default: bool = False) -> RagtuneError:
+  """The error for an input a sweep makes that is not there, with how to make it: `default`
+  when no path was given and this is the device's default results folder (a fresh clone's
+  first command other than sweep)."""
+  shapes = "shapes/smoke.yaml" if Path("shapes/smoke.yaml").is_file() else "SHAPES.yaml"
+  if default:
+    how = f"this device's default; run a sweep first: ragtune sweep {shapes}"
+  elif Path(path).suffix == ".json":
+    how = f"export-lut writes one: ragtune export-lut RESULTS_DIR -o {shlex.quote(str(path))}"
+  else:
+    how = f"a sweep makes one: ragtune sweep {shapes} -o {shlex.quote(str(path))}"
+  return RagtuneError(f"{path}: no such {what} ({how})")

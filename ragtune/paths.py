@@ -4,11 +4,12 @@ Each check leaves nothing behind. Then each file is written whole or not at all 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, no_such
 from ragtune.filekind import Kind, classify
 
 
@@ -76,30 +77,38 @@ def folder_of(path: Path) -> Path:
   return path.parent if path.is_file() else path
 
 
-def existing_dirs(dirs: list[Path], what: str = "results folder") -> list[Path]:
-  """Input folders (or records files) that must exist."""
+def existing_dirs(dirs: list[Path], what: str = "results folder", *, default: bool = False) -> list[Path]:
+  """Input folders (or records files) that must exist; `default`: they are the device's
+  default, no path was given (see errors.no_such)."""
   for d in dirs:
     if not Path(d).exists():
-      raise RagtuneError(f"{d}: no such {what}")
+      raise no_such(d, what, default=default)
   return dirs
 
 
-def write_atomic(path: Path, text: str) -> None:
-  """Write via a temp file in the same folder and rename, so readers never see half a file.
-  On failure the temp file is removed and the error is one line naming the path."""
+@contextlib.contextmanager
+def atomic_path(path: Path):
+  """A temp path in the same folder to write `path`'s content to; renamed onto `path` when the
+  block ends, so readers never see half a file. On any failure the temp file is removed, and
+  an OSError is one line naming the path. The temp keeps the suffix (a plot's format)."""
   path = Path(path)
   if path.is_dir():
     raise RagtuneError(f"{path}: is a folder, not a file")
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+  tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
+    yield tmp
     os.replace(tmp, path)
   except OSError as e:
     raise RagtuneError(f"{path}: cannot write ({e.strerror or type(e).__name__})") from None
   finally:
     if tmp.exists():
       tmp.unlink()
+
+
+def write_atomic(path: Path, text: str) -> None:
+  """Write text atomically (atomic_path), synced to disk before the rename."""
+  with atomic_path(path) as tmp, open(tmp, "w") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())

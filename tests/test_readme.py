@@ -7,6 +7,7 @@ pyproject.toml has, in the one form `python3 -m pip install -e '.[EXTRA]'`.
 """
 
 import ast
+import functools
 import importlib
 import re
 import shlex
@@ -151,6 +152,28 @@ def _check_snippet(src: str, where: str) -> None:
         assert hasattr(mod, alias.name) or importlib.util.find_spec(f"{node.module}.{alias.name}"), (
           f"{where}: from {node.module} import {alias.name}"
         )
+
+
+def test_the_readme_megablox_snippet_runs_at_m_96(monkeypatch):
+  """The megablox lines as printed, on the README's smoke shape (interpreted here, as this
+  host has no TPU), with no LUT: the fallback runs, its row tile cut to divide m."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax.experimental.pallas.ops.tpu import megablox
+
+  import kernels
+
+  (src,) = [body for lang, body in _blocks(README.read_text()) if lang == "python" and "megablox" in body]
+  monkeypatch.setattr(megablox, "gmm", functools.partial(megablox.gmm, interpret=True))
+  monkeypatch.delenv(kernels.lut.ENV_VAR, raising=False)
+  x = jax.random.normal(jax.random.key(0), (96, 64), jnp.float32)
+  w = jax.random.normal(jax.random.key(1), (4, 64, 80), jnp.float32)
+  group_sizes = jnp.array([20, 30, 40, 6], jnp.int32)
+  scope = {"x": x, "w": w, "group_sizes": group_sizes}
+  exec(compile(src, "README.md", "exec"), scope)
+  want = jax.lax.ragged_dot(x, w, group_sizes, precision="highest")
+  np.testing.assert_allclose(scope["y"], want, rtol=1e-5, atol=1e-4)
 
 
 def test_readme_keeps_the_two_commands_and_ci_runs_the_second():

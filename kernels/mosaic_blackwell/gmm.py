@@ -259,9 +259,11 @@ def store_strips(acc_tmem, has_acc, out_smem, o_gmem, *, row0, lo, rows, col0, n
   o_gmem[row0 + [lo, lo + rows), col0 + ...], in [128, 64] strips through out_smem; strips
   that start at or past n are not stored.
 
-  A strip's rows go out as several TMA copies (store_rows), and the next strip waits until
-  all of them have read out_smem (wait 0, not 1: jax's interpreter counts each copy as its
-  own group). Its tensor-memory load is issued before that wait, so the wait overlaps it."""
+  A strip's rows go out as several TMA copies (store_rows), one bulk group, all reading
+  out_smem, the one strip buffer; the next strip overwrites it, so first every copy in flight
+  must have read it: wait 0 (reads only). Wait 1, which the Hopper epilogue's two slots allow,
+  would leave the last strip's own group reading the buffer being overwritten, on the GPU as in
+  the interpreter. Its tensor-memory load is issued before that wait, so the wait overlaps it."""
   out_dtype = o_gmem.dtype
   for e in range(cols // EPI_TILE):
     strip = pl.ds(e * EPI_TILE, EPI_TILE)

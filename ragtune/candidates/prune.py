@@ -32,6 +32,7 @@ from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
 from ragtune.records.store import JsonLines, candidate_id
+from ragtune.words import count
 
 COMPILE_RECORDS = "compile.jsonl"
 # The backends that compile for an NVIDIA GPU, and the TPU backends with knobs (XLA's own op
@@ -272,7 +273,7 @@ def run(
   groups = list(classes.values())
   store = _store(out_dir)
   versions = provenance.for_aot(facts["platform"]).to_dict()  # the workers run this jax, ptxas and libtpu
-  log(f"compiling {len(groups)} kernels for {kind} ({sum(map(len, groups))} candidates)")
+  log(f"compiling {count(len(groups), 'kernel')} for {kind} ({count(sum(map(len, groups)), 'candidate')})")
   start = last = time.monotonic()
   unjudged = ""  # a NO_KERNEL row's error
   for i, (index, rep) in enumerate(compile_many(target, [(g[0][1], g[0][2]) for g in groups], jobs), 1):

@@ -261,12 +261,27 @@ def _warn_skipped(skipped: dict[Path, list[int]], cut: dict[Path, int]) -> None:
     _print(f"warning: {store.cut_text(path, line)}", err=True)
 
 
-def _records(dirs: list[Path], skip_bad_lines: bool) -> list:
+def _shard_gaps(dirs: list[Path], *, stop: bool = False) -> None:
+  """Shards of a sharded sweep with no records in these folders (prepare.missing_shards): a
+  warning each; with stop, an error (export-lut: a LUT from the rest would lack them)."""
+  gaps = prepare.missing_shards(dirs)
+  if gaps and stop:
+    raise RagtuneError(
+      gaps[0].text("a LUT from the others would lack {their} problems")
+      + "; or pass --partial to export the others anyway"
+    )
+  for gap in gaps:
+    _print(f"warning: {gap.text('{their} problems are left out')}", err=True)
+
+
+def _records(dirs: list[Path], skip_bad_lines: bool, *, partial: bool = True) -> list:
   """The records of the results folders; lines that are not records stop the command, or
   with skip_bad_lines are skipped with a warning per file; a last line cut off mid-write
-  is skipped with a warning."""
+  is skipped with a warning. Shards of a sharded sweep with no records there: a warning, or
+  unless partial an error."""
   from ragtune.records import store
 
+  _shard_gaps(dirs, stop=not partial)
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
   cut: dict[Path, int] = {}
   records = store.load_results(dirs, skipped, cut)
@@ -404,11 +419,25 @@ def _stoppable(message: str, handler=signal.default_int_handler):
       signal.signal(sig, old)
 
 
-def _run_sweep(problems: list, opts, on_state):
-  """run_sweep with a live bar in a terminal, or plain progress lines in a log."""
+def _run_sweep(run: prepare.SweepPlan):
+  """run_sweep with a live bar in a terminal, or plain progress lines in a log. The plan is
+  printed once the sweep holds the folder: with --wait, what the sweep it waited for recorded
+  meanwhile is done."""
+  from ragtune.cli import views
   from ragtune.run import progress, sweep
 
-  waiting = lambda holder: _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
+  problems, opts, waited = run.problems, run.opts, []
+
+  def waiting(holder: str) -> None:
+    waited.append(holder)
+    _print(f"waiting for the sweep that holds {opts.out_dir} ({holder})", err=True)
+
+  def on_state(finished: bool) -> None:
+    if not finished:  # under the lock, the folder's rows read
+      for line in views.plan_summary(run.replan() if waited else run.rows, run.cost):
+        _print(line)
+    run.save(finished)
+
   if not console.is_terminal:
     return sweep.run_sweep(problems, opts, progress.PlainProgress(_print), waiting, on_state)
   with Progress(*progress.bar_columns(), console=console, transient=False) as bar:
@@ -515,7 +544,6 @@ def sweep(
   unfinished one resumes, a finished one has nothing to do. It starts with
   an estimate of its time. An error of the environment rather than of a candidate (a missing
   module, interpret mode off on a CPU) stops it before anything is recorded for it."""
-  from ragtune.cli import views
   from ragtune.run import pool
 
   from_cli = lambda name: ctx.get_parameter_source(name) == _click.core.ParameterSource.COMMANDLINE
@@ -555,12 +583,10 @@ def sweep(
     f"{count(len(run.problems), 'problem')} from {shapes_file} -> {run.opts.out_dir}/records.jsonl "
     f"({count(len(devs), 'worker')}, devices {devs})"
   )
-  for line in views.plan_summary(run.rows, run.cost):
-    _print(line)
   t0 = time.perf_counter()
   kept = f"interrupted: every finished row is kept in {run.opts.out_dir / 'records.jsonl'}; resume with: "
   with _stoppable(kept + run.command(), pool.stop_handler):
-    summaries = _run_sweep(run.problems, run.opts, run.save)
+    summaries = _run_sweep(run)
   out_dir = run.opts.out_dir
   seconds = time.perf_counter() - t0
   done = (
@@ -589,7 +615,8 @@ def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, k
   _print(
     f"compiled {total} new candidates for {kind} in {time.monotonic() - start:.0f}s: "
     + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing new")
-    + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS})",
+    + f"; a sweep there skips {bad} of them ({out_dir / prune.COMPILE_RECORDS}"
+    + ("; per problem: the plan's compile-rejected column)" if bad else ")"),
     err=True,
   )
 
@@ -690,7 +717,7 @@ def _compile_entries(target: str, entries: list, jobs: int | None) -> int:
     verdict = "compiles" if rep["outcome"] == aot.OK else f"FAILED {rep['outcome']}: {rep['error'][:300]}"
     _print(f"{head} {cfg}: {verdict} ({rep['compile_s']:.1f}s)")
   console.print(
-    f"compiled {len(compiled)} of {len(items)} entries for {target} in {time.perf_counter() - t0:.1f}s: "
+    f"compiled {len(compiled)} of {count(len(items), 'entry')} for {target} in {time.perf_counter() - t0:.1f}s: "
     f"{len(compiled) - failures} ok, {failures} failed"
   )
   return failures
@@ -767,6 +794,8 @@ def verify(
     device=prepare.device,
   )
   _warn_skipped(skipped or {}, cut)
+  if sel.lut.source is None:  # the LUT of the folder's records, not a file: its shards count
+    _shard_gaps([sel.where])
   stopped = "interrupted: verify stopped before its last entry (it writes nothing); run it again to check them all"
   if sel.compile_for:
     with _stoppable(stopped):
@@ -784,7 +813,7 @@ def verify(
   with _stoppable(stopped):
     failures = _verify_entries(entries, seed=seed, interpret=interpret, timeout=timeout, full=full)
   console.print(
-    f"verified {len(entries)} entries in {time.perf_counter() - t0:.1f}s: "
+    f"verified {count(len(entries), 'entry')} in {time.perf_counter() - t0:.1f}s: "
     f"{len(entries) - failures} passed, {failures} failed"
   )
   if failures:
@@ -869,23 +898,32 @@ def export_lut(
   ] = LutFormat.json,
   force: Force = False,
   skip_bad_lines: SkipBadLines = False,
+  partial: Annotated[
+    bool,
+    typer.Option(
+      "--partial",
+      help="Export although shards of a sharded sweep (--shard) have no records in DIR yet: a LUT "
+      "without their problems (refused otherwise).",
+    ),
+  ] = False,
 ):
   """Pick the fastest correct config per (device, op, backend, dtype, shape), plus an xla
   entry where XLA's own op was fastest, and write the LUT atomically. A DIR may be a
   records.jsonl (its folder is then the default -o). An existing file is replaced only if
-  it is a ragtune LUT (or the module --format python wrote)."""
+  it is a ragtune LUT (or the module --format python wrote). A DIR that holds shard folders
+  merges them, and is refused while a shard has no records there, unless --partial."""
   from ragtune.lut import export
 
-  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
+  dirs = prepare.results_dirs(dirs)
   output = output or paths.folder_of(dirs[0])
   if output.suffix == ".json":
     paths.output_file(output, "the LUT file", Kind.LUT, force=force)
   else:
     paths.writable_dir(output, "the LUT folder (-o FILE.json for one file)")
-  luts = export.build_luts(_records(dirs, skip_bad_lines))
+  luts = export.build_luts(_records(dirs, skip_bad_lines, partial=partial))
   written = export.write_luts(luts, output, fmt.value, force=force)
   for kind, lut in sorted(luts.items()):
-    console.print(f"{kind}: {len(lut)} entries")
+    console.print(f"{kind}: {count(len(lut), 'entry')}")
   for p in written:
     console.print(f"wrote {p}")
 
@@ -925,7 +963,7 @@ def show(
 
   if csv:
     paths.output_file(csv, "the --csv file", Kind.SHOW_CSV, force=force)
-  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
+  dirs = prepare.results_dirs(dirs)
   records = _records(dirs, skip_bad_lines)
   _interpreted_notice(records)
   ceil = ceilings.load(dirs)
@@ -948,7 +986,7 @@ def show(
 
 
 def _print_frame(df) -> None:
-  """A frame as plain columns (pipes, logs, tests)."""
+  """A frame as plain columns (pipes, logs, tests); '-' where there is no value, as in the rich table."""
   import pandas as pd
 
   with pd.option_context(
@@ -963,7 +1001,7 @@ def _print_frame(df) -> None:
     "display.float_format",
     "{:.4g}".format,
   ):
-    _print(df.to_string(index=False))
+    _print(df.to_string(index=False, na_rep="-"))
 
 
 @app.command(cls=_Command, epilog=_example("ragtune report -o report/"))
@@ -989,7 +1027,7 @@ def report(
   from ragtune.records import plots
   from ragtune.records import report as report_mod
 
-  dirs = paths.existing_dirs(dirs or [prepare.results_dir()])
+  dirs = prepare.results_dirs(dirs)
   output = output or paths.folder_of(dirs[0]) / "report"
   plots.check_output(output, force)
   records = _records(dirs, skip_bad_lines)
@@ -997,7 +1035,7 @@ def report(
   ceil = ceilings.load(dirs)
   for name, df in (("best.csv", report_mod.best_frame(records, ceil)), ("rows.csv", report_mod.rows_frame(records))):
     paths.write_atomic(output / name, report_mod.csv_text(df))
-    console.print(f"wrote {output / name} ({len(df)} rows)")
+    console.print(f"wrote {output / name} ({count(len(df), 'row')})")
   for path in plots.write_report(records, ceil, output):
     console.print(f"wrote {path}")
 
@@ -1058,7 +1096,7 @@ def bench(
   _print(f"\nwrote {csv}")
   failed = [r for r in rows if r.failed]
   if failed:
-    _print(f"{len(failed)} variant(s) failed their check or did not run; see the status column", err=True)
+    _print(f"{count(len(failed), 'variant')} failed the check or did not run; see the status column", err=True)
     raise typer.Exit(1)
 
 

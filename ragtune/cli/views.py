@@ -99,7 +99,9 @@ def show_table(df, title: str) -> Table:
 
 
 def plan_table(rows: list[PlanRow]) -> Table:
-  """One row per problem: candidates after pruning, rows done and to do, estimated time and its source."""
+  """One row per problem: candidates after pruning, rows done and to do, estimated time and its
+  source; where a deviceless compile rejected any, how many of each problem's space (never
+  timed: a listed sweep takes the next candidates instead)."""
   pruned = any(r.rejected for r in rows)  # by a deviceless compile (plan --target)
   t = _table(
     "plan",

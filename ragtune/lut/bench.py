@@ -1,7 +1,8 @@
 """`ragtune bench SHAPES.yaml`: what the tuning bought, on this device.
 
 For each problem of a shape set it runs the LUT's choice (what `kernels.ragged_dot` picks
-with the LUT), each GPU backend's default config, XLA's `jax.lax.ragged_dot`,
+with the LUT; on a CPU host, where backend="auto" runs XLA's op and reads no LUT, what the
+first GPU backend picks), each GPU backend's default config, XLA's `jax.lax.ragged_dot`,
 `tokamax.ragged_dot` with its own shipped config cache (when tokamax is installed) and a
 dense matmul of the same FLOPs. Each ragged variant is checked against `jax.lax.ragged_dot`
 first; one that fails is reported and never timed. The rest are timed together, in one
@@ -145,9 +146,13 @@ def _cpu_cost() -> estimate.CostModel:
 def cpu_sized(p: Problem) -> Problem:
   """p as a CPU host benches it: as it is where the Pallas interpreter runs a candidate in
   seconds (so a LUT tuned here applies exactly), else shrunk (m/256, k/32, n/32, at most 8
-  groups, multinomial routing)."""
-  cfg = registry.default_config(p.backend, p.op, p.dtype, p.m, p.k, p.n, p.g)
-  seconds = _cpu_cost().candidate_s(p, cfg)
+  groups, multinomial routing). The cost is that of the kernel a CPU host benches (its first
+  GPU backend, gpu_backends), not of p's backend: a shape file lists a shape once per backend,
+  and each must size alike to be benched once."""
+  (interpreted,) = gpu_backends(False, "cpu")
+  b = interpreted if p.dtype in registry.get(interpreted).dtypes else p.backend
+  q = dataclasses.replace(p, backend=b)
+  seconds = _cpu_cost().candidate_s(q, registry.default_config(b, p.op, p.dtype, p.m, p.k, p.n, p.g))
   if seconds is not None and seconds <= CPU_COST_S:
     return p
   m, k, n, g = min(p.m, max(32, p.m // 256)), min(p.k, max(16, p.k // 32)), min(p.n, max(16, p.n // 32)), min(p.g, 8)
@@ -285,12 +290,17 @@ def lut_choice(p: Problem, bench: Bench) -> Choice:
     return resolve(None, "auto" if bench.on_device else computes[0], p.m, p.k, p.n, p.g, p.dtype, ops=(p.op,))[p.op]
 
 
-def _lut_label(c: Choice) -> str:
+def _lut_label(c: Choice, auto: bool) -> str:
+  """'LUT: mosaic_gpu (exact)': what backend="auto" runs with the LUT. On a CPU host, where
+  auto runs XLA's op and reads no LUT, the row is an explicit backend's: 'LUT with
+  backend=pallas_gpu (exact)'."""
+  head = "LUT: " if auto else f"LUT with backend={c.backend} "
+  name = f"{c.backend} " if auto else ""
   if c.source == "lut-exact":
-    return f"LUT: {c.backend} (exact)"
+    return f"{head}{name}(exact)"
   if c.source == "lut-nearest":
-    return f"LUT: {c.backend} (nearest, {shape_text(*c.tuned_shape)})"
-  return f"LUT: {c.backend} (no entry)"
+    return f"{head}{name}(nearest, {shape_text(*c.tuned_shape)})"
+  return f"{head}{name}(no entry)"
 
 
 def _short(cfg: Any) -> str:
@@ -339,7 +349,8 @@ def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]
   c = lut_choice(p, bench)
   same = next((v.label for v in out if v.key == (c.backend, c.config)), "")
   fn = None if same else measure.build_op(p, c.backend, c.config, default_interpret(c.backend))
-  return [Variant(_lut_label(c), (c.backend, c.config), _short(c.config), fn, args, same_as=same), *out]
+  label = _lut_label(c, bench.on_device)
+  return [Variant(label, (c.backend, c.config), _short(c.config), fn, args, same_as=same), *out]
 
 
 def _fill_times(
@@ -471,8 +482,9 @@ def plan(
   kind = kernels.lut.current_device_kind()
   results_dir = Path("results") / kernels.device_slug(kind)
   table, lut_file = find_lut(lut, kind, results_dir)
+  what = "the --csv file" if csv else "bench's default CSV"
   csv = csv or default_csv(lut_file, results_dir, set_name)
-  paths.output_file(csv, "the --csv file", Kind.BENCH_CSV, force=force)
+  paths.output_file(csv, what, Kind.BENCH_CSV, force=force)
   problems = bench_problems(problems, on_device())
   limits.check_fits(problems, where=where)
   problems = prepare.fitting(problems, limits.device_memory_bytes(), Path(where), say)
@@ -494,7 +506,8 @@ def header(bench: Bench, lut_file: Path | None) -> list[str]:
     lines.append(
       "CPU host: the Pallas kernels are interpreted, and shapes too big for that are shrunk (m/256, k/32, "
       "n/32, at most 8 groups, multinomial routing). Every variant is checked against jax.lax.ragged_dot; "
-      "none is timed, since an interpreter's time says nothing about a GPU's."
+      "none is timed, since an interpreter's time says nothing about a GPU's. backend=\"auto\" runs XLA's op "
+      f"here and reads no LUT: the LUT row is backend=\"{bench.backends[0]}\"'s choice with the LUT."
     )
   return lines
 

@@ -29,7 +29,7 @@ from kernels.common import scheme
 from kernels.lut import locate_lut, shape_text
 from ragtune import filekind, provenance
 from ragtune.device.numerics import NumericsResult
-from ragtune.errors import RagtuneError
+from ragtune.errors import RagtuneError, no_such
 from ragtune.problems.shapes import GroupDist, Problem
 from ragtune.run import child
 
@@ -263,12 +263,14 @@ def load_lut_for_verify(
   force: bool = False,
   skipped: dict[Path, list[int]] | None = None,
   cut: dict[Path, int] | None = None,
+  default: bool = False,
 ) -> kernels.Lut:
   """A LUT file, or a folder holding LUTs or records (then the LUT those records export),
   for a device of `kind`, with entries. A LUT made for another device kind is refused
-  unless `force`. `skipped`, `cut`: as for store.load_results."""
+  unless `force`. `skipped`, `cut`: as for store.load_results. `default`: target is the device's
+  default results folder, no path was given (errors.no_such)."""
   if not (target.is_file() or target.is_dir()):
-    raise RagtuneError(f"{target}: no such LUT file or results folder")
+    raise no_such(target, "LUT file or results folder", default=default)
   filekind.check_input(target, {filekind.Kind.LUT, filekind.Kind.RESULTS}, "a LUT file or a results folder")
   try:
     lut_path = locate_lut(target, kind)
@@ -344,8 +346,10 @@ def select(
     compile_for = target_of_lut(target)
   info = prune.target_facts(compile_for) if compile_for else device()
   slug_dir = Path("results") / kernels.device_slug(info["device_kind"])
-  target = target or (slug_dir if compile_for else devices.default_results_dir())
-  lut = load_lut_for_verify(target, info["device_kind"], force=force or bool(compile_for), skipped=skipped, cut=cut)
+  given, target = target, target or (slug_dir if compile_for else devices.default_results_dir())
+  lut = load_lut_for_verify(
+    target, info["device_kind"], force=force or bool(compile_for), skipped=skipped, cut=cut, default=given is None
+  )
   if compile_for and not force and canonical_kind(lut.device_kind) != canonical_kind(info["device_kind"]):
     raise RagtuneError(
       f"{target}: LUT was tuned on {lut.device_kind!r} but --target {compile_for} compiles for "

@@ -62,6 +62,7 @@ from kernels.lut import shape_text
 from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError, read_text
 from ragtune.problems.presets import MODEL_PRESETS, SHIPPED_FORMATS, MoePreset
+from ragtune.words import count
 
 Op = Literal["fwd", "dlhs", "drhs"]
 Backend = Literal[BACKENDS]  # type: ignore[valid-type]  # the registry's names
@@ -157,7 +158,7 @@ class ShapeSpec(BaseModel):
     gs = self.group_sizes
     if isinstance(gs, list):
       if len(gs) != self.g:
-        raise At(("group_sizes",), f"{len(gs)} entries, but g={self.g}")
+        raise At(("group_sizes",), f"{count(len(gs), 'entry')}, but g={self.g}")
       if any(s < 0 for s in gs):
         raise At(("group_sizes",), "sizes must be non-negative")
       if sum(gs) > self.m:
@@ -623,5 +624,5 @@ def select(
     given = " ".join(
       [f"--op {o}" for o in ops or []] + [f"--shape {s}" for s in shapes or []] + [f"--model {m}" for m in models or []]
     )
-    raise RagtuneError(f"no {what} matches {given} (of {len(items)} {what}s)")
+    raise RagtuneError(f"no {what} matches {given} (of {count(len(items), what)})")
   return out

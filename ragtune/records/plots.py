@@ -19,6 +19,7 @@ from ragtune import paths
 from ragtune.device import ceilings as ceilings_mod
 from ragtune.errors import install_hint
 from ragtune.filekind import REPORT_MD_MARK, Kind
+from ragtune.paths import atomic_path
 from ragtune.records import report
 from ragtune.records.store import Record
 
@@ -363,10 +364,8 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
         ),
       ]
       for name, caption, draw in figs:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / f".{name}.tmp.png"
-        draw(tmp)
-        tmp.replace(out / name)  # atomic, like every file we write
+        with atomic_path(out / name) as tmp:  # like every file we write; no temp left on a failure
+          draw(tmp)
         written.append(out / name)
         md += [f"### {caption}", "", f"![{caption}]({name})", ""]
   if not have_plots:

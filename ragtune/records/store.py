@@ -26,10 +26,11 @@ from typing import Any
 from kernels import registry
 from ragtune import filekind
 from ragtune.device import measure
-from ragtune.errors import RagtuneError, not_utf8
+from ragtune.errors import RagtuneError, no_such, not_utf8
 from ragtune.filekind import RECORDS, with_shards
 from ragtune.problems.shapes import Problem
 from ragtune.provenance import Versions
+from ragtune.words import count
 
 
 def _id_of(fields: dict[str, Any]) -> str:
@@ -314,7 +315,7 @@ def load_results(
   out, dirs = [], list(dirs)
   for d in dirs:
     if not Path(d).exists():
-      raise RagtuneError(f"{d}: no such results folder")
+      raise no_such(d)
     filekind.check_input(
       Path(d), {filekind.Kind.RESULTS, filekind.Kind.RECORDS}, "a results folder or its records.jsonl"
     )
@@ -350,9 +351,7 @@ def load_results(
 def skipped_text(path: Path, lines: list[int], shown: int = 5) -> str:
   """'DIR/records.jsonl: skipped 2 bad lines (5, 9)': what --skip-bad-lines left out of a file."""
   more = f", and {len(lines) - shown} more" if len(lines) > shown else ""
-  return (
-    f"{path}: skipped {len(lines)} bad line{'s' if len(lines) > 1 else ''} ({', '.join(map(str, lines[:shown]))}{more})"
-  )
+  return f"{path}: skipped {count(len(lines), 'bad line')} ({', '.join(map(str, lines[:shown]))}{more})"
 
 
 def cut_text(path: Path, line: int) -> str:

@@ -16,6 +16,7 @@ import kernels
 from ragtune.errors import RagtuneError
 from ragtune.problems import limits
 from ragtune.run import child
+from ragtune.words import count
 
 PROBE_TIMEOUT_S = 300
 
@@ -73,7 +74,7 @@ def parse_devices(spec: str, available: int) -> tuple[int, ...]:
       if n < 1:
         raise RagtuneError(f"--devices {spec}: a count must be at least 1 (device 0 alone is --devices 0,)")
       if n > available:
-        raise RagtuneError(f"--devices {spec}: only {available} local device(s) here")
+        raise RagtuneError(f"--devices {spec}: only {count(available, 'local device')} here")
       return tuple(range(n))
     idx = tuple(int(x) for x in text.split(",") if x.strip())
   except ValueError:

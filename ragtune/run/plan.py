@@ -66,7 +66,7 @@ class Task:
   best: Record | None = None
   setup_failures: int = 0
   skip_rows: list[Record] = dataclasses.field(default_factory=list)  # rejected by a deviceless compile
-  rejected: int = 0  # candidates a deviceless compile took out of this problem
+  rejected: int = 0  # candidates of this problem's space a deviceless compile rejected (never timed)
 
   def next_batch(self) -> list[tuple[str, Any]]:
     batch = self.strategy.next_batch(self.history)
@@ -142,7 +142,10 @@ def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record], prior: li
     if r is not None:
       history[c] = r.time_s if r.status == "ok" else None
   planned = min(opts.budget, len(cands)) if opts.budget else len(cands)
-  task = Task(p, strategy, configs, history, planned, rows=list(prior), skip_rows=skip_rows, rejected=len(skipped))
+  # Every rejected candidate of the space, not only those a listed sweep passes over: the
+  # figure plan --target's line adds up.
+  n_rejected = sum(candidate_id(c) in rejected for c in space)
+  task = Task(p, strategy, configs, history, planned, rows=list(prior), skip_rows=skip_rows, rejected=n_rejected)
   base = [(b, None) for b in BASELINES if row_id(p.key, b) not in done]
   task.pending = base + task.next_batch() if cands or base else []
   n_done = sum(row_id(p.key, b) in done for b in BASELINES) + len(history)
@@ -157,7 +160,7 @@ class PlanRow:
 
   problem: Problem
   candidates: int
-  rejected: int  # by a deviceless compile (plan --target)
+  rejected: int  # of the problem's space, by a deviceless compile (plan --target)
   done: int
   todo: int
   estimate: Estimate

@@ -91,6 +91,12 @@ def results_dir(out: Path | None = None) -> Path:
   return out or devices_mod.default_results_dir()
 
 
+def results_dirs(dirs: list[Path] | None) -> list[Path]:
+  """The results folders a reading command was given, or this device's default; each must
+  exist (an error that says how to make one, otherwise)."""
+  return paths.existing_dirs(dirs or [results_dir()], default=not dirs)
+
+
 def sweep_folder(base: Path, shapes_file: Path, shard: str | None) -> tuple[Path, shard_mod.Shard | None]:
   """Where a sweep of this shard of the file writes, and the shard: the results folder itself
   without one; with one, its shard folder there, unless the results folder holds this file's
@@ -107,9 +113,48 @@ def shard_folders_notice(base: Path, say: Say) -> None:
   shards = sorted(p.name for p in base.glob(filekind.SHARD_FOLDERS)) if base.is_dir() else []
   if shards:
     say(
-      f"notice: {base} holds {len(shards)} shard folders ({shards[0]}, ...); without --shard this neither "
+      f"notice: {base} holds {count(len(shards), 'shard folder')} ({shards[0]}, ...); without --shard this neither "
       f"reads nor resumes them (export-lut {base} merges them)"
     )
+
+
+def _stored_sweeps(folder: Path) -> list[resume.StoredSweep]:
+  try:
+    return resume.load(folder)
+  except RagtuneError:  # unreadable: it tells nothing of the set
+    return []
+
+
+def _set_size(stored: resume.StoredSweep) -> int | None:
+  """How many problems a stored sweep's options select in its shapes file, before sharding;
+  None when the file is gone or has changed since."""
+  path = Path(stored.shapes_file)
+  try:
+    if not path.is_file() or resume.file_sha256(path) != stored.shapes_sha256:
+      return None
+    return len(load_problems(path, Selection.of(dataclasses.replace(stored.flags, shard=None)))[1])
+  except RagtuneError:
+    return None
+
+
+def missing_shards(dirs: list[Path]) -> list[shard_mod.Gap]:
+  """Per results folder and shard count N, the shards i of N with no records there. A shard
+  with no problem (a set of fewer problems than shards: shard i is empty when i is past the
+  set's size) writes no folder and is not missing; the shard folders' stored sweeps give that
+  size, while their shapes file is there unchanged."""
+  gaps = []
+  for base in map(Path, dirs):
+    for n, found in sorted(shard_mod.folders(base).items()):
+      swept = {i for i, folder in found.items() if (folder / store.RECORDS).is_file()}
+      stored = [s for folder in found.values() for s in _stored_sweeps(folder)]
+      sizes = [_set_size(s) for s in stored]
+      size = max(sizes) if sizes and None not in sizes else n
+      missing = tuple(i for i in range(min(n, size)) if i not in swept)
+      if missing:
+        flags = dataclasses.replace(stored[-1].flags, shard=f"{missing[0]}/{n}") if stored else None
+        command = resume.command(Path(stored[-1].shapes_file), base, flags) if stored else ""
+        gaps.append(shard_mod.Gap(base, n, missing, command))
+  return gaps
 
 
 def fitting(problems: list, memory: int | None, where: Path, say: Say) -> list:
@@ -229,6 +274,11 @@ class SweepPlan:
   @property
   def todo(self) -> int:
     return sum(r.todo for r in self.rows)
+
+  def replan(self) -> list[plan_mod.PlanRow]:
+    """The plan again, from the rows in the folder now (another sweep's, once it let go)."""
+    self.rows = plan_mod.plan(self.problems, self.opts, self.cost)
+    return self.rows
 
   def command(self, flags: resume.SweepFlags | None = None) -> str:
     """The command that runs this sweep again, exactly (or with other flags); a shard found

@@ -20,6 +20,7 @@ from rich.progress import (
 from rich.table import Column
 
 from ragtune.records.store import Record
+from ragtune.words import count
 
 
 def _fmt_s(s: float | None) -> str:
@@ -54,7 +55,7 @@ class PlainProgress:
   def start(self, total: int, skipped: int) -> None:
     self.total, self.t0, self.last = total, self.clock(), self.clock()
     if skipped:
-      self.write(f"resuming: {skipped} measurements already in the results file are skipped")
+      self.write(f"resuming: skipping {count(skipped, 'measurement')} already in the results file")
 
   def problem(self, p) -> None:
     self.label, self.best = f"{p.op} {p.backend} {p.dtype} {p.shape_label}", None
@@ -111,7 +112,7 @@ class RichProgress:
 
   def start(self, total: int, skipped: int) -> None:
     if skipped:
-      self.console.print(f"resuming: {skipped} measurements already in the results file are skipped")
+      self.console.print(f"resuming: skipping {count(skipped, 'measurement')} already in the results file")
     self.task = self.progress.add_task("sweep", total=total, best="")
 
   def problem(self, p) -> None:

@@ -10,13 +10,15 @@ auto reads the task's index and count from the environment:
   #completion-mode): JOB_COMPLETION_INDEX. The pod is not told the Job's completions, so
   the count comes from `--shard auto/N` or RAGTUNE_SHARD_COUNT.
 Each shard sweeps into its own folder, shard-<i>-of-<N>, under the results folder; the
-commands that read results folders read those too (records.store.load_results).
+commands that read results folders read those too (records.store.load_results), and say
+which shards have no records there (Gap; ragtune.run.prepare.missing_shards).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from ragtune.errors import RagtuneError
 from ragtune.words import count
 
 COUNT_VAR = "RAGTUNE_SHARD_COUNT"
+FOLDER = re.compile(r"shard-(\d+)-of-(\d+)")  # Shard.folder's name
 
 
 class EmptyShard(Exception):
@@ -47,6 +50,40 @@ class Shard:
     return EmptyShard(
       f"{self.text()} has no problems ({count(total, 'problem')} for {self.count} tasks); nothing to do"
     )
+
+
+def folders(base: Path) -> dict[int, dict[int, Path]]:
+  """The shard folders in a results folder: {N: {i: shard-<i>-of-<N>}}."""
+  out: dict[int, dict[int, Path]] = {}
+  for p in Path(base).glob("shard-*-of-*") if Path(base).is_dir() else []:
+    if (m := FOLDER.fullmatch(p.name)) and p.is_dir():
+      out.setdefault(int(m[2]), {})[int(m[1])] = p
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+  """Shards of a sharded sweep into `base` with no records there: not swept yet, still
+  running, stopped before its first row, or failed. `command` sweeps the first of them (the
+  options its sweep stored), or is "" when no shard folder says which file it swept."""
+
+  base: Path
+  count: int  # N of --shard i/N
+  missing: tuple[int, ...]
+  command: str = ""
+
+  def text(self, then: str) -> str:
+    """'DIR: shard 0 of 2 has no records here (...): <then, its or their problems>; sweep it: ...'."""
+    one = len(self.missing) == 1
+    which = f"shard {self.missing[0]}" if one else f"shards {', '.join(map(str, self.missing))}"
+    text = (
+      f"{self.base}: {which} of {self.count} {'has' if one else 'have'} no records here (not swept yet, still "
+      f"running, or stopped before its first row): {then.format(their='its' if one else 'their')}"
+    )
+    if self.command:
+      others = ", ".join(f"{i}/{self.count}" for i in self.missing[1:])
+      text += f"; sweep {'it' if one else 'them'}: {self.command}" + (f" (and --shard {others})" if others else "")
+    return text
 
 
 def _int(env: Mapping[str, str], name: str, what: str) -> int:

@@ -119,6 +119,22 @@ def test_lut_fn_uses_megablox_frames():
   assert all(type(v) is int for v in lut.lut_fn("fwd")(512, 1024, 2048))
 
 
+def test_lut_fn_reads_pallas_tpu_entries_falls_back_and_cuts_tm_to_divide_m():
+  """megablox needs m % tm == 0 (kernels pads m instead): the largest multiple of 8 up to tm
+  that divides m, else m; the fallback likewise. A GPU's entries are not megablox tilings."""
+  lut = _lut()
+  assert lut.lut_fn("fwd")(480, 1024, 2048) == (240, 512, 1024)  # the entry's tm 256, cut
+  gpu_only = kernels.Lut(KIND, [e for e in lut.entries() if e.backend != "pallas_tpu"])
+  assert gpu_only.lut_fn("fwd")(4096, 4096, 14336) is None
+  fallback = gpu_only.lut_fn("fwd", fallback=(128, 128, 128))
+  assert [fallback(m, 64, 80) for m in (96, 100, 1000, 4)] == [
+    (96, 128, 128),
+    (100, 128, 128),  # no multiple of 8 divides 100: one row tile
+    (40, 128, 128),
+    (4, 128, 128),
+  ]
+
+
 def test_lut_fn_drives_megablox_gmm():
   mb = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
   lut = kernels.Lut(
@@ -194,12 +210,12 @@ def _bad_luts(tmp_path):
   return [
     (tmp_path / "missing.json", ": no such LUT file or folder"),
     (corrupt, ":1: corrupt LUT, invalid JSON (Expecting property name enclosed in double quotes)"),
+    (latin1, ":2: corrupt LUT, not UTF-8 text (byte 0xe9 at column 14)"),
     (
       other,
       f": LUT was tuned on 'NVIDIA H100 80GB HBM3' but this device is {KIND!r}; pass force=True to use it anyway",
     ),
     (tmp_path / "empty", f": no LUT for device {KIND!r} (looked for {slug}; found no .json files)"),
-    (latin1, ":2: corrupt LUT, not UTF-8 text (byte 0xe9 at column 14)"),
   ]
 
 
@@ -240,6 +256,37 @@ def test_on_error_warn_falls_back_to_the_heuristics_once(tmp_path, monkeypatch, 
   assert str(e.value).startswith(
     "RAGTUNE_LUT_ON_ERROR=wran: expected 'raise' or 'warn' (on this LUT error: RAGTUNE_LUT="
   )
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="auto runs XLA's op, reading no LUT, on a CPU")
+def test_a_broken_ragtune_lut_raises_where_auto_asks_no_lut(tmp_path, monkeypatch, caplog):
+  """On a CPU, auto runs XLA's op and asks no LUT; a RAGTUNE_LUT that cannot be read raises
+  all the same (or warns), so it shows before it ships. A LUT for another device, or a folder
+  without this device's, is no error there: nothing would use it."""
+  shape = ((64, 32), (2, 32, 48), jnp.float32)
+  bad = _bad_luts(tmp_path)
+  for path, rest in bad[:3]:  # missing, corrupt, not UTF-8
+    monkeypatch.setenv(kernels.lut.ENV_VAR, str(path))
+    kernels.lut.reset_active_lut()
+    for call in (lambda: kernels.explain(*shape), lambda: kernels.explain(*shape, backend="xla")):
+      with pytest.raises(kernels.LutError) as e:
+        call()
+      assert str(e.value) == f"RAGTUNE_LUT={path}{rest}"
+    with pytest.raises(kernels.LutError):
+      kernels.ragged_dot(jnp.ones((8, 4)), jnp.ones((2, 4, 4)), jnp.array([4, 4], jnp.int32))
+  for path, _ in bad[3:]:  # another device's LUT, a folder without this device's
+    monkeypatch.setenv(kernels.lut.ENV_VAR, str(path))
+    kernels.lut.reset_active_lut()
+    assert kernels.explain(*shape)["fwd"].backend == "xla"
+  monkeypatch.setenv(kernels.lut.ON_ERROR_VAR, "warn")
+  monkeypatch.setattr(kernels.lut, "_warned", set(), raising=False)
+  monkeypatch.setenv(kernels.lut.ENV_VAR, str(bad[1][0]))
+  kernels.lut.reset_active_lut()
+  with caplog.at_level(logging.WARNING, logger="kernels"):
+    assert all(kernels.explain(*shape)["fwd"].backend == "xla" for _ in range(2))
+  assert [r.getMessage() for r in caplog.records if r.name == "kernels"] == [
+    f"RAGTUNE_LUT_ON_ERROR=warn: RAGTUNE_LUT={bad[1][0]}{bad[1][1]}; using no LUT, the built-in heuristics run"
+  ]
 
 
 def test_on_error_warn_once_per_process_per_error(tmp_path, monkeypatch, caplog):

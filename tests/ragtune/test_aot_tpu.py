@@ -275,7 +275,7 @@ def test_verify_target_compiles_a_tpu_luts_entries(tmp_path):
   # auto: the LUT's own chip, under another of jax's spellings of its kind.
   path.write_text(json.dumps(kernels.Lut("TPU v6e", entries[:1]).to_dict()))
   r = runner.invoke(app, ["verify", str(path), "--target", "auto"], terminal_width=220)
-  assert r.exit_code == 0 and "compiled 1 of 1 entries for v6e" in r.output, r.output
+  assert r.exit_code == 0 and "compiled 1 of 1 entry for v6e" in r.output, r.output
 
 
 def test_explain_says_which_default_it_used():

@@ -76,9 +76,10 @@ def test_cpu_run_checks_every_variant_times_none_and_writes_the_csv_beside_the_l
   assert r.exit_code == 0, r.output
   assert "device: cpu (cpu), jax " in r.output and f"LUT: {Path('luts/cpu.json')}" in r.output
   assert "none is timed" in r.output and "TF/s" not in r.output
+  assert 'backend="auto" runs XLA\'s op here and reads no LUT' in r.output, "the LUT row is not auto's"
   rows = list(csv.DictReader((tmp_path / "luts" / "bench-tiny.csv").open()))
   assert not (tmp_path / "results").exists(), "the CSV goes beside the LUT"
-  expected = ["LUT: pallas_gpu (exact)", "pallas_gpu default [interpret]", bench.XLA]
+  expected = ["LUT with backend=pallas_gpu (exact)", "pallas_gpu default [interpret]", bench.XLA]
   assert [row["variant"] for row in rows] == expected + [bench.TOKAMAX] * (TOKAMAX is not None) + [bench.DENSE]
   assert all(row["status"] == "ok" and row["shape"] == "[64,32]x[4,32,48]" for row in rows), rows  # not shrunk
   assert all(row[c] == "" for row in rows for c in ("ms", "tflops", "vs_peer", "timer")), "nothing is timed"
@@ -113,7 +114,7 @@ def test_a_failing_variant_is_reported_and_never_timed_the_rest_are_timed_togeth
   monkeypatch.chdir(tmp_path)
   (tmp_path / "tiny.yaml").write_text(TINY)
   r = runner.invoke(app, ["bench", "tiny.yaml", "--csv", "out.csv"])
-  assert r.exit_code == 1 and "wrong: FAIL" in r.output and "1 variant(s) failed their check" in r.output
+  assert r.exit_code == 1 and "wrong: FAIL" in r.output and "1 variant failed the check" in r.output
   assert (tmp_path / "out.csv").is_file() and not (tmp_path / "results").exists()
 
 
@@ -231,6 +232,18 @@ def test_one_problem_per_op_and_shape_and_big_ones_shrink_on_a_cpu_host():
   assert all(sum(p.group_sizes) == p.m and len(p.group_sizes) == p.g for p in on_cpu)
   smoke = shapes.expand(shapes.load_shape_set(ROOT / "shapes" / "smoke.yaml"))
   assert bench.bench_problems(smoke, device=False) == smoke  # a LUT tuned on them applies exactly
+
+
+def test_a_shape_listed_for_several_backends_is_benched_once_on_a_cpu_host():
+  """A CPU host benches one interpreted backend; the Mosaic GPU interpreter's cost of a shape
+  does not shrink a second copy of it (benchmarks/gpu_run.py's small problem ran twice)."""
+  spec = shapes.ShapeSet.model_validate(
+    {"ops": ["fwd"], "backends": ["pallas_gpu", "mosaic_gpu"], "shapes": [{"m": 96, "k": 64, "n": 80, "g": 4}]}
+  )
+  problems = shapes.expand(spec)
+  assert len(problems) == 2
+  (p,) = bench.bench_problems(problems, device=False)
+  assert (p.m, p.k, p.n, p.g) == (96, 64, 80, 4)
 
 
 def test_default_csv_is_beside_the_lut_but_never_in_the_kernels_package(tmp_path):

@@ -257,6 +257,30 @@ def test_missing_file_and_empty_results(tmp_path):
   assert r.exit_code == 2 and "results file is empty" in _one_error_line(r)
 
 
+def test_a_missing_results_folder_says_how_to_make_one(tmp_path, monkeypatch):
+  """A fresh clone's commands other than sweep: the default folder is named with the sweep
+  that makes it; a folder given is named with the sweep that makes it there."""
+  monkeypatch.chdir(tmp_path)
+  default = Path("results") / kernels.device_slug(kernels.lut.current_device_kind())
+  for cmd, what in (("verify", "LUT file or results folder"), ("show", "results folder"), ("report", "results folder")):
+    line = _one_error_line(runner.invoke(app, [cmd]))
+    assert (
+      line == f"error: {default}: no such {what} (this device's default; run a sweep first: ragtune sweep SHAPES.yaml)"
+    )
+  (tmp_path / "shapes").mkdir()
+  (tmp_path / "shapes" / "smoke.yaml").write_text(GOOD_SHAPE)  # as in a checkout
+  line = _one_error_line(runner.invoke(app, ["export-lut"]))
+  assert line.endswith("(this device's default; run a sweep first: ragtune sweep shapes/smoke.yaml)"), line
+  line = _one_error_line(runner.invoke(app, ["show", "my results"]))
+  assert (
+    line
+    == "error: my results: no such results folder (a sweep makes one: ragtune sweep shapes/smoke.yaml -o 'my results')"
+  )
+  line = _one_error_line(runner.invoke(app, ["verify", "lut.json"]))
+  assert line.endswith("(export-lut writes one: ragtune export-lut RESULTS_DIR -o lut.json)"), line
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["shapes"], "nothing written"
+
+
 def test_a_record_with_bad_versions_is_named(tmp_path):
   row = {**json.loads(WORKER_ROW), "versions": "0.10.2"}
   (tmp_path / store.RECORDS).write_text(json.dumps(row) + "\n")

@@ -158,7 +158,7 @@ def test_resume_after_kill_loses_and_repeats_nothing(tmp_path):
 
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output
-  assert f"resuming: {len(before)} measurements" in r.output
+  assert f"resuming: skipping {len(before)} measurements already in the results file" in r.output
   after = store.ResultsStore(out).rows()
   ids = [row.id for row in after]
   assert len(ids) == len(set(ids)) == total
@@ -186,7 +186,7 @@ def test_a_flagged_sweep_stopped_by_ctrl_c_resumes_exactly_from_the_bare_command
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
   assert r.exit_code == 0, r.output
   assert f"with its options {shlex.join(flags)} ({out / resume.SWEEPS})" in r.output
-  assert "resuming: 1 measurements already in the results file are skipped" in r.output
+  assert "resuming: skipping 1 measurement already in the results file" in r.output
   rows = store.ResultsStore(out).rows()
   assert rows[0] == first and len({row.id for row in rows}) == len(rows) == 2 + 1, "the flagged plan, not 2*3*(2+5)"
   assert {row.problem.key for row in rows} == {p.key}

@@ -394,3 +394,59 @@ def test_an_empty_shard_says_so_and_exits_0(tmp_path):
   assert not out.exists(), "nothing written"
   r = runner.invoke(app, ["plan", str(spec), "-o", str(out), "--shard", "2/3"])
   assert r.exit_code == 0 and "shard 2/3 has no problems (1 problem for 3 tasks); nothing to do" in r.output, r.output
+
+
+def _swept_shard(spec: Path, out: Path, index: int, count: int) -> None:
+  """Shard index/count of spec as a finished sweep leaves it in out: its records (XLA's row and
+  the default config's of each problem) and its stored options, written here, not measured."""
+  from ragtune.run import prepare, resume
+
+  _, problems = prepare.load_problems(spec, prepare.Selection(shard=f"{index}/{count}"))
+  folder = shard_mod.Shard(index, count).folder(out)
+  folder.mkdir(parents=True)
+  dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": jax.__version__}
+  rows = []
+  for p in problems:
+    (cfg,) = search_space.candidates(p, 1)
+    rows.append(store.make_row(p, "baseline:xla", None, "ok", interpret=False, device=dev, time_s=2e-3))
+    rows.append(store.make_row(p, store.candidate_id(cfg), cfg, "ok", interpret=True, device=dev, time_s=1e-3))
+  (folder / store.RECORDS).write_text("".join(json.dumps(r.to_dict()) + "\n" for r in rows))
+  resume.save(folder, spec, resume.SweepFlags(shard="auto"), finished=True)
+
+
+def test_a_shard_with_no_records_is_named_and_stops_export_lut_unless_partial(tmp_path):
+  """A SLURM array of 2 tasks, task 0 not run yet: show warns, export-lut refuses a LUT of half
+  the set (--partial writes it), naming the shard and the sweep that fills it; once it is
+  there, nothing is said. A shard past the set's size (more tasks than problems) is empty,
+  not missing."""
+  spec, out = tmp_path / "s.yaml", tmp_path / "res"
+  spec.write_text(
+    "ops: [fwd]\nbackends: [pallas_gpu]\nshapes:\n  - {m: 24, k: 32, n: 32, g: 2}\n  - {m: 40, k: 32, n: 32, g: 2}\n"
+  )
+  _swept_shard(spec, out, 1, 2)
+  gap = f"{out}: shard 0 of 2 has no records here (not swept yet, still running, or stopped before its first row)"
+  sweep_it = f"sweep it: ragtune sweep {spec} -o {out} --shard 0/2"
+  r = runner.invoke(app, ["show", str(out)])
+  assert r.exit_code == 0 and f"warning: {gap}: its problems are left out; {sweep_it}" in r.output, r.output
+  r = runner.invoke(app, ["export-lut", str(out)])
+  assert r.exit_code == 2, r.output
+  assert r.output.strip() == (
+    f"error: {gap}: a LUT from the others would lack its problems; {sweep_it}; or pass --partial to export the "
+    "others anyway"
+  ), r.output
+  assert not list(out.glob("*.json")), "nothing written"
+  r = runner.invoke(app, ["export-lut", str(out), "--partial"])
+  assert r.exit_code == 0 and "warning: " in r.output and (out / "cpu.json").is_file(), r.output
+  _swept_shard(spec, out, 0, 2)
+  r = runner.invoke(app, ["export-lut", str(out), "-o", str(out / "all.json")])
+  assert r.exit_code == 0 and "warning" not in r.output and "cpu: 2 entries" in r.output, r.output
+
+  one, out3 = tmp_path / "one.yaml", tmp_path / "res3"  # 1 problem, 3 tasks: shards 1 and 2 are empty
+  one.write_text("ops: [fwd]\nbackends: [pallas_gpu]\nshapes:\n  - {m: 24, k: 32, n: 32, g: 2}\n")
+  _swept_shard(one, out3, 0, 3)
+  r = runner.invoke(app, ["export-lut", str(out3)])
+  assert r.exit_code == 0 and "warning" not in r.output, r.output
+  one.write_text(one.read_text() + "  - {m: 40, k: 32, n: 32, g: 2}\n")  # changed since: the size is unknown
+  r = runner.invoke(app, ["show", str(out3)])
+  assert r.exit_code == 0 and f"{out3}: shards 1, 2 of 3 have no records here" in r.output, r.output
+  assert "(and --shard 2/3)" in r.output, r.output

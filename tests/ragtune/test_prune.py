@@ -178,6 +178,31 @@ def _no_kernel(calls):
   return compile_many
 
 
+def test_plan_target_shows_per_problem_what_its_line_counts(tmp_path, monkeypatch):
+  """A rejected candidate past --max-candidates: the line says a sweep skips 1, and the table's
+  compile-rejected column says of which problem, though a listed sweep never reaches it."""
+
+  def compile_many(target, items, jobs=None):
+    for i in range(len(items)):
+      last = i == len(items) - 1
+      yield i, {"outcome": aot.SPILL if last else aot.OK, "error": "8 B spilled" if last else "", "compile_s": 1.0}
+
+  monkeypatch.setattr(prune, "compile_many", compile_many)
+  spec = tmp_path / "tiny.yaml"
+  spec.write_text(TINY)
+  (p,) = shapes.expand(shapes.load_shape_set(spec))
+  out = tmp_path / "h100"
+  r = runner.invoke(app, ["plan", str(spec), "--target", "h100", "-o", str(out), "--max-candidates", "1"])
+  assert r.exit_code == 0, r.output
+  n = len(prune.rejected(out, H100, p))
+  assert n >= 1 and f"a sweep there skips {n} of them" in r.output, r.output
+  assert "per problem: the plan's compile-rejected column" in r.output, r.output
+  header = next(line for line in r.output.splitlines() if "compile-rejected" in line and "┃" in line)
+  row = next(line for line in r.output.splitlines() if p.shape_label in line and "│" in line)
+  cells = [c.strip() for c in row.split("│")]
+  assert cells[[c.strip() for c in header.split("┃")].index("compile-rejected")] == str(n), r.output
+
+
 def test_a_compile_whose_machine_code_shows_no_kernel_prunes_nothing_and_says_so(tmp_path, monkeypatch):
   """NO_KERNEL judged nothing: plan --target keeps every candidate with a warning naming how
   many and why, and compiles them again next time; `ragtune compile` fails naming it."""

@@ -6,6 +6,7 @@ this test run's JAX_PLATFORMS=cpu (conftest.py) or a quiet start already marked 
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,20 @@ def _noise(stderr: str) -> list[str]:
 )
 def test_commands_start_quietly(args, tmp_path):
   r = _ragtune(*args, cwd=tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert _noise(r.stderr) == [], r.stderr[-3000:]
+
+
+@cpu_host_with_extras
+def test_a_python_script_gets_the_quiet_start_docs_commands_md_shows(tmp_path):
+  """`import kernels` leaves jax's start-up as it is; the snippet in docs/commands.md gives a
+  script the command's quiet start, up to jax's first computation."""
+  blocks = re.findall(r"^```(\w*)\n(.*?)^```", (ROOT / "docs" / "commands.md").read_text(), re.M | re.S)
+  (snippet,) = [body for lang, body in blocks if lang == "python" and "quiet_start()" in body]
+  clean = {k: v for k, v in os.environ.items() if k not in _SET_BY_RUNS}
+  clean["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+  code = snippet + "jax.numpy.ones(1).block_until_ready()\n"
+  r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-3000:]
   assert _noise(r.stderr) == [], r.stderr[-3000:]
 

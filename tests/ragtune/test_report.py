@@ -12,7 +12,7 @@ from ragtune.candidates import search_space
 from ragtune.cli.app import app
 from ragtune.device import ceilings
 from ragtune.problems.shapes import Problem
-from ragtune.records import report, store
+from ragtune.records import plots, report, store
 
 runner = CliRunner()
 DEV = {"device_kind": "Fake GPU 80GB", "platform": "gpu", "jax_version": "0.0.1"}
@@ -102,6 +102,23 @@ def test_report_writes_readable_pngs_and_markdown(tmp_path):
   md = (rep / "report.md").read_text()
   assert all(f"]({n})" in md for n in names) and "| op |" in md and "800 TF/s" in md
   assert not list(rep.glob(".*tmp*")), "files are written atomically"
+
+
+def test_a_plot_that_fails_mid_write_leaves_neither_half_a_png_nor_its_temp_file(tmp_path, monkeypatch):
+  out, _, _ = _results(tmp_path)
+  rep = tmp_path / "rep"
+
+  def disk_full(best, path, title):
+    path.write_bytes(b"\x89PNG\r\n\x1a\n half of it")
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(plots, "tflops_plot", disk_full)
+  r = runner.invoke(app, ["report", str(out), "-o", str(rep)])
+  assert r.exit_code == 2, r.output
+  assert r.output.strip().splitlines()[-1] == (
+    f"error: {rep / 'fake-gpu-80gb-tflops.png'}: cannot write (No space left on device)"
+  ), r.output
+  assert sorted(p.name for p in rep.iterdir()) == ["best.csv", "rows.csv"], "no temp file, no half a PNG"
 
 
 def _model_results(tmp_path, interpret: bool):

@@ -207,6 +207,47 @@ def test_second_sweep_into_a_locked_folder_stops_at_once_naming_the_holder(tmp_p
     holder.wait()
 
 
+def test_sweep_wait_prints_its_plan_once_it_holds_the_folder(tmp_path, monkeypatch):
+  """While it waits, the sweep that holds the folder records rows; the plan printed counts
+  them: it is printed under the lock, not before the wait."""
+  spec, out = tmp_path / "s.yaml", tmp_path / "res"
+  spec.write_text("backends: [xla]\nshapes:\n  - {m: 16, k: 16, n: 16, g: 2}\n")
+  (p,) = shapes.expand(shapes.load_shape_set(spec))
+  dev = {"device_kind": "cpu", "platform": "cpu", "jax_version": "x"}
+  rows = [
+    store.make_row(p, b, None, "ok", interpret=False, device=dev, time_s=1e-3)
+    for b in ("baseline:xla", "baseline:dense")
+  ]
+  holding, waiting = threading.Event(), threading.Event()
+  holder_text = lock._holder
+  monkeypatch.setattr(lock, "_holder", lambda d: (waiting.set(), holder_text(d))[1])  # said just before it waits
+
+  def other_sweep():
+    with lock.sweep_lock(out):
+      holding.set()
+      assert waiting.wait(120), "the sweep never waited"
+      for row in rows:
+        store.ResultsStore(out).append(row)
+
+  other = threading.Thread(target=other_sweep)
+  other.start()
+  try:
+    assert holding.wait(30)
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--wait"])
+  finally:
+    waiting.set()
+    other.join()
+  assert r.exit_code == 0, r.output
+  lines = r.output.splitlines()
+  wait_line = next(i for i, l in enumerate(lines) if l.startswith("waiting for the sweep"))
+  plan_line = next(i for i, l in enumerate(lines) if "measurements to do" in l)
+  assert (
+    wait_line < plan_line
+    and lines[plan_line] == "1 problem, 0 measurements to do (candidates and the 2 baselines per problem)"
+  ), r.output
+  assert len(store.ResultsStore(out).rows()) == 2, "nothing measured twice"
+
+
 def test_duplicate_ids_are_read_once_the_latest_winning(tmp_path):
   """An id met twice (a row measured again by sweep --retry-failed): its latest record counts."""
   p = shapes.Problem("fwd", "pallas_gpu", "bfloat16", 48, 32, 40, 3, "x", (16, 16, 16))
