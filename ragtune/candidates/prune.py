@@ -248,6 +248,8 @@ def _pool_pass(fn, target, items, batch, jobs, timeout_s):
     for proc in procs:
       if proc.is_alive():
         proc.kill()
+    for proc in procs:
+      proc.join(5)  # reaped: none is left behind when this process exits (on Ctrl-C at once)
 
 
 def run(
