@@ -211,22 +211,26 @@ def test_ctrl_c_while_compiling_stops_at_once_and_the_workers_never_see_it(capfd
   leave Ctrl-C to this process, which stops and kills them)."""
   import fault_builders
 
-  def python_handles_ctrl_c(pid: int) -> bool:  # Python has started in it: SIGINT has a handler
+  def sigint_in(pid: int, field: str) -> bool:  # SigCgt: Python has started there; SigBlk: blocked
     try:
       status = dict(line.split(":\t", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
     except OSError:
       return False
-    return bool(int(status["SigCgt"], 16) >> (signal.SIGINT - 1) & 1)
+    return bool(int(status[field], 16) >> (signal.SIGINT - 1) & 1)
 
   def ctrl_c_once_they_start():
     deadline = time.time() + 120
     while time.time() < deadline:
       workers = multiprocessing.active_children()
-      if len(workers) == 2 and all(python_handles_ctrl_c(w.pid) for w in workers):
+      if len(workers) == 2 and all(sigint_in(w.pid, "SigCgt") for w in workers):
         break
       time.sleep(0.01)
     for worker in workers:
       os.kill(worker.pid, signal.SIGINT)
+    # Each has died of it (printing what it prints), or holds it blocked; then this process's turn.
+    settled = time.time() + 10
+    while time.time() < settled and any(w.is_alive() and not sigint_in(w.pid, "SigBlk") for w in workers):
+      time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGINT)
 
   items = [(None, "hang"), (None, "hang")]
