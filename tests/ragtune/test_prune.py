@@ -235,8 +235,9 @@ def test_ctrl_c_while_compiling_stops_at_once_and_the_workers_never_see_it(capfd
 
   items = [(None, "hang"), (None, "hang")]
   threading.Thread(target=ctrl_c_once_they_start, daemon=True).start()
-  with stop.handlers(), pytest.raises(KeyboardInterrupt):
+  with stop.handlers(), pytest.raises(KeyboardInterrupt) as stopped:
     list(prune.compile_many("h100", items, jobs=2, timeout_s=60, fn=fault_builders.compile_faults))
+  assert stop.exit_code(stopped.value) == 130  # and the stop is acted on, as the command does
   assert not multiprocessing.active_children(), "every worker killed"
   err = capfd.readouterr().err
   assert "Traceback" not in err and "KeyboardInterrupt" not in err, err

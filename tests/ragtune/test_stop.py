@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ragtune import stop
 from ragtune.cli.app import app
 from ragtune.run import pool, prepare
 
@@ -98,3 +99,15 @@ def test_a_ctrl_c_python_drops_still_stops_the_sweep(tmp_path, monkeypatch):
   assert r.exit_code == 130, r.output
   assert r.output.strip().splitlines()[-1].startswith("interrupted: every finished row is kept"), r.output
   assert "Traceback" not in r.output and "Exception ignored" not in r.output, r.output
+
+
+@pytest.mark.parametrize("returncode", [-signal.SIGINT, -signal.SIGTERM])
+def test_a_child_killed_by_ctrl_c_or_sigterm_is_a_stop(returncode):
+  with pytest.raises(stop.Stop) as stopped:
+    stop.died_of(returncode)
+  assert stop.exit_code(stopped.value) == 128 - returncode
+
+
+@pytest.mark.parametrize("returncode", [None, 0, 1, 3, -signal.SIGKILL, -signal.SIGSEGV, -signal.SIGABRT])
+def test_a_child_that_exits_or_dies_otherwise_is_its_own_failure(returncode):
+  stop.died_of(returncode)  # the caller records it (a sweep: `crash`)
