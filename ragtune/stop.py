@@ -1,5 +1,6 @@
-"""How a command stops: on Ctrl-C (SIGINT) or SIGTERM, which a batch scheduler sends to every
-process of a job (SLURM's scancel, preemption and time limit; Kubernetes' pod deletion).
+"""How a command stops: on Ctrl-C (SIGINT) or SIGTERM, a batch scheduler's stop (SLURM sends it
+to every process of a job on scancel, preemption and at the time limit; Kubernetes to each
+container's main process when it deletes a pod).
 
 A command stops at once, or at its next safe point, and exits with 128 + the signal's number:
 130 for SIGINT, 143 for SIGTERM. Each signal is recorded before anything is raised, so one whose
