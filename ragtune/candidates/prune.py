@@ -25,7 +25,7 @@ from typing import Any
 
 import kernels
 from kernels import common
-from ragtune import provenance
+from ragtune import provenance, stop
 from ragtune.candidates import search_space
 from ragtune.deviceless import aot
 from ragtune.errors import RagtuneError
@@ -208,7 +208,9 @@ def compile_many(
 def _pool_pass(fn, target, items, batch, jobs, timeout_s):
   """Run `batch` (indices) in one pool, at most `jobs` in flight; yields finished results.
   Returns (indices finished, [(index, why) in flight when the pool broke or hung])."""
-  pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+  # Its processes leave Ctrl-C to this one (they start as it is submitted to).
+  with stop.ctrl_c_blocked():
+    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
   done: set[int] = set()
   pending = list(batch)
   flight: dict[cf.Future, tuple[int, float]] = {}
@@ -217,8 +219,13 @@ def _pool_pass(fn, target, items, batch, jobs, timeout_s):
       while pending and len(flight) < jobs:
         i = pending.pop(0)
         p, cfg = items[i]
-        flight[pool.submit(fn, target, p, cfg)] = (i, time.monotonic())
-      finished, _ = cf.wait(flight, timeout=min(5.0, timeout_s / 4), return_when=cf.FIRST_COMPLETED)
+        with stop.ctrl_c_blocked():
+          flight[pool.submit(fn, target, p, cfg)] = (i, time.monotonic())
+      with stop.deferred():  # Ctrl-C inside the wait's lock could come out as a RuntimeError
+        finished, _ = cf.wait(flight, timeout=min(0.5, timeout_s / 4), return_when=cf.FIRST_COMPLETED)
+      # Before reading them: SIGTERM to the process group kills the workers too, which is this
+      # command's stop, not a compile's crash.
+      stop.check()
       for fut in finished:
         i, _ = flight.pop(fut)
         try:
@@ -242,6 +249,8 @@ def _pool_pass(fn, target, items, batch, jobs, timeout_s):
     for proc in procs:
       if proc.is_alive():
         proc.kill()
+    for proc in procs:
+      proc.join(5)  # reaped: none is left behind when this process exits (on Ctrl-C at once)
 
 
 def run(

@@ -15,10 +15,9 @@ import functools
 import importlib
 import re
 import shlex
-import signal
 import sys
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -29,7 +28,7 @@ from rich.markup import escape
 from rich.progress import Progress
 
 import kernels
-from ragtune import paths
+from ragtune import paths, stop
 from ragtune.errors import RagtuneError
 from ragtune.filekind import Kind
 from ragtune.problems import limits
@@ -193,6 +192,23 @@ class _Command(typer.core.TyperCommand):
 
   def get_help(self, ctx) -> str:
     return re.sub(r"<([^<>\s][^<>]*)>", lambda m: _TYPE_WORDS.get(m.group(1), m.group(0)), super().get_help(ctx))
+
+  def invoke(self, ctx):
+    """Ctrl-C or SIGTERM anywhere in a command: one line and exit 130 or 143 (a command's
+    _stoppable says more). A signal whose KeyboardInterrupt was dropped, or came out of an
+    import or a compiled callback as another error, still counts."""
+    try:
+      try:
+        with stop.handlers():
+          result = super().invoke(ctx)
+          stop.check()
+          return result
+      except Exception:
+        stop.check()
+        raise
+    except KeyboardInterrupt as e:
+      _print("interrupted", err=True)
+      raise typer.Exit(stop.exit_code(e)) from None
 
 
 # Every example runs as pasted on a fresh clone (tests/ragtune/test_help_examples.py runs them). The
@@ -404,19 +420,15 @@ def _print_plan(rows, cost) -> None:
 
 
 @contextlib.contextmanager
-def _stoppable(message: str, handler=signal.default_int_handler):
-  """SIGTERM (a batch scheduler's time limit) stops the work as Ctrl-C does (a sweep's at a
-  safe point, with pool.stop_handler); either prints message and exits with status 130."""
-  in_main = threading.current_thread() is threading.main_thread()
-  previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+def _stoppable(message: str | Callable[[], str]):
+  """Ctrl-C or SIGTERM (a batch scheduler's stop) stops the work (ragtune/stop.py), prints
+  message (or what it returns then) and exits with status 130 or 143."""
   try:
-    yield
-  except KeyboardInterrupt:
-    _print(message, err=True)
-    raise typer.Exit(130) from None
-  finally:
-    for sig, old in previous.items():
-      signal.signal(sig, old)
+    with stop.handlers():
+      yield
+  except KeyboardInterrupt as e:
+    _print(message if isinstance(message, str) else message(), err=True)
+    raise typer.Exit(stop.exit_code(e)) from None
 
 
 def _run_sweep(run: prepare.SweepPlan):
@@ -544,7 +556,6 @@ def sweep(
   unfinished one resumes, a finished one has nothing to do. It starts with
   an estimate of its time. An error of the environment rather than of a candidate (a missing
   module, interpret mode off on a CPU) stops it before anything is recorded for it."""
-  from ragtune.run import pool
 
   from_cli = lambda name: ctx.get_parameter_source(name) == _click.core.ParameterSource.COMMANDLINE
   given = SweepFlags(  # as given: None or () where an option is left to its default
@@ -585,7 +596,7 @@ def sweep(
   )
   t0 = time.perf_counter()
   kept = f"interrupted: every finished row is kept in {run.opts.out_dir / 'records.jsonl'}; resume with: "
-  with _stoppable(kept + run.command(), pool.stop_handler):
+  with _stoppable(kept + run.command()):
     summaries = _run_sweep(run)
   out_dir = run.opts.out_dir
   seconds = time.perf_counter() - t0
@@ -603,13 +614,13 @@ def _compile_for(target: str, problems: list, out_dir: Path, jobs: int | None, k
   start = time.monotonic()
   try:
     counts = prune.run(problems, target, out_dir, jobs)
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as e:
     _print(
       f"interrupted: every finished compile is kept in {out_dir / prune.COMPILE_RECORDS}; "
       f"the same command goes on from there",
       err=True,
     )
-    raise typer.Exit(130) from None
+    raise typer.Exit(stop.exit_code(e)) from None
   total = sum(counts.values())
   bad = total - sum(counts.get(o, 0) for o in aot.NO_VERDICT_AGAINST)
   _print(
@@ -1091,7 +1102,10 @@ def bench(
     done.extend(rows)
     bench_mod.write_csv(csv, done)
 
-  with _stoppable(f"interrupted: the rows so far are in {csv}"):
+  stopped = lambda: (
+    f"interrupted: the rows so far are in {csv}" if done else "interrupted: no problem finished; no CSV written"
+  )
+  with _stoppable(stopped):
     rows = bench_mod.run(bench.problems, bench.bench, show)
   _print(f"\nwrote {csv}")
   failed = [r for r in rows if r.failed]

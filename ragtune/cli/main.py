@@ -5,6 +5,11 @@ import os
 
 
 def main():
+  from ragtune import stop
+
+  # Ctrl-C or SIGTERM during the imports (seconds, for jax): one line and exit 130 or 143, not a
+  # traceback from inside them; each command then installs its own handlers (app._Command).
+  stop.exit_at_once()
   from ragtune.quiet import quiet_start
 
   quiet_start()

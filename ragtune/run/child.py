@@ -7,7 +7,8 @@ on the child's stdin (parent -> child) and on a duplicate of its original stdout
 code cannot corrupt the stream. A thread in the parent turns each child's messages into
 events (child, message), then (child, EOF) once the child is gone. The parent stops a
 child by killing it (SIGKILL, then reaping it), so a hung computation is stopped, not
-abandoned; the child's exit status and stderr say why it died.
+abandoned; the child's exit status and stderr say why it died. A child killed by SIGINT or
+SIGTERM means the command is being stopped (ragtune/stop.py), not that the child failed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from ragtune import stop
 
 EOF = ("eof",)  # the event of a child that is gone (or sent a torn message)
 _HEADER = struct.Struct(">I")
@@ -64,7 +67,7 @@ class Channel:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     self._in = sys.stdin.buffer
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C stops
+    stop.ignore_ctrl_c()
     threading.Thread(target=_watch_parent, daemon=True).start()
 
   def send(self, msg: Any) -> None:
@@ -108,13 +111,14 @@ class Child:
     self.log_path = log
     self._log = open(log, "ab") if log is not None else None
     self._log_start = self._log.tell() if self._log is not None else 0
-    self.proc = subprocess.Popen(
-      [sys.executable, *args],
-      stdin=subprocess.PIPE,
-      stdout=subprocess.PIPE,
-      stderr=self._log,
-      env=env or dict(os.environ, PYTHONPATH=pythonpath()),
-    )
+    with stop.ctrl_c_blocked():
+      self.proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=self._log,
+        env=env or dict(os.environ, PYTHONPATH=pythonpath()),
+      )
     self.dead = False  # given up on by the parent: its last events are to be ignored
     threading.Thread(target=self._pump, daemon=True).start()
 
@@ -142,12 +146,23 @@ class Child:
       pass  # it is gone: its EOF event follows
 
   def recv(self, timeout_s: float) -> Any:
-    """Its next message (EOF once it is gone), or None if none came within timeout_s.
-    Only for a child with its own events queue."""
-    try:
-      return self.events.get(timeout=timeout_s)[1]
-    except queue.Empty:
-      return None
+    """Its next message (EOF once it is gone), or None if none came within timeout_s; raises
+    stop.Stop on Ctrl-C or SIGTERM, to this process or the child. Only for a child with its own
+    events queue."""
+    end = time.monotonic() + timeout_s
+    with stop.deferred():
+      while True:
+        try:
+          msg = self.events.get(timeout=max(0.0, min(0.5, end - time.monotonic())))[1]
+        except queue.Empty:
+          stop.check()
+          if time.monotonic() >= end:
+            return None
+          continue
+        stop.check()
+        if msg == EOF:
+          stop.died_of(self.proc.wait())
+        return msg
 
   def kill(self) -> None:
     """Stop it now and reap it."""

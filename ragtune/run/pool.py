@@ -4,7 +4,9 @@ becomes exactly one row, appended as soon as it is known.
 
 Faults: the pool gives each candidate `timeout_s` (compile + check + time). A worker
 past it is killed and the candidate recorded as `timeout`; a worker that dies is recorded
-as `crash` with its signal or the tail of its stderr. A fresh worker on the same device
+as `crash` with its signal or the tail of its stderr, unless SIGINT or SIGTERM killed it: the
+sweep is being stopped (ragtune/stop.py), and the candidate in flight is left for the
+resumed sweep, as on a stop of the sweep itself. A fresh worker on the same device
 then takes the problem's remaining candidates. Baselines are not re-timed there: each
 row is written once, the device is the same, and a fresh process warms up before it
 times (measure.time_variants), so times stay comparable. Rows carry `worker_pid`, so
@@ -16,33 +18,18 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import queue
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ragtune import stop
 from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
 from ragtune.records.store import Record, ResultsStore, make_row
 from ragtune.run import child, devices, environment
 from ragtune.run.options import SweepOptions
 from ragtune.run.plan import Task
-
-# Ctrl-C and SIGTERM during a sweep. A KeyboardInterrupt raised by a signal handler can land
-# inside the lock that queue.get holds and come out as "RuntimeError: release unlocked lock",
-# so while the pool's loop runs the handler only sets this flag, and the loop raises
-# KeyboardInterrupt at its next turn (within a second). Elsewhere it raises at once.
-_stop_requested = threading.Event()
-_in_pool_loop = threading.Event()
-
-
-def stop_handler(signum, frame) -> None:
-  """SIGINT/SIGTERM handler for a sweep: stop it as Ctrl-C does, at a safe point."""
-  if _in_pool_loop.is_set():
-    _stop_requested.set()
-  else:
-    raise KeyboardInterrupt
 
 
 class Progress(Protocol):
@@ -121,20 +108,17 @@ class Pool:
         w.close() if graceful else w.kill()
 
   def run(self, tasks: list[Task]) -> None:
-    _stop_requested.clear()
-    _in_pool_loop.set()
-    try:
+    # Ctrl-C and SIGTERM stop the loop at its next turn (within a second), or before it acts
+    # on the event it has just read: the death of a worker killed by the same signal.
+    with stop.deferred():
       self._run(tasks)
-    finally:
-      _in_pool_loop.clear()
 
   def _run(self, tasks: list[Task]) -> None:
     self.queue = collections.deque(tasks)
     for slot in range(min(len(self.opts.devices), max(1, len(tasks)))):
       self._spawn(slot)
     while any(w.task is not None or w.purpose != "work" for w in self.workers.values()) or self.queue:
-      if _stop_requested.is_set():
-        raise KeyboardInterrupt
+      stop.check()
       self.progress.tick()
       now = time.monotonic()
       deadlines = [w.deadline for w in self.workers.values() if w.deadline is not None]
@@ -142,10 +126,12 @@ class Pool:
       try:
         w, msg = self.events.get(timeout=wait)
       except queue.Empty:
+        stop.check()
         for w in list(self.workers.values()):
           if w.deadline is not None and time.monotonic() > w.deadline:
             self._lost(w, "timeout")
         continue
+      stop.check()
       if w.dead or self.workers.get(w.slot) is not w:
         continue  # a killed worker's last words, or a spare that died idle (replaced when needed)
       getattr(self, f"_on_{msg[0]}")(w, *msg[1:])
@@ -188,6 +174,7 @@ class Pool:
     self._feed(w)
 
   def _on_eof(self, w: _Worker) -> None:
+    stop.died_of(w.proc.wait())
     self._lost(w, "crash")
 
   def _on_retire(self, w: _Worker, reason: str) -> None:

@@ -54,6 +54,23 @@ def build(p, backend, config, interpret):
   return fn
 
 
+def hold(p, backend, config, interpret):
+  """While $FAULT_HOLD names a file, candidate [1] writes it and then hangs: a test that sees the
+  file knows that a candidate is in flight. Every other candidate, and all without the variable,
+  are the real op."""
+  path = os.environ.get("FAULT_HOLD")
+  if path and _role(p, config) == "hang":
+
+    def held(*a):
+      with open(path, "w"):
+        pass
+      while True:
+        time.sleep(1)
+
+    return held
+  return measure.build_op(p, backend, config, interpret)
+
+
 def fail_build(p, backend, config, interpret):
   """Every candidate fails (as compile_error), so its problem ends with no correct candidate."""
   raise RuntimeError("injected: this candidate does not build")

@@ -8,6 +8,7 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -310,3 +311,30 @@ def test_a_quantized_problem_has_a_bf16_row_of_the_same_shape(tmp_path, monkeypa
   assert bf16["status"] == "ok" and bf16["rel_error"] == "" and bf16["config"].startswith("pallas_gpu: block_m=")
   assert bf16["dtype"] == rows[bench.XLA]["dtype"] == "float8_e4m3fn:block128"
   assert float(rows[bench.XLA]["rel_error"]) < 0.02
+
+
+@pytest.mark.parametrize("stopped_in", [1, 2])
+def test_sigterm_stops_with_one_line_and_the_csv_of_the_finished_problems(tmp_path, monkeypatch, stopped_in):
+  """A batch scheduler's SIGTERM: exit 143 (130 is Ctrl-C's), the line says where the rows so far
+  are, or that there are none; the CSV holds every finished problem's rows, and is never partial."""
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "two.yaml").write_text(TINY + "  - {m: 64, k: 32, n: 40, g: 4}\n")
+  calls = []
+
+  def bench_problem(p, b):
+    calls.append(p)
+    if len(calls) == stopped_in:
+      signal.raise_signal(signal.SIGTERM)
+    return [bench.Row(p.source, p.shape_label, p.op, p.dtype, "variant", rel_error=0.001)]
+
+  monkeypatch.setattr(bench, "bench_problem", bench_problem)
+  r = runner.invoke(app, ["bench", "two.yaml", "--csv", "out.csv"])
+  assert r.exit_code == 143, r.output
+  last = r.output.strip().splitlines()[-1]
+  if stopped_in == 1:
+    assert last == "interrupted: no problem finished; no CSV written" and not (tmp_path / "out.csv").exists()
+  else:
+    assert last == "interrupted: the rows so far are in out.csv", r.output
+    rows = list(csv.DictReader((tmp_path / "out.csv").open()))
+    assert [(row["shape"], row["variant"]) for row in rows] == [("[64,32]x[4,32,48]", "variant")]
+  assert "Traceback" not in r.output

@@ -16,7 +16,7 @@ from conftest import entry_config, entry_pick, selected_config
 from typer.testing import CliRunner
 
 import kernels
-from ragtune import provenance
+from ragtune import provenance, stop
 from ragtune.cli.app import app
 from ragtune.device import ceilings
 from ragtune.lut import export
@@ -172,7 +172,7 @@ def test_a_flagged_sweep_stopped_by_ctrl_c_resumes_exactly_from_the_bare_command
   spec.write_text(RESUME.replace("  - {m: 40", "  - {m: 48, k: 32, n: 40, g: 3}\n  - {m: 40"))
   flags = ["--op", "fwd", "--shape", "40,32,32", "--max-candidates", "1", "--timeout", "60"]
   # Ctrl-C as the pool starts; then one row of the plan is recorded, as if measured before it.
-  monkeypatch.setattr(pool.Pool, "run", lambda self, tasks: pool.stop_handler(signal.SIGINT, None))
+  monkeypatch.setattr(pool.Pool, "run", lambda self, tasks: stop.handler(signal.SIGINT, None))
   r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), *flags])
   assert r.exit_code == 130, r.output
   (line,) = [line for line in r.output.splitlines() if line.startswith("interrupted:")]

@@ -2,13 +2,18 @@
 `ragtune plan --target` records every candidate's compile in DIR/compile.jsonl."""
 
 import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
 
 import jax
 import pytest
 from test_aot_compile import _UNAVAILABLE
 from typer.testing import CliRunner
 
-from ragtune import provenance
+from ragtune import provenance, stop
 from ragtune.candidates import prune, search_space
 from ragtune.cli.app import app
 from ragtune.deviceless import aot
@@ -224,6 +229,43 @@ def test_a_compile_whose_machine_code_shows_no_kernel_prunes_nothing_and_says_so
   r = runner.invoke(app, ["compile", str(spec), "--target", "h100"], terminal_width=200)
   assert r.exit_code == 1 and "no_kernel: the machine code" in r.output, r.output
   assert f"1 of 1 were not checked (no_kernel): {UNREAD}\n1 of 1 did not compile clean" in r.output, r.output
+
+
+def test_ctrl_c_while_compiling_stops_at_once_and_the_workers_never_see_it(capfd):
+  """A terminal's Ctrl-C reaches the compile workers too: they must not print tracebacks (they
+  leave Ctrl-C to this process, which stops and kills them)."""
+  import fault_builders
+
+  def sigint_in(pid: int, field: str) -> bool:  # SigCgt: Python has started there; SigBlk: blocked
+    try:
+      status = dict(line.split(":\t", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
+    except OSError:
+      return False
+    return bool(int(status[field], 16) >> (signal.SIGINT - 1) & 1)
+
+  def ctrl_c_once_they_start():
+    deadline = time.time() + 120
+    while time.time() < deadline:
+      workers = multiprocessing.active_children()
+      if len(workers) == 2 and all(sigint_in(w.pid, "SigCgt") for w in workers):
+        break
+      time.sleep(0.01)
+    for worker in workers:
+      os.kill(worker.pid, signal.SIGINT)
+    # Each has died of it (printing what it prints), or holds it blocked; then this process's turn.
+    settled = time.time() + 10
+    while time.time() < settled and any(w.is_alive() and not sigint_in(w.pid, "SigBlk") for w in workers):
+      time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+
+  items = [(None, "hang"), (None, "hang")]
+  threading.Thread(target=ctrl_c_once_they_start, daemon=True).start()
+  with stop.handlers(), pytest.raises(KeyboardInterrupt) as stopped:
+    list(prune.compile_many("h100", items, jobs=2, timeout_s=60, fn=fault_builders.compile_faults))
+  assert stop.exit_code(stopped.value) == 130  # and the stop is acted on, as the command does
+  assert not multiprocessing.active_children(), "every worker killed"
+  err = capfd.readouterr().err
+  assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
 def test_compile_many_survives_a_crash_and_a_hang_and_stops_on_a_broken_toolchain():

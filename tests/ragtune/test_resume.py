@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ragtune import stop
 from ragtune.cli.app import app
 from ragtune.records import store
 from ragtune.run import lock, pool, resume
@@ -32,7 +33,7 @@ def _measure_all(self, tasks):
 def _ctrl_c(self, tasks):
   """Ctrl-C once the first problem's rows are written."""
   _measure_all(self, tasks[:1])
-  pool.stop_handler(signal.SIGINT, None)
+  stop.handler(signal.SIGINT, None)
 
 
 def _printed_command(output: str) -> list[str]:

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import signal
 import time
 
 import jax
@@ -15,6 +16,7 @@ from ragtune.cli.app import app
 from ragtune.device import measure
 from ragtune.lut import verify
 from ragtune.problems import shapes
+from ragtune.run import child
 
 runner = CliRunner()
 KIND = kernels.lut.current_device_kind()
@@ -160,6 +162,24 @@ def test_ctrl_c_kills_the_worker_at_once():
   with pytest.raises(ProcessLookupError):
     os.kill(pid, 0)
   assert draws._child is None and time.perf_counter() - t0 < 30
+
+
+def test_sigterm_that_kills_the_draw_process_is_a_stop_not_a_failed_entry(tmp_path, monkeypatch):
+  """A scheduler's SIGTERM reaches verify's draw process, perhaps before verify itself: verify
+  stops with its one line and exit 143, and reports no entry as failed for it."""
+  lut = _write_lut(tmp_path / "lut.json", _entries())
+  send = child.Child.send
+
+  def send_then_sigterm(self, msg):
+    send(self, msg)
+    if msg[0] == "draw":
+      os.kill(self.pid, signal.SIGTERM)
+
+  monkeypatch.setattr(child.Child, "send", send_then_sigterm)
+  r = runner.invoke(app, ["verify", str(lut)])
+  assert r.exit_code == 143, r.output
+  assert r.output.strip().splitlines()[-1].startswith("interrupted: verify stopped before its last entry"), r.output
+  assert "FAIL" not in r.output and "error" not in r.output, r.output
 
 
 def test_ctrl_c_says_interrupted_as_sweep_and_bench_do(tmp_path, monkeypatch):
