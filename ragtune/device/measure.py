@@ -9,6 +9,7 @@ Pallas *interpreter* and say nothing about GPU speed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import statistics
 import time
@@ -90,31 +91,36 @@ def op_args(op: str, x: dict[str, jax.Array]) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class Expected:
-  """The reference result (float32, on the host), and for a quantized format the elementwise
-  bound on a kernel's error beyond rtol * |value| (kernels.quant.Tolerance, in float32): None
-  judges by numerics.TOLERANCE."""
+  """The reference result (float32, on the device), and for a quantized format the elementwise
+  bound on a kernel's error beyond rtol * |value| (kernels.quant.Tolerance, in float32, on the
+  device): None judges by numerics.TOLERANCE."""
 
-  value: np.ndarray
-  atol: np.ndarray | None = None
+  value: jax.Array
+  atol: jax.Array | None = None
   rtol: float | None = None
 
 
+@functools.partial(jax.jit, donate_argnums=0)
+def _bound(squares, gamma):
+  """gamma * sqrt(squares), in the squares' buffer."""
+  return gamma * jnp.sqrt(squares)
+
+
 def reference(op: str, x: dict[str, jax.Array], out_dtype=jnp.bfloat16) -> Expected:
-  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision, on the host; for
+  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision, on the device; for
   quantized operands that of the dequantized operands (kernels.quant.reference), with the
   bound of kernels.quant.tolerance for an output in out_dtype. Computed group by group
-  (ragtune.device.reference), so its memory is near the operands' and its FLOPs near the
-  problem's, where lax's own lowering takes g times both; refused (reference.DoesNotFit)
-  where even that needs more than the device's memory."""
+  (kernels.reference), so its memory is the operands' and its float32 output's, and its FLOPs
+  near the problem's, where lax's own lowering takes g times both; refused
+  (reference.DoesNotFit) where even that needs more than the device's memory."""
   memory = limits.device_memory_bytes()
   if "lhs_scale" in x:
     layout = dict(transpose_rhs=QUANTIZED_RHS_NK)
     fmt = quant.check(x["lhs"], x["rhs"], x["lhs_scale"], x["rhs_scale"], **layout)
     tol = quant.tolerance(fmt, x["lhs"].shape[1], out_dtype)
     args = (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
-    value, scale = lax_reference.quantized(*args, memory=memory, **layout)
-    scale *= np.float32(tol.gamma)  # in place: the bound's array is the size of the output
-    return Expected(value, scale, tol.rtol)
+    value, squares = lax_reference.quantized(*args, memory=memory, **layout)
+    return Expected(value, _bound(squares, np.float32(tol.gamma)), tol.rtol)
   return Expected(lax_reference.ragged_dot(op, x["lhs"], x["rhs"], x["dout"], x["group_sizes"], memory=memory))
 
 
