@@ -134,11 +134,17 @@ def quantize_operands(lhs, rhs, fmt: str) -> tuple[jax.Array, jax.Array, jax.Arr
   dtype, name = element_dtype(fmt), scheme(fmt)
   if dtype not in QUANT_DTYPES or name not in SCHEMES:
     raise ValueError(f"format must be one of '<{'|'.join(QUANT_DTYPES)}>:<{'|'.join(SCHEMES)}>', got {fmt!r}")
-  if name == "channelwise":
-    (lq, ls), (rq, rs) = quantize(lhs, dtype, (1, None)), quantize(rhs, dtype, (1, None, 1))
-  else:
-    (lq, ls), (rq, rs) = quantize(lhs, dtype, (1, BLOCK)), quantize(rhs, dtype, (1, BLOCK, BLOCK))
+  lhs_block, rhs_block = operand_blocks(fmt)
+  (lq, ls), (rq, rs) = quantize(lhs, dtype, lhs_block), quantize(rhs, dtype, rhs_block)
   return lq, rq, ls, rs
+
+
+def operand_blocks(fmt: str) -> tuple[tuple[int | None, ...], tuple[int | None, ...]]:
+  """quantize's blocks of lhs [m,k] and rhs [g,k,n] in the format's scheme: one row (one
+  expert) at a time, so operands may be quantized a slice of rows (of experts) at a time."""
+  if scheme(fmt) == "channelwise":
+    return (1, None), (1, None, 1)
+  return (1, BLOCK), (1, BLOCK, BLOCK)
 
 
 def _quantized(lhs, rhs, lhs_scale, rhs_scale, table, count, *, rows: int, transpose_rhs: bool):
