@@ -38,7 +38,7 @@ def _seed(p: Problem, salt: str) -> int:
 
 # Elements drawn in float32 at a time (whole rows of an operand's first axis): an operand is
 # drawn straight into its own dtype, its peak the operand itself plus one such slice.
-DRAW_CHUNK = 1 << 24
+DRAW_CHUNK = limits.STEP_ELEMENTS
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))

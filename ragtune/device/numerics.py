@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ragtune.problems import limits
+
 # Bound on |test - ref| relative to max|ref|, per input dtype. bf16/f16 outputs round at
 # 2^-8 / 2^-11; f32 on NVIDIA runs as TF32 by default.
 TOLERANCE = {"bfloat16": 2e-2, "float16": 1e-2, "float32": 1e-2}
@@ -63,7 +65,7 @@ class NumericsResult:
 
 # Elements each step of the check's loop reads (whole rows of the output's last axis, at least
 # one): its temporaries are a few of these in float32, whatever the output's size.
-CHUNK = 1 << 24
+CHUNK = limits.STEP_ELEMENTS
 MEDIAN_SAMPLE = 1 << 16  # the median is of an even grid of at most about this many elements (sorted)
 
 

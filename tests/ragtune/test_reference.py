@@ -1,7 +1,8 @@
 """The lax reference computed group by group (kernels.reference, ragtune.device.reference):
 equal to jax.lax.ragged_dot and its vjp, kernels.quant's to the dequantized lax.ragged_dot;
 memory near the operands' and output's and FLOPs near the problem's at Mixtral's and
-DeepSeek-V3 prefill's sizes (XLA's memory analysis of the compiled loop, nothing run); XLA's own
+DeepSeek-V3 prefill's sizes (XLA's memory analysis of the compiled loop, nothing run), for
+the reference, the check and the inputs' draw, within limits.bytes_needed; XLA's own
 ragged_dot refused with the bytes it needs where its dense fallback does not fit; and sweep,
 verify and bench checking a 256-group problem on a device whose memory holds the operands
 many times over but not g times lhs."""
@@ -19,7 +20,7 @@ import kernels
 from kernels import quant
 from kernels import reference as kref
 from ragtune.cli.app import app
-from ragtune.device import measure, reference, xla_fit
+from ragtune.device import measure, numerics, reference, xla_fit
 from ragtune.lut import bench
 from ragtune.problems import limits
 from ragtune.problems.shapes import GroupDist, Problem
@@ -182,6 +183,53 @@ def test_memory_near_the_operands_on_a_deviceless_h100():
   for op in kernels.common.OPS:
     need, bound = _program(op, *DSV3, target="h100")
     assert need <= bound, (op, need, bound)
+
+
+def _temp(compiled) -> int:
+  return compiled.memory_analysis().temp_size_in_bytes
+
+
+def _nbytes(a) -> int:
+  return int(np.prod(a.shape)) * jnp.dtype(a.dtype).itemsize
+
+
+@pytest.mark.parametrize(
+  ("op", "dtype"), [("fwd", "bfloat16"), ("drhs", "bfloat16"), ("fwd", "float8_e4m3fn:block128")]
+)
+def test_bytes_needed_is_what_the_draw_the_reference_and_the_check_hold(op, dtype):
+  """limits.held against XLA's memory analysis (compiled, nothing run) of what each stage of a
+  problem's check runs: the inputs' draws, the reference's loop and the check, each operand
+  past one step's slice (limits.STEP_ELEMENTS); within 30% over the largest stage."""
+  m, k, n, g = 8192, 1024, 2048, 16
+  p = Problem(op, "xla", dtype, m, k, n, g, "explicit", (m // g,) * g)
+  x = jax.eval_shape(lambda: measure.make_inputs(p))
+  inputs = sum(_nbytes(a) for name, a in x.items() if name != "group_sizes")
+  draw = max(_temp(measure._draw.lower(jax.random.key(0), *args).compile()) for args in measure.draws(p).values())
+  gs = np.full(g, m // g)
+  if "lhs_scale" in x:
+    prog = quant.reference_program(x["lhs"], x["rhs"], gs, x["lhs_scale"], x["rhs_scale"], transpose_rhs=True)
+  else:
+    prog = kref.ragged_dot_program(op, x["lhs"], x["rhs"], x["dout"], gs)
+  ref = prog.compiled.memory_analysis().output_size_in_bytes  # the value (and a quantized format's bound)
+  out = {"fwd": (m, n), "drhs": (g * k, n)}[op]
+  out_dtype = measure.out_dtype(p)
+  atol = jax.ShapeDtypeStruct(out, jnp.float32) if "lhs_scale" in x else jax.ShapeDtypeStruct((), jnp.float32)
+  check = numerics._reduce.lower(
+    jax.ShapeDtypeStruct(out, jnp.float32),
+    jax.ShapeDtypeStruct(out, out_dtype),
+    atol,
+    jax.ShapeDtypeStruct((), jnp.float32),
+    **numerics._statics(*out, (2, 2), "lhs_scale" not in x),
+  ).compile()
+  stages = {
+    "draw": inputs + draw,
+    "reference": inputs + ref + _temp(prog.compiled),
+    "check": inputs + ref + int(np.prod(out)) * jnp.dtype(out_dtype).itemsize + _temp(check),
+  }
+  held = limits.held(op, dtype, m, k, n, g)
+  for stage, need in stages.items():
+    assert need <= held[stage], (stage, need, held)
+  assert max(stages.values()) <= limits.bytes_needed(op, dtype, m, k, n, g) <= 1.3 * max(stages.values()), stages
 
 
 def test_inputs_drawn_a_slice_at_a_time_in_their_dtype(monkeypatch):
