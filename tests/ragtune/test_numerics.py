@@ -1,13 +1,19 @@
 """The check every candidate is judged by (ragtune.device.numerics.compare), against a float64
 NumPy oracle written here: NaN and inf anywhere fail (the reference included), an error in the
 last row or column is caught, an output over many steps of the device loop reads as one step,
-per-element atol, the worst index, the region grid, and every output dtype."""
+per-element atol, the worst index, the region grid, and every output dtype; and the memory it
+holds at DeepSeek-V3's drhs (XLA's memory analysis, nothing run)."""
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import compiler_missing
 
 from ragtune.device import numerics
+from ragtune.problems import limits
 
 SHAPES = [(37, 23), (3, 11, 17)]  # odd sizes: regions and steps of unequal rows
 
@@ -235,3 +241,29 @@ def test_empty_output_passes():
 def test_shape_mismatch_is_an_error():
   with pytest.raises(ValueError, match="shape mismatch"):
     numerics.compare(np.zeros((2, 3)), np.zeros((3, 2)), rtol=1e-2)
+
+
+NO_H100_COMPILE = compiler_missing("h100")
+DSV3_DRHS = (256 * 7168, 2048)  # [g*k, n] of DeepSeek-V3 prefill's drhs: 3.76e9 elements
+
+
+@pytest.mark.parametrize("target", [None, "h100"], ids=["here", "deviceless-h100"])
+def test_the_check_holds_slices_not_the_output(target):
+  """At DeepSeek-V3's drhs (a 15 GB float32 reference and a 7.5 GB bf16 output, per-element
+  atol another 15 GB) the compiled check's temporaries are within a few slices of
+  limits.STEP_ELEMENTS: no full-size widened copy, mask or difference."""
+  if target and NO_H100_COMPILE is not None:
+    pytest.skip(str(NO_H100_COMPILE))
+  rows, cols = DSV3_DRHS
+  for per_element in (False, True):
+    fn = functools.partial(numerics._reduce, **numerics._statics(rows, cols, (2, 2), not per_element))
+    atol = ((rows, cols) if per_element else (), jnp.float32)
+    args = (((rows, cols), jnp.float32), ((rows, cols), jnp.bfloat16), atol, ((), jnp.float32))
+    if target:
+      from ragtune.deviceless import aot
+
+      temp = aot.compile_fn(target, fn, *args, expect_kernel=False).memory.temp
+    else:
+      structs = [jax.ShapeDtypeStruct(s, d) for s, d in args]
+      temp = jax.jit(fn).lower(*structs).compile().memory_analysis().temp_size_in_bytes
+    assert temp <= 4 * limits.CHECK_SLICES * limits.STEP_ELEMENTS + (1 << 20), (per_element, temp)
