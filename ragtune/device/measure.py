@@ -41,7 +41,13 @@ def _seed(p: Problem, salt: str) -> int:
 DRAW_CHUNK = limits.STEP_ELEMENTS
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+@functools.partial(jax.jit, static_argnums=1)
+def _draw_all(keys, specs: tuple) -> tuple:
+  """_draw of each (shape, dtype, divisor, blocks, transpose) in `specs` with its key: one
+  program for a problem's inputs (one compile, not one an operand)."""
+  return tuple(_draw(k, *spec) for k, spec in zip(keys, specs))
+
+
 def _draw(key, shape: tuple[int, ...], dtype: str, divisor: float, blocks: tuple | None, transpose: bool):
   """A standard normal of `shape` divided by `divisor`, in `dtype`, or quantized to that
   element dtype with kernels.quant.quantize's `blocks` (then (values, scales); values with
@@ -79,7 +85,8 @@ def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str,
   key = jax.random.key(_seed(p, salt))
   keys = jax.random.split(key, 3)
   gs = np.asarray(p.group_sizes if group_sizes is None else group_sizes, np.int32)
-  drawn = {name: _draw(k, *args) for (name, args), k in zip(draws(p).items(), keys)}
+  specs = draws(p)
+  drawn = dict(zip(specs, _draw_all(keys[: len(specs)], tuple(specs.values()))))
   if scheme(p.dtype):
     return quantized_inputs(p, drawn, keys[2], gs)
   return {**drawn, "group_sizes": jnp.asarray(gs)}
