@@ -1,7 +1,7 @@
 """How fast the check runs (ragtune.device.numerics.compare): ns an element on this machine's
 default device, on a float32 reference and a bf16 output of --elements elements in rows of
 --cols, beside (--against REV) the compare of another git revision run on the same arrays
-(before issue 45 it compared on the host, in float64 NumPy). It prints what a DeepSeek-V3
+(09aada7 and before compared on the host, in float64 NumPy). It prints what a DeepSeek-V3
 drhs check ([131072,7168]x[256,7168,2048]: 3.76e9 output elements) costs at that rate, and a
 model for GPUs: the bytes the check reads (the reference twice, for its scale and for the
 comparison, and the output once: 10 bytes an element) over the HBM bandwidth, a lower bound
