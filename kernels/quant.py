@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels import reference as kref
 from kernels.common import QUANT_DTYPES, SCHEMES, element_dtype, scheme
 
 BLOCK = 128  # the block128 scheme's block along k and n
@@ -133,29 +134,66 @@ def quantize_operands(lhs, rhs, fmt: str) -> tuple[jax.Array, jax.Array, jax.Arr
   dtype, name = element_dtype(fmt), scheme(fmt)
   if dtype not in QUANT_DTYPES or name not in SCHEMES:
     raise ValueError(f"format must be one of '<{'|'.join(QUANT_DTYPES)}>:<{'|'.join(SCHEMES)}>', got {fmt!r}")
-  if name == "channelwise":
-    (lq, ls), (rq, rs) = quantize(lhs, dtype, (1, None)), quantize(rhs, dtype, (1, None, 1))
-  else:
-    (lq, ls), (rq, rs) = quantize(lhs, dtype, (1, BLOCK)), quantize(rhs, dtype, (1, BLOCK, BLOCK))
+  lhs_block, rhs_block = operand_blocks(fmt)
+  (lq, ls), (rq, rs) = quantize(lhs, dtype, lhs_block), quantize(rhs, dtype, rhs_block)
   return lq, rq, ls, rs
 
 
+def operand_blocks(fmt: str) -> tuple[tuple[int | None, ...], tuple[int | None, ...]]:
+  """quantize's blocks of lhs [m,k] and rhs [g,k,n] in the format's scheme: one row (one
+  expert) at a time, so operands may be quantized a slice of rows (of experts) at a time."""
+  if scheme(fmt) == "channelwise":
+    return (1, None), (1, None, 1)
+  return (1, BLOCK), (1, BLOCK, BLOCK)
+
+
+def _quantized(lhs, rhs, lhs_scale, rhs_scale, table, count, *, rows: int, transpose_rhs: bool):
+  """kernels.reference's loop for quantized operands, each tile and its group's weights
+  dequantized: the products' sum and the sum of their squares (error_scale's before its root)."""
+  n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  contract = (1, 1 if transpose_rhs else 0)
+
+  def step(j, outs, lhs, rhs, lhs_scale, rhs_scale):
+    ts, lo, hi, grp = kref.tile(table, j)
+    x = jax.lax.dynamic_slice_in_dim(lhs, ts, rows, 0)
+    xs = jax.lax.dynamic_slice_in_dim(lhs_scale, ts, rows, 0)
+    w = jax.lax.dynamic_index_in_dim(rhs, grp, 0, keepdims=True)
+    ws = jax.lax.dynamic_index_in_dim(rhs_scale, grp, 0, keepdims=True)
+    a, b = dequantize(x, w, xs, ws, transpose_rhs=transpose_rhs)
+    keep = kref.mask(ts, lo, hi, rows)
+    new = []
+    for acc, (p, q) in zip(outs, ((a, b[0]), (a * a, b[0] * b[0]))):
+      y = kref.dot(p, q, contract)
+      cur = jax.lax.dynamic_slice_in_dim(acc, ts, rows, 0)
+      new.append(jax.lax.dynamic_update_slice_in_dim(acc, jnp.where(keep, y, cur), ts, 0))
+    return tuple(new)
+
+  zeros = jnp.zeros((lhs.shape[0], n), jnp.float32)
+  return kref.loop(count, (zeros, zeros), (lhs, rhs, lhs_scale, rhs_scale), step)
+
+
+def reference_program(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, transpose_rhs: bool = False) -> kref.Program:
+  """The compiled loop (not run) whose outputs are the dequantized products' sum and the sum
+  of their squares, group by group (kernels.reference): reference and error_scale in one."""
+  m = lhs.shape[0]
+  n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  operands = (lhs, rhs, lhs_scale, rhs_scale)
+  return kref.program(_quantized, operands, group_sizes, m, ((m, n), (m, n)), transpose_rhs=transpose_rhs)
+
+
 def reference(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, transpose_rhs: bool = False) -> jax.Array:
-  """float32 jax.lax.ragged_dot, at HIGHEST precision, of the dequantized operands."""
-  a, b = dequantize(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
-  if transpose_rhs:
-    b = b.swapaxes(1, 2)
-  return jax.lax.ragged_dot(a, b, group_sizes.astype(jnp.int32), precision=jax.lax.Precision.HIGHEST)
+  """float32 jax.lax.ragged_dot, at HIGHEST precision, of the dequantized operands, computed
+  group by group (kernels.reference); group_sizes must be concrete."""
+  args = (lhs, rhs, group_sizes, lhs_scale, rhs_scale)
+  return reference_program(*args, transpose_rhs=transpose_rhs)()[0]
 
 
 def error_scale(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, transpose_rhs: bool = False) -> jax.Array:
   """sqrt(sum_k (a[r,k] * b[k,c])^2) of the dequantized operands, per output element: the
-  size of the terms an output sums, which its accumulation error grows with."""
-  a, b = dequantize(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
-  if transpose_rhs:
-    b = b.swapaxes(1, 2)
-  hi = jax.lax.Precision.HIGHEST
-  return jnp.sqrt(jax.lax.ragged_dot(a * a, b * b, group_sizes.astype(jnp.int32), precision=hi))
+  size of the terms an output sums, which its accumulation error grows with. Computed group
+  by group (kernels.reference); group_sizes must be concrete."""
+  args = (lhs, rhs, group_sizes, lhs_scale, rhs_scale)
+  return jnp.sqrt(reference_program(*args, transpose_rhs=transpose_rhs)()[1])
 
 
 # Unit roundoff of the accumulation of products of each element dtype. Hopper's fp8 tensor

@@ -9,7 +9,9 @@ Pallas *interpreter* and say nothing about GPU speed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -20,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import quant, registry
-from kernels.common import itemsize, scheme
+from kernels.common import element_dtype, itemsize, scheme
 from kernels.ragged_dot import forward, grad_lhs, grad_rhs
 from ragtune.device import reference as lax_reference
 from ragtune.device.numerics import TOLERANCE, NumericsResult, compare
@@ -34,20 +36,76 @@ def _seed(p: Problem, salt: str) -> int:
   return int.from_bytes(hashlib.sha1(f"{p.key}|{salt}".encode()).digest()[:4], "little")
 
 
+# Elements drawn in float32 at a time (whole rows of an operand's first axis): an operand is
+# drawn straight into its own dtype, its peak the operand itself plus one such slice.
+DRAW_CHUNK = limits.STEP_ELEMENTS
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _draw_all(keys, specs: tuple) -> tuple:
+  """_draw of each (shape, dtype, divisor, blocks, transpose) in `specs` with its key: one
+  program for a problem's inputs (one compile, not one an operand)."""
+  return tuple(_draw(k, *spec) for k, spec in zip(keys, specs))
+
+
+def _draw(key, shape: tuple[int, ...], dtype: str, divisor: float, blocks: tuple | None, transpose: bool):
+  """A standard normal of `shape` divided by `divisor`, in `dtype`, or quantized to that
+  element dtype with kernels.quant.quantize's `blocks` (then (values, scales); values with
+  their last two axes swapped where `transpose`). Row i of the first axis is drawn from
+  fold_in(key, i) alone, so the values do not depend on DRAW_CHUNK."""
+  rows, rest = shape[0], shape[1:]
+  per = max(1, min(rows, DRAW_CHUNK // max(1, math.prod(rest))))
+
+  def part(start):
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(start + jnp.arange(per))
+    x = jax.vmap(lambda k: jax.random.normal(k, rest, jnp.float32))(keys) / divisor
+    if blocks is None:
+      return (x.astype(dtype),)
+    q, scale = quant.quantize(x, dtype, blocks)
+    return (q.swapaxes(-1, -2) if transpose else q, scale)
+
+  if per == rows:  # one slice: no loop (and half the compile time)
+    got = part(0)
+    return got if blocks else got[0]
+  outs = jax.eval_shape(part, 0)
+  full = tuple(jnp.zeros((rows, *o.shape[1:]), o.dtype) for o in outs)
+
+  def body(c, bufs):
+    start = jnp.minimum(c * per, rows - per)  # the last slice ends at `rows`: rows drawn twice are equal
+    return tuple(jax.lax.dynamic_update_slice_in_dim(b, v, start, 0) for b, v in zip(bufs, part(start)))
+
+  got = jax.lax.fori_loop(0, -(-rows // per), body, full)
+  return got if blocks else got[0]
+
+
 def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str, jax.Array]:
-  """Fresh random lhs, rhs, dout (never zeros), scaled so outputs stay O(1). A quantized
-  format's operands come quantized, with their scales (quantized_inputs)."""
+  """Fresh random lhs, rhs, dout (never zeros), scaled so outputs stay O(1), drawn on the
+  device in their own dtype a slice at a time (_draw): the same values for the same problem
+  and salt. A quantized format's operands come quantized, with their scales (quantized_inputs)."""
   key = jax.random.key(_seed(p, salt))
-  k1, k2, k3 = jax.random.split(key, 3)
+  keys = jax.random.split(key, 3)
   gs = np.asarray(p.group_sizes if group_sizes is None else group_sizes, np.int32)
+  specs = draws(p)
+  drawn = dict(zip(specs, _draw_all(keys[: len(specs)], tuple(specs.values()))))
   if scheme(p.dtype):
-    return quantized_inputs(p, k1, k2, k3, gs)
-  dt = jnp.dtype(p.dtype)
+    return quantized_inputs(p, drawn, keys[2], gs)
+  return {**drawn, "group_sizes": jnp.asarray(gs)}
+
+
+def draws(p: Problem) -> dict[str, tuple]:
+  """The operands make_inputs draws: name -> _draw's arguments after the key. rhs is divided
+  by sqrt(k), so the outputs' size does not grow with k."""
+  rhs = (p.g, p.k, p.n)
+  if scheme(p.dtype):
+    dtype, (lhs_block, rhs_block) = element_dtype(p.dtype), quant.operand_blocks(p.dtype)
+    return {
+      "lhs": ((p.m, p.k), dtype, 1.0, lhs_block, False),
+      "rhs": (rhs, dtype, float(np.sqrt(p.k)), rhs_block, QUANTIZED_RHS_NK),
+    }
   return {
-    "lhs": jax.random.normal(k1, (p.m, p.k), jnp.float32).astype(dt),
-    "rhs": (jax.random.normal(k2, (p.g, p.k, p.n), jnp.float32) / np.sqrt(p.k)).astype(dt),
-    "dout": jax.random.normal(k3, (p.m, p.n), jnp.float32).astype(dt),
-    "group_sizes": jnp.asarray(gs),
+    "lhs": ((p.m, p.k), p.dtype, 1.0, None, False),
+    "rhs": (rhs, p.dtype, float(np.sqrt(p.k)), None, False),
+    "dout": ((p.m, p.n), p.dtype, 1.0, None, False),
   }
 
 
@@ -57,21 +115,20 @@ def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str,
 QUANTIZED_RHS_NK = True
 
 
-def quantized_inputs(p: Problem, k1, k2, k3, gs: np.ndarray) -> dict[str, jax.Array]:
-  """Normal lhs and rhs quantized to p's format (kernels.quant.quantize_operands), then
-  the scales of each group times 2^u and of each row times 2^v (u in [-6, 6], v in [-3, 3],
-  integers): outputs that differ by 10^4 between experts, as real checkpoints' do, so a
-  kernel that reads another group's or row's scale is caught (the values stay as quantized;
-  a power of two changes no rounding). The weights are stored [g, n, k] (QUANTIZED_RHS_NK)."""
-  lhs = jax.random.normal(k1, (p.m, p.k), jnp.float32)
-  rhs = jax.random.normal(k2, (p.g, p.k, p.n), jnp.float32) / np.sqrt(p.k)
-  lq, rq, ls, rs = quant.quantize_operands(lhs, rhs, p.dtype)
-  ku, kv = jax.random.split(k3)
+def quantized_inputs(p: Problem, drawn: dict, key, gs: np.ndarray) -> dict[str, jax.Array]:
+  """Normal lhs and rhs quantized to p's format (drawn: kernels.quant.quantize, a slice of rows
+  or experts at a time), then the scales of each group times 2^u and of each row times 2^v (u
+  in [-6, 6], v in [-3, 3], integers): outputs that differ by 10^4 between experts, as real
+  checkpoints' do, so a kernel that reads another group's or row's scale is caught (the values
+  stay as quantized; a power of two changes no rounding). The weights are stored [g, n, k]
+  (QUANTIZED_RHS_NK)."""
+  (lq, ls), (rq, rs) = drawn["lhs"], drawn["rhs"]
+  ku, kv = jax.random.split(key)
   group_exp = jax.random.randint(ku, (p.g, 1, 1), -6, 7).astype(jnp.float32)
   row_exp = jax.random.randint(kv, (p.m, 1), -3, 4).astype(jnp.float32)
   return {
     "lhs": lq,
-    "rhs": rq.swapaxes(1, 2) if QUANTIZED_RHS_NK else rq,
+    "rhs": rq,
     "lhs_scale": ls * jnp.exp2(row_exp),
     "rhs_scale": rs * jnp.exp2(group_exp),
     "group_sizes": jnp.asarray(gs),
@@ -90,31 +147,36 @@ def op_args(op: str, x: dict[str, jax.Array]) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class Expected:
-  """The reference result (float32, on the host), and for a quantized format the elementwise
-  bound on a kernel's error beyond rtol * |value| (kernels.quant.Tolerance, in float32): None
-  judges by numerics.TOLERANCE."""
+  """The reference result (float32, on the device), and for a quantized format the elementwise
+  bound on a kernel's error beyond rtol * |value| (kernels.quant.Tolerance, in float32, on the
+  device): None judges by numerics.TOLERANCE."""
 
-  value: np.ndarray
-  atol: np.ndarray | None = None
+  value: jax.Array
+  atol: jax.Array | None = None
   rtol: float | None = None
 
 
+@functools.partial(jax.jit, donate_argnums=0)
+def _bound(squares, gamma):
+  """gamma * sqrt(squares), in the squares' buffer."""
+  return gamma * jnp.sqrt(squares)
+
+
 def reference(op: str, x: dict[str, jax.Array], out_dtype=jnp.bfloat16) -> Expected:
-  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision, on the host; for
+  """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision, on the device; for
   quantized operands that of the dequantized operands (kernels.quant.reference), with the
   bound of kernels.quant.tolerance for an output in out_dtype. Computed group by group
-  (ragtune.device.reference), so its memory is near the operands' and its FLOPs near the
-  problem's, where lax's own lowering takes g times both; refused (reference.DoesNotFit)
-  where even that needs more than the device's memory."""
+  (kernels.reference), so its memory is the operands' and its float32 output's, and its FLOPs
+  near the problem's, where lax's own lowering takes g times both; refused
+  (reference.DoesNotFit) where even that needs more than the device's memory."""
   memory = limits.device_memory_bytes()
   if "lhs_scale" in x:
     layout = dict(transpose_rhs=QUANTIZED_RHS_NK)
     fmt = quant.check(x["lhs"], x["rhs"], x["lhs_scale"], x["rhs_scale"], **layout)
     tol = quant.tolerance(fmt, x["lhs"].shape[1], out_dtype)
     args = (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
-    value, scale = lax_reference.quantized(*args, memory=memory, **layout)
-    scale *= np.float32(tol.gamma)  # in place: the bound's array is the size of the output
-    return Expected(value, scale, tol.rtol)
+    value, squares = lax_reference.quantized(*args, memory=memory, **layout)
+    return Expected(value, _bound(squares, np.float32(tol.gamma)), tol.rtol)
   return Expected(lax_reference.ragged_dot(op, x["lhs"], x["rhs"], x["dout"], x["group_sizes"], memory=memory))
 
 
@@ -197,10 +259,10 @@ def error_text(e: BaseException, limit: int = 500) -> str:
 
 
 def check(p: Problem, out, ref: Expected) -> NumericsResult:
-  test = np.asarray(out)  # to the host as it is: numerics.compare widens it a chunk at a time
+  """The kernel's output against the reference, on the device (numerics.compare)."""
   if ref.atol is not None:
-    return compare(ref.value, test, rtol=ref.rtol, atol=ref.atol)
-  return compare(ref.value, test, rtol=TOLERANCE[p.dtype])
+    return compare(ref.value, out, rtol=ref.rtol, atol=ref.atol)
+  return compare(ref.value, out, rtol=TOLERANCE[p.dtype])
 
 
 # --- timing ---------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
-from kernels import registry
-from kernels.common import itemsize
+from kernels import quant, registry
+from kernels import reference as kref
+from kernels.common import itemsize, scheme
 from kernels.lut import shape_text
 from ragtune.errors import RagtuneError
 
@@ -23,12 +25,50 @@ def operand_elements(op: str, m: int, k: int, n: int, g: int) -> dict[str, int]:
   return {"lhs [m,k]": m * k, "rhs [g,k,n]": g * k * n, "dout [m,n]": m * n, out[0]: out[1]}
 
 
+# Elements of the float32 slice that a step of the inputs' draw (ragtune.device.measure) and of
+# the check (ragtune.device.numerics) holds: whole rows of the array's last axes, at least one.
+STEP_ELEMENTS = 1 << 24
+# Their temporaries, in such slices (XLA's memory analysis on a CPU, tests/ragtune/test_reference.py):
+# the draw's random bits, normals and (quantized) scaled copy; the check's widened operands.
+DRAW_SLICES, CHECK_SLICES = 6, 2
+
+
+def step_elements(elements: int, row: int) -> int:
+  """Elements of one step's slice of an array of `elements` in rows of `row`."""
+  row = max(1, row)
+  return min(elements, max(row, STEP_ELEMENTS // row * row))
+
+
+def held(op: str, dtype: str, m: int, k: int, n: int, g: int) -> dict[str, int]:
+  """Bytes one problem's check holds on the device at each stage. "draw": the inputs as drawn
+  (lhs, rhs and dout in the problem's dtype; a quantized format's 8-bit lhs and rhs and
+  float32 scales) and a draw's slice; "reference": the inputs, the float32 reference (and a
+  quantized format's float32 bound) and its loop's tile and group weights in float32
+  (kernels.reference); "check": the inputs, the reference, the kernel's output and the
+  check's slices. The kernel's own temporaries are its compiled program's (xla_fit)."""
+  fmt = scheme(dtype)
+  out = list(operand_elements(op, m, k, n, g).values())[-1]
+  out_cols = {"fwd": n, "dlhs": k, "drhs": n}[op]
+  if fmt:
+    scales = sum(math.prod(s) for s in quant.scale_shapes(fmt, m, k, n, g))
+    inputs, reference, output = m * k + g * k * n + 4 * scales, 2 * 4 * out, 2 * out  # a bf16 output
+    loop = 4 * (4 * k * n + 3 * kref.ROWS_MAX * (k + n))  # a tile and a group dequantized, and squared
+  else:
+    b = itemsize(dtype)
+    inputs, reference, output = b * (m * k + g * k * n + m * n), 4 * out, b * out
+    loop = 4 * (2 * k * n + 2 * kref.ROWS_MAX * (k + n))
+  draw = max(step_elements(m * k, k), step_elements(g * k * n, k * n), step_elements(m * n, n))
+  check = step_elements(out, out_cols)
+  return {
+    "draw": inputs + 4 * DRAW_SLICES * draw,
+    "reference": inputs + reference + loop,
+    "check": inputs + reference + output + 4 * CHECK_SLICES * check + (1 << 20),
+  }
+
+
 def bytes_needed(op: str, dtype: str, m: int, k: int, n: int, g: int) -> int:
-  """Inputs in `dtype`, their float32 copies for the reference, its output and the op's."""
-  el = operand_elements(op, m, k, n, g)
-  out = list(el.values())[-1]
-  inputs = el["lhs [m,k]"] + el["rhs [g,k,n]"] + el["dout [m,n]"]
-  return itemsize(dtype) * (inputs + out) + 4 * (inputs + out)
+  """Bytes one problem's check holds on the device at its peak (held's largest stage)."""
+  return max(held(op, dtype, m, k, n, g).values())
 
 
 # Bytes that stand in for the device's memory: a device shared with another job, or a CPU

@@ -123,7 +123,7 @@ YAML_CASES = {
   "int32_overflow": (
     "backends: [pallas_tpu]\nshapes:\n  - {m: 8, k: 8, n: 8, g: 2}\n  - {m: 70000, k: 70000, n: 16, g: 2}\n",
     "bad.yaml: shapes[1]: fwd pallas_tpu [70000,70000]x[2,70000,16] bfloat16: lhs [m,k] has 4,900,000,000 "
-    "elements, beyond pallas_tpu's int32 indexing (2,147,483,647); the problem needs 29,426,880,000 bytes",
+    "elements, beyond pallas_tpu's int32 indexing (2,147,483,647); the problem needs 10,208,240,000 bytes",
   ),
 }
 
