@@ -290,6 +290,28 @@ def _shard_gaps(dirs: list[Path], *, stop: bool = False) -> None:
     _print(f"warning: {gap.text('{their} problems are left out')}", err=True)
 
 
+def _verify_selection(target, compile_for, force, op, shape, skip_bad_lines: bool):
+  """verify's LUT and entries (ragtune.lut.verify.select), with what its records' reading skipped said."""
+  from ragtune.lut import verify as verify_mod
+
+  skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
+  cut: dict[Path, int] = {}
+  sel = verify_mod.select(
+    target,
+    compile_for,
+    force=force,
+    ops=_split(op),
+    shapes=_split_shapes(shape),
+    skipped=skipped,
+    cut=cut,
+    device=prepare.device,
+  )
+  _warn_skipped(skipped or {}, cut)
+  if sel.lut.source is None:  # the LUT of the folder's records, not a file: its shards count
+    _shard_gaps([sel.where])
+  return sel
+
+
 def _records(dirs: list[Path], skip_bad_lines: bool, *, partial: bool = True) -> list:
   """The records of the results folders; lines that are not records stop the command, or
   with skip_bad_lines are skipped with a warning per file; a last line cut off mid-write
@@ -792,21 +814,7 @@ def verify(
   entry for that device instead, on this host."""
   from ragtune.lut import verify as verify_mod
 
-  skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
-  cut: dict[Path, int] = {}
-  sel = verify_mod.select(
-    target,
-    compile_for,
-    force=force,
-    ops=_split(op),
-    shapes=_split_shapes(shape),
-    skipped=skipped,
-    cut=cut,
-    device=prepare.device,
-  )
-  _warn_skipped(skipped or {}, cut)
-  if sel.lut.source is None:  # the LUT of the folder's records, not a file: its shards count
-    _shard_gaps([sel.where])
+  sel = _verify_selection(target, compile_for, force, op, shape, skip_bad_lines)
   stopped = "interrupted: verify stopped before its last entry (it writes nothing); run it again to check them all"
   if sel.compile_for:
     with _stoppable(stopped):

@@ -291,9 +291,9 @@ def lut_choice(p: Problem, bench: Bench) -> Choice:
 
 
 def _lut_label(c: Choice, auto: bool) -> str:
-  """'LUT: mosaic_gpu (exact)': what backend="auto" runs with the LUT. On a CPU host, where
+  """'LUT: <backend> (exact)': what backend="auto" runs with the LUT. On a CPU host, where
   auto runs XLA's op and reads no LUT, the row is an explicit backend's: 'LUT with
-  backend=pallas_gpu (exact)'."""
+  backend=<backend> (exact)'."""
   head = "LUT: " if auto else f"LUT with backend={c.backend} "
   name = f"{c.backend} " if auto else ""
   if c.source == "lut-exact":
