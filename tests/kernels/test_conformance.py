@@ -57,7 +57,7 @@ def backend(request, monkeypatch, capsys):
   modules = [importlib.import_module(m) for m in MGPU_MODULES[name]]
   checked = InterpretGPUParams(detect_races=True, out_of_bounds_reads="uninitialized", uninitialized_memory="zero")
   original = modules[0].interpret_params
-  race_checked = lambda interpret: checked if interpret is True else original(interpret)
+  race_checked = lambda interpret, *rest: checked if interpret is True else original(interpret, *rest)
   for module in modules:
     monkeypatch.setattr(module, "interpret_params", race_checked)
   # One simulated SM: the numbers are the same, and it costs half the host threads;
