@@ -213,6 +213,9 @@ def _pool_pass(fn, target, items, batch, jobs, timeout_s):
     pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
   done: set[int] = set()
   pending = list(batch)
+  # The pool's processes as they start: its manager thread forgets them when the pool breaks
+  # (a worker killed by a signal), and those must be killed and reaped here all the same.
+  procs: dict[int, multiprocessing.Process] = {}
   flight: dict[cf.Future, tuple[int, float]] = {}
   try:
     while pending or flight:
@@ -221,6 +224,7 @@ def _pool_pass(fn, target, items, batch, jobs, timeout_s):
         p, cfg = items[i]
         with stop.ctrl_c_blocked():
           flight[pool.submit(fn, target, p, cfg)] = (i, time.monotonic())
+        procs.update((getattr(pool, "_processes", None) or {}).items())
       with stop.deferred():  # Ctrl-C inside the wait's lock could come out as a RuntimeError
         finished, _ = cf.wait(flight, timeout=min(0.5, timeout_s / 4), return_when=cf.FIRST_COMPLETED)
       # Before reading them: SIGTERM to the process group kills the workers too, which is this
@@ -244,12 +248,12 @@ def _pool_pass(fn, target, items, batch, jobs, timeout_s):
         ]
     return done, []
   finally:
-    procs = list((getattr(pool, "_processes", None) or {}).values())
+    procs.update((getattr(pool, "_processes", None) or {}).items())
     pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
+    for proc in procs.values():
       if proc.is_alive():
         proc.kill()
-    for proc in procs:
+    for proc in procs.values():
       proc.join(5)  # reaped: none is left behind when this process exits (on Ctrl-C at once)
 
 
