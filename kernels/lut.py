@@ -308,7 +308,8 @@ class Lut:
     one minimising
         |log2 m/m'| + 4 (|log2 k/k'| + |log2 n/n'|) + 0.5 |log2 g/g'|
     (k and n are a model's fixed dims, m moves with the token count). Ties go to the
-    larger tuned m. `nearest_rejected` says why nothing was returned.
+    larger tuned m, then the larger k, n and g, then the dtype's name: the answer never
+    depends on the entries' order. `nearest_rejected` says why nothing was returned.
 
     With no backend, every backend's entries compete (an xla entry, with no config,
     always fits): among the candidates at the nearest shape, the fastest by its
@@ -342,7 +343,7 @@ class Lut:
       for e in self._entries.values()
       if e.op == op and (not dt or e.dtype == dt) and (not backend or e.backend == backend)
     ]
-    nearness = lambda e: (shape_distance(e, m, k, n, g), -e.m)
+    nearness = lambda e: (shape_distance(e, m, k, n, g), -e.m, -e.k, -e.n, -e.g, e.dtype)
     usable = [e for e in same if self._unusable(e, op, m, k, n, g) is None]
     if not usable:
       if not same:

@@ -2,7 +2,7 @@
 
 `Lut.query` keeps the entries in the query's regime whose config fits, then takes the one
 minimising |log2 m/m'| + 4 (|log2 k/k'| + |log2 n/n'|) + 0.5 |log2 g/g'|, ties to the larger
-tuned m; with no backend named, the fastest measured entry at that shape, untimed ones last,
+tuned m, then the larger k, n and g; with no backend named, the fastest measured entry at that shape, untimed ones last,
 ties in the registry's order. test_lut_regime.py checks properties against `shape_distance`
 itself; here every expected entry is a literal, so a changed weight or tie-break fails.
 Each LUT is also tried in the reverse order, so an answer cannot come from insertion order.
@@ -219,3 +219,17 @@ def test_an_exact_entry_whose_config_does_not_fit_gives_way_to_the_nearest_that_
   far = _entry(4096, 8192, 4096, 8)  # 4 away
   assert _got([exact, near, far], *q) == _shape(near)
   assert _why(exact, *q) == f"its config does not fit this shape on {H100!r}"
+
+
+def test_a_tie_at_the_same_m_goes_to_the_larger_k_then_n_then_g():
+  """Query [1024,1024]x[8,1024,1024]; every entry has m 1024, so the m tie-break cannot decide."""
+  k2x = _entry(1024, 2048, 1024, 8)  # 4 * |log2 1024/2048| = 4
+  k_half = _entry(1024, 512, 1024, 8)  # 4 * |log2 1024/512| = 4: a tie, to the larger k
+  assert _got([k2x, k_half], 1024, 1024, 1024, 8) == _shape(k2x)
+  n2x = _entry(1024, 1024, 2048, 8)  # 4: ties with k2x too; k 1024 < 2048, so k2x
+  assert _got([k2x, n2x], 1024, 1024, 1024, 8) == _shape(k2x)
+  n_half = _entry(1024, 1024, 512, 8)  # 4: same k as n2x, to the larger n
+  assert _got([n2x, n_half], 1024, 1024, 1024, 8) == _shape(n2x)
+  # No g in the query: entries that differ only in g are at distance 0 from it, to the larger g.
+  g8, g16 = _entry(1024, 1024, 1024, 8), _entry(1024, 1024, 1024, 16)
+  assert _got([g8, g16], 1024, 1024, 1024, None) == _shape(g16)
