@@ -273,6 +273,8 @@ class Lut:
       why = f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {column})"  # as ragtune.errors.not_utf8 says it
       raise LutError(f"{p}:{line}: corrupt LUT, {why}") from None
     except json.JSONDecodeError as e:
+      if not raw.lstrip().startswith(b"{"):  # a LUT cut short is still a JSON object's start
+        raise LutError(f"{p}: not a ragtune LUT (a LUT is a JSON object; this file is not JSON)") from None
       raise LutError(f"{p}:{e.lineno}: corrupt LUT, invalid JSON ({e.msg})") from None
     return cls.from_dict(data, source=str(p))
 

@@ -653,6 +653,8 @@ def test_the_next_append_keeps_a_whole_last_line_and_cuts_a_torn_one(tmp_path):
     (["show", "{readme}", "--skip-bad-lines"], "{readme}: is a file of another kind, not a results folder"),
     (["export-lut", "{readme}", "-o", "{out}.json"], "{readme}: is a file of another kind, not a results folder"),
     (["report", "{readme}", "-o", "{out}"], "{readme}: is a file of another kind, not a results folder"),
+    (["verify", "{readme}"], "{readme}: not a ragtune LUT (a LUT is a JSON object; this file is not JSON)"),
+    (["bench", "{good}", "--lut", "{readme}"], "{readme}: not a ragtune LUT (a LUT is a JSON object"),
   ],
 )
 def test_a_file_of_another_kind_is_named_as_what_it_is(tmp_path, cmd, expected):
