@@ -333,8 +333,11 @@ def test_plain_progress_prints_every_30s_and_per_problem():
   assert len(lines) == 2 and "no correct candidate: 3 timeout" in lines[1]
 
 
-def test_a_problem_that_kills_every_worker_is_recorded_and_the_sweep_ends(tmp_path, monkeypatch):
+def _a_candidate_that_kills_its_worker(tmp_path, monkeypatch, sig: str):
+  """(problems, options) of a sweep whose every worker dies of `sig` in its first row
+  (tests/ragtune/segv_in_worker.py)."""
   monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+  monkeypatch.setenv("FAULT_SIGNAL", sig)
   monkeypatch.syspath_prepend(str(TESTS))
   spec = tmp_path / "s.yaml"
   spec.write_text(FAULTS.replace("max_candidates: 7", "max_candidates: 1"))
@@ -347,6 +350,11 @@ def test_a_problem_that_kills_every_worker_is_recorded_and_the_sweep_ends(tmp_pa
     builder="segv_in_worker:build",
     ceilings=False,
   )
+  return problems, opts
+
+
+def test_a_problem_that_kills_every_worker_is_recorded_and_the_sweep_ends(tmp_path, monkeypatch):
+  problems, opts = _a_candidate_that_kills_its_worker(tmp_path, monkeypatch, "SIGSEGV")
   (s,) = sweep.run_sweep(problems, opts)
   rows = store.ResultsStore(tmp_path / "res").rows()
   assert [r.status for r in rows] == ["crash"] * 3, "two baselines and the candidate, once each"
@@ -358,20 +366,7 @@ def test_a_worker_killed_by_sigterm_alone_stops_the_sweep_and_records_nothing(tm
   """SIGTERM that reaches a worker before its parent (a scheduler signals the job's processes one
   by one) is the sweep's stop, not the problem's crash: nothing is recorded, and the sweep stops
   as on its own SIGTERM. SIGSEGV is a crash (the test above)."""
-  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-  monkeypatch.setenv("FAULT_SIGNAL", "SIGTERM")
-  monkeypatch.syspath_prepend(str(TESTS))
-  spec = tmp_path / "s.yaml"
-  spec.write_text(FAULTS.replace("max_candidates: 7", "max_candidates: 1"))
-  problems = shapes.expand(shapes.load_shape_set(spec))
-  opts = sweep.SweepOptions(
-    out_dir=tmp_path / "res",
-    interpret=True,
-    max_candidates=1,
-    timeout_s=60,
-    builder="segv_in_worker:build",
-    ceilings=False,
-  )
+  problems, opts = _a_candidate_that_kills_its_worker(tmp_path, monkeypatch, "SIGTERM")
   with pytest.raises(KeyboardInterrupt) as stopped:
     sweep.run_sweep(problems, opts)
   assert getattr(stopped.value, "signum", None) == signal.SIGTERM
