@@ -6,8 +6,9 @@ A command stops at once, or at its next safe point, and exits with 128 + the sig
 130 for SIGINT, 143 for SIGTERM. Each signal is recorded before anything is raised, so one whose
 KeyboardInterrupt Python drops (one raised inside a garbage-collection callback is printed and
 ignored) still stops the command at its next check(). Child processes leave Ctrl-C to their
-parent and die of SIGTERM; a parent that sees a child die of either stops as if the signal were
-its own (died_of), whichever of the two got it first: a stop is never read as the child's crash.
+parent and die of SIGTERM; a parent that sees a child die of either, and gets its own signal
+within STOP_GRACE_S, stops (died_of), whichever of the two got it first: a job's stop is never
+read as the child's crash.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -54,12 +56,26 @@ def exit_code(e: KeyboardInterrupt) -> int:
   return 128 + (e.signum if isinstance(e, Stop) else signal.SIGINT)
 
 
-def died_of(returncode: int | None) -> None:
-  """Raise Stop if a child's exit status says SIGINT or SIGTERM killed it: the command is being
-  stopped (a terminal's Ctrl-C and a scheduler signal the whole process group), not the child's
-  work failing."""
-  if returncode is not None and -returncode in SIGNALS:
-    raise Stop(-returncode)
+# A stop reaches a job's processes one at a time (SLURM signals each process of a step in turn;
+# a terminal, the whole group at once): a child dead of SIGINT or SIGTERM is the command's stop
+# when this process gets its own signal within this long. Alone (an out-of-memory killer's
+# SIGTERM, a kill of one pid) it is the child's own death, and a resumed sweep does not meet it
+# again as a stop.
+STOP_GRACE_S = 2.0
+
+
+def died_of(returncode: int | None, grace_s: float | None = None) -> None:
+  """Raise Stop if a child's exit status says SIGINT or SIGTERM killed it and this process
+  receives a stop signal too, by grace_s (STOP_GRACE_S) from now; else return, and the
+  caller records the death as the child's own (a sweep: `crash`, killed by SIGTERM)."""
+  if returncode is None or -returncode not in SIGNALS:
+    return
+  end = time.monotonic() + (STOP_GRACE_S if grace_s is None else grace_s)
+  while True:
+    check()
+    if time.monotonic() >= end:
+      return
+    time.sleep(0.01)
 
 
 @contextlib.contextmanager

@@ -237,8 +237,10 @@ def user_errors(fn):
     except EmptyShard as e:  # a task with nothing to do: said, exit 0
       _print(str(e))
     except (RagtuneError, kernels.LutError) as e:
+      stop.check()  # an error a stop caused is the stop's one line, not this one too
       _fail(str(e))
     except OSError as e:  # a path problem no check caught: still one line
+      stop.check()
       _fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
 
   return wrapper

@@ -181,6 +181,7 @@ class DrawRunner:
     msg = self._child.recv(self.timeout)
     if msg is not None and msg[0] == "result":
       return msg[1]
+    died = None if msg is None else f"error: the verify worker died ({self._child.exit_text()})"
     self.stop()
     if msg is None:
       return DrawResult(
@@ -191,9 +192,7 @@ class DrawRunner:
         "timeout",
         time.perf_counter() - t0,
       )
-    return DrawResult(
-      name, [int(s) for s in sizes], None, "error: the verify worker died", "error", time.perf_counter() - t0
-    )
+    return DrawResult(name, [int(s) for s in sizes], None, died, "error", time.perf_counter() - t0)
 
   def stop(self) -> None:
     if self._child is not None:

@@ -161,8 +161,17 @@ class Child:
           continue
         stop.check()
         if msg == EOF:
-          stop.died_of(self.proc.wait())
+          stop.died_of(self.reaped())
         return msg
+
+  def reaped(self, grace_s: float = 5.0) -> int:
+    """The exit status of a child whose output has ended. It exits then, normally; one that
+    lingers (its last message torn) is killed, so no wait here is left to a signal to end."""
+    try:
+      return self.proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+      self.kill()
+      return self.proc.returncode
 
   def kill(self) -> None:
     """Stop it now and reap it."""
@@ -202,14 +211,16 @@ class Child:
     except OSError:
       return []
 
+  def exit_text(self) -> str:
+    """How it ended, once it has: 'killed by SIGSEGV', 'exited with code 1'."""
+    rc = self.proc.wait()
+    if rc < 0 and -rc in signal.Signals._value2member_map_:
+      return f"killed by {signal.Signals(-rc).name}"
+    return f"exited with code {rc}"
+
   def death_note(self) -> str:
     """Why it died: signal or exit code, and the tail of its stderr, e.g. 'killed by SIGSEGV; stderr: ...'."""
-    rc = self.proc.wait()
-    how = (
-      f"killed by {signal.Signals(-rc).name}"
-      if rc < 0 and -rc in signal.Signals._value2member_map_
-      else f"exited with code {rc}"
-    )
+    how = self.exit_text()
     lines = self.stderr_lines()
     fatal = next((i for i, l in enumerate(lines) if l.startswith("Fatal Python error")), None)
     if fatal is not None:  # faulthandler: the error, then the crashing thread's innermost frames

@@ -174,7 +174,7 @@ class Pool:
     self._feed(w)
 
   def _on_eof(self, w: _Worker) -> None:
-    stop.died_of(w.proc.wait())
+    stop.died_of(w.reaped())
     self._lost(w, "crash")
 
   def _on_retire(self, w: _Worker, reason: str) -> None:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -101,11 +102,22 @@ def test_a_ctrl_c_python_drops_still_stops_the_sweep(tmp_path, monkeypatch):
   assert "Traceback" not in r.output and "Exception ignored" not in r.output, r.output
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_a_child_killed_by_ctrl_c_or_sigterm_is_a_stop_when_this_process_gets_it_too(sig):
+  """A scheduler signals a job's processes in turn: the child's death is seen first, this
+  process's own signal comes within the grace."""
+  later = threading.Timer(0.1, os.kill, (os.getpid(), sig))
+  with stop.handlers(), stop.deferred(), pytest.raises(stop.Stop) as stopped:
+    later.start()
+    stop.died_of(-sig, grace_s=30)
+  assert stop.exit_code(stopped.value) == 128 + sig
+
+
 @pytest.mark.parametrize("returncode", [-signal.SIGINT, -signal.SIGTERM])
-def test_a_child_killed_by_ctrl_c_or_sigterm_is_a_stop(returncode):
-  with pytest.raises(stop.Stop) as stopped:
-    stop.died_of(returncode)
-  assert stop.exit_code(stopped.value) == 128 - returncode
+def test_a_child_killed_alone_by_ctrl_c_or_sigterm_is_its_own_death(returncode):
+  t0 = time.monotonic()
+  stop.died_of(returncode, grace_s=0.2)  # the caller records it (a sweep: `crash`)
+  assert time.monotonic() - t0 >= 0.2, "this process's own signal was waited for"
 
 
 @pytest.mark.parametrize("returncode", [None, 0, 1, 3, -signal.SIGKILL, -signal.SIGSEGV, -signal.SIGABRT])
