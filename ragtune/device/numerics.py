@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -75,12 +76,12 @@ def _splits(size: int, parts: int) -> list[int]:
   return [i * q + min(i, r) for i in range(parts + 1)]
 
 
-def _sample_steps(rows: int, cols: int) -> tuple[int, int]:
+def _sample_steps(rows: int, cols: int, most: int) -> tuple[int, int]:
   """(row step, column step) of the median's grid: every column where a row is within
-  MEDIAN_SAMPLE, and rows evenly spaced so the grid holds at most about MEDIAN_SAMPLE."""
-  sc = max(1, -(-cols // MEDIAN_SAMPLE))
+  `most`, and rows evenly spaced so the grid holds at most about `most`."""
+  sc = max(1, -(-cols // most))
   per_row = -(-cols // sc)
-  return max(1, -(-rows * per_row // MEDIAN_SAMPLE)), sc
+  return max(1, -(-rows * per_row // most)), sc
 
 
 def _sums(operands: tuple, init: tuple, combine: tuple, axes: tuple[int, ...]) -> tuple:
@@ -99,12 +100,25 @@ def _sums(operands: tuple, init: tuple, combine: tuple, axes: tuple[int, ...]) -
 # exact arithmetic only for an element whose error is within about 3e-7 of its own bound
 # (relative), where bounds are rtol >= 2^-7 (quant.Tolerance; TOLERANCE 1e-2) of the output's
 # scale: such an element is at the tolerance's edge either way. Sums (the mean) are of
-# non-negative terms, a row at a time in float32 and over rows and steps in float64 on the host;
-# counts are exact (int32 per row and step, Python ints across steps).
-@functools.partial(jax.jit, static_argnames=("chunk_rows", "row_edges", "col_edges", "sample", "default_atol"))
-def _reduce(ref, test, atol, rtol, *, chunk_rows, row_edges, col_edges, sample, default_atol):
-  """The check's reductions over ref and test [rows, cols] (atol: a scalar, or [rows, cols]),
-  chunk_rows rows a step: the small arrays compare() reads."""
+# non-negative terms, over a step's rows in float32 on the device and across steps in float64 on
+# the host; counts are exact (int32 within a step, int64 across steps).
+@functools.partial(jax.jit, static_argnames=("region_grid", "default_atol", "chunk", "sample"))
+def _reduce(ref, test, atol, rtol, *, region_grid=(2, 2), default_atol=True, chunk=CHUNK, sample=MEDIAN_SAMPLE):
+  """The check's reductions over ref and test of any shape, read as [rows, last axis] (atol: a
+  scalar, or broadcastable to their shape): the small arrays compare() reads. The reshape is
+  in here, where it is free: outside, an eager reshape of a drhs's [g, k, n] copies it."""
+  shape = ref.shape
+  size = math.prod(shape)
+  cols = shape[-1] if len(shape) >= 2 else max(1, size)
+  rows = size // cols
+  ref, test = ref.reshape(rows, cols), test.reshape(rows, cols)
+  if atol.ndim:
+    atol = jnp.broadcast_to(atol.astype(jnp.float32), shape).reshape(rows, cols)
+  return _reduce_rows(ref, test, atol, rtol, **_statics(rows, cols, region_grid, default_atol, chunk, sample))
+
+
+def _reduce_rows(ref, test, atol, rtol, *, chunk_rows, row_edges, col_edges, sample, default_atol):
+  """_reduce over ref and test [rows, cols] (atol: a scalar, or [rows, cols]), chunk_rows rows a step."""
   rows, cols = ref.shape
   per_element = atol.ndim == 2
   f32, i32, inf = jnp.float32, jnp.int32, jnp.inf
@@ -186,13 +200,13 @@ def _reduce(ref, test, atol, rtol, *, chunk_rows, row_edges, col_edges, sample, 
   return parts, scale, median
 
 
-def _statics(rows: int, cols: int, region_grid, default_atol: bool) -> dict:
-  """_reduce's static arguments for ref and test [rows, cols]."""
+def _statics(rows: int, cols: int, region_grid, default_atol: bool, chunk: int, sample: int) -> dict:
+  """_reduce_rows's static arguments for ref and test [rows, cols]."""
   return dict(
-    chunk_rows=min(rows, max(1, CHUNK // cols)),
+    chunk_rows=min(rows, max(1, chunk // cols)),
     row_edges=tuple(_splits(rows, region_grid[0])),
     col_edges=tuple(_splits(cols, region_grid[1])),
-    sample=_sample_steps(rows, cols),
+    sample=_sample_steps(rows, cols, sample),
     default_atol=default_atol,
   )
 
@@ -220,14 +234,14 @@ def compare(ref, test, *, rtol: float, atol=None, region_grid=(2, 2)) -> Numeric
   sizes = np.diff(_splits(rows, region_grid[0]))[:, None] * np.diff(_splits(cols, region_grid[1]))[None, :]
   if not size:
     return _empty(shape, rtol, atol, region_grid)
-  per_element = atol is not None and np.ndim(atol) > 0
-  if per_element:
-    a = _device(atol).astype(jnp.float32)
-    a = (a if a.shape == shape else jnp.broadcast_to(a, shape)).reshape(rows, cols)
+  if atol is not None and np.ndim(atol) > 0:
+    a = _device(atol)
+    jnp.broadcast_shapes(a.shape, shape)  # a ValueError here, naming both, not inside the program
   else:
     a = jnp.float32(0.0 if atol is None else atol)
-  statics = _statics(rows, cols, region_grid, atol is None)
-  parts, scale, median = _reduce(ref.reshape(rows, cols), test.reshape(rows, cols), a, jnp.float32(rtol), **statics)
+  region_grid = tuple(region_grid)
+  statics = dict(region_grid=region_grid, default_atol=atol is None, chunk=CHUNK, sample=MEDIAN_SAMPLE)
+  parts, scale, median = _reduce(ref, test, a, jnp.float32(rtol), **statics)
   parts, scale, median = jax.device_get((parts, scale, median))
   total = parts["sum"].astype(np.float64).sum(axis=0)
   finite, bad = (parts[k].astype(np.int64).sum(axis=0) for k in ("finite", "bad"))

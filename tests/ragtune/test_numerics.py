@@ -244,7 +244,7 @@ def test_shape_mismatch_is_an_error():
 
 
 NO_H100_COMPILE = compiler_missing("h100")
-DSV3_DRHS = (256 * 7168, 2048)  # [g*k, n] of DeepSeek-V3 prefill's drhs: 3.76e9 elements
+DSV3_DRHS = (256, 7168, 2048)  # [g, k, n] of DeepSeek-V3 prefill's drhs: 3.76e9 elements
 
 
 @pytest.mark.parametrize("target", [None, "h100"], ids=["here", "deviceless-h100"])
@@ -254,11 +254,10 @@ def test_the_check_holds_slices_not_the_output(target):
   limits.STEP_ELEMENTS: no full-size widened copy, mask or difference."""
   if target and NO_H100_COMPILE is not None:
     pytest.skip(str(NO_H100_COMPILE))
-  rows, cols = DSV3_DRHS
   for per_element in (False, True):
-    fn = functools.partial(numerics._reduce, **numerics._statics(rows, cols, (2, 2), not per_element))
-    atol = ((rows, cols) if per_element else (), jnp.float32)
-    args = (((rows, cols), jnp.float32), ((rows, cols), jnp.bfloat16), atol, ((), jnp.float32))
+    fn = functools.partial(numerics._reduce, region_grid=(2, 2), default_atol=not per_element)
+    atol = (DSV3_DRHS if per_element else (), jnp.float32)
+    args = ((DSV3_DRHS, jnp.float32), (DSV3_DRHS, jnp.bfloat16), atol, ((), jnp.float32))
     if target:
       from ragtune.deviceless import aot
 
@@ -267,3 +266,18 @@ def test_the_check_holds_slices_not_the_output(target):
       structs = [jax.ShapeDtypeStruct(s, d) for s, d in args]
       temp = jax.jit(fn).lower(*structs).compile().memory_analysis().temp_size_in_bytes
     assert temp <= 4 * limits.CHECK_SLICES * limits.STEP_ELEMENTS + (1 << 20), (per_element, temp)
+
+
+def test_the_check_gets_the_outputs_as_they_are(monkeypatch):
+  """compare hands the device's arrays to the jitted check as they are: an eager reshape of a
+  drhs's [g, k, n] (or an eager cast or broadcast of a per-element atol) would copy it, a full
+  float32 reference more on the device."""
+  seen = []
+  real = numerics._reduce
+  monkeypatch.setattr(numerics, "_reduce", lambda *args, **kw: seen.append(args) or real(*args, **kw))
+  ref = jnp.ones((3, 4, 5), jnp.float32)
+  test = jnp.ones((3, 4, 5), jnp.bfloat16)
+  atol = jnp.full((3, 4, 5), 0.5, jnp.float16)
+  assert numerics.compare(ref, test, rtol=2e-2, atol=atol).passed
+  (args,) = seen
+  assert args[0] is ref and args[1] is test and args[2] is atol

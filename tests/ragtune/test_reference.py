@@ -212,7 +212,7 @@ def test_bytes_needed_is_what_the_draw_the_reference_and_the_check_hold(op, dtyp
   else:
     prog = kref.ragged_dot_program(op, x["lhs"], x["rhs"], x["dout"], gs)
   ref = prog.compiled.memory_analysis().output_size_in_bytes  # the value (and a quantized format's bound)
-  out = {"fwd": (m, n), "drhs": (g * k, n)}[op]
+  out = {"fwd": (m, n), "drhs": (g, k, n)}[op]  # as the kernel gives it: drhs [g, k, n], reshaped in the check
   out_dtype = measure.out_dtype(p)
   atol = jax.ShapeDtypeStruct(out, jnp.float32) if "lhs_scale" in x else jax.ShapeDtypeStruct((), jnp.float32)
   check = numerics._reduce.lower(
@@ -220,7 +220,8 @@ def test_bytes_needed_is_what_the_draw_the_reference_and_the_check_hold(op, dtyp
     jax.ShapeDtypeStruct(out, out_dtype),
     atol,
     jax.ShapeDtypeStruct((), jnp.float32),
-    **numerics._statics(*out, (2, 2), "lhs_scale" not in x),
+    region_grid=(2, 2),
+    default_atol="lhs_scale" not in x,
   ).compile()
   stages = {
     "draw": inputs + draw,
