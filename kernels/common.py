@@ -511,3 +511,11 @@ def broadcast_vmap(impl, *args):
     return jax.vmap(impl)(*a), True
 
   return call(*args)
+
+
+def not_utf8(data: bytes, e: UnicodeDecodeError) -> tuple[int, str]:
+  """(line, why) of the first byte of `data` that is not UTF-8: 'not UTF-8 text (byte 0xe9 at
+  column 5)'. How every reader of ours (LUTs here, shape and records files in ragtune) says it."""
+  line = data.count(b"\n", 0, e.start) + 1
+  column = e.start - data.rfind(b"\n", 0, e.start)
+  return line, f"not UTF-8 text (byte 0x{data[e.start]:02x} at column {column})"

@@ -44,7 +44,7 @@ from typing import Any
 
 from kernels import registry
 from kernels.backend import KernelConfig
-from kernels.common import FORMATS, OPS, op_dims, op_order
+from kernels.common import FORMATS, OPS, not_utf8, op_dims, op_order
 
 SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
@@ -269,8 +269,7 @@ class Lut:
     try:
       data = json.loads(raw.decode())
     except UnicodeDecodeError as e:
-      line, column = raw.count(b"\n", 0, e.start) + 1, e.start - raw.rfind(b"\n", 0, e.start)
-      why = f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {column})"  # as ragtune.errors.not_utf8 says it
+      line, why = not_utf8(raw, e)
       raise LutError(f"{p}:{line}: corrupt LUT, {why}") from None
     except json.JSONDecodeError as e:
       if not raw.lstrip().startswith(b"{"):  # a LUT cut short is still a JSON object's start

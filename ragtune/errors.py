@@ -1,6 +1,8 @@
 import shlex
 from pathlib import Path
 
+from kernels.common import not_utf8
+
 
 def install_hint(*extras: str) -> str:
   """The one form every message gives for installing extras: the README's, from the checkout."""
@@ -9,13 +11,6 @@ def install_hint(*extras: str) -> str:
 
 class RagtuneError(Exception):
   """A user-facing error: the CLI prints its message on one line and exits non-zero."""
-
-
-def not_utf8(data: bytes, e: UnicodeDecodeError) -> tuple[int, str]:
-  """(line, why) of the first byte of `data` that is not UTF-8: 'not UTF-8 text (byte 0xe9 at column 5)'."""
-  line = data.count(b"\n", 0, e.start) + 1
-  column = e.start - data.rfind(b"\n", 0, e.start)
-  return line, f"not UTF-8 text (byte 0x{data[e.start]:02x} at column {column})"
 
 
 def read_text(path: str | Path) -> str:
