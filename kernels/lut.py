@@ -386,7 +386,7 @@ class Lut:
       if tiling is None:
         return None
       tm, tk, tn = (int(x) for x in tiling)
-      rows = int(m)  # megablox's first dimension is the rows of lhs for all three ops
+      rows = int(m)  # the ragged rows megablox passes as m (lhs's rows for gmm, its columns for tgmm)
       return next((t for t in range(min(tm, rows) // 8 * 8, 0, -8) if rows % t == 0), rows), tk, tn
 
     return fn
@@ -503,7 +503,8 @@ def check_unused_env_lut() -> None:
   before it ships to the device it is for. A file that cannot be read raises LutError, led by
   RAGTUNE_LUT= (with RAGTUNE_LUT_ON_ERROR=warn, logs it), as load_lut does. Its device kind is
   not held against it, nor is a folder without this device's LUT: nothing here would use
-  them. Nothing is read once a LUT was chosen in code or loaded; a good file is read once."""
+  them. Nothing is read once a LUT was chosen in code or loaded; a file is read once (a
+  broken one each call when it raises, once when it warns)."""
   global _env_checked
   value = os.environ.get(ENV_VAR)
   if not value or value == _env_checked or _active_resolved or _scoped.get() is not _UNSET or Path(value).is_dir():
@@ -511,8 +512,7 @@ def check_unused_env_lut() -> None:
   try:
     Lut.from_file(locate_lut(value, current_device_kind()))
   except LutError as e:
-    _default_search_failed(_from_env(value, str(e)))
-    return
+    _default_search_failed(_from_env(value, str(e)))  # raises, or warns once: then not read again
   _env_checked = value
 
 

@@ -183,7 +183,8 @@ def reference_program(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, transpose_
 
 def reference(lhs, rhs, group_sizes, lhs_scale, rhs_scale, *, transpose_rhs: bool = False) -> jax.Array:
   """float32 jax.lax.ragged_dot, at HIGHEST precision, of the dequantized operands, computed
-  group by group (kernels.reference); group_sizes must be concrete."""
+  group by group (kernels.reference); group_sizes must be concrete. With error_scale too, run
+  reference_program once: each of the two runs it whole."""
   args = (lhs, rhs, group_sizes, lhs_scale, rhs_scale)
   return reference_program(*args, transpose_rhs=transpose_rhs)()[0]
 

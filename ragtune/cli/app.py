@@ -279,11 +279,11 @@ def _warn_skipped(skipped: dict[Path, list[int]], cut: dict[Path, int]) -> None:
     _print(f"warning: {store.cut_text(path, line)}", err=True)
 
 
-def _shard_gaps(dirs: list[Path], *, stop: bool = False) -> None:
+def _shard_gaps(dirs: list[Path], *, refuse: bool = False) -> None:
   """Shards of a sharded sweep with no records in these folders (prepare.missing_shards): a
-  warning each; with stop, an error (export-lut: a LUT from the rest would lack them)."""
+  warning each; with refuse, an error (export-lut: a LUT from the rest would lack them)."""
   gaps = prepare.missing_shards(dirs)
-  if gaps and stop:
+  if gaps and refuse:
     raise RagtuneError(
       gaps[0].text("a LUT from the others would lack {their} problems")
       + "; or pass --partial to export the others anyway"
@@ -321,7 +321,7 @@ def _records(dirs: list[Path], skip_bad_lines: bool, *, partial: bool = True) ->
   unless partial an error."""
   from ragtune.records import store
 
-  _shard_gaps(dirs, stop=not partial)
+  _shard_gaps(dirs, refuse=not partial)
   skipped: dict[Path, list[int]] | None = {} if skip_bad_lines else None
   cut: dict[Path, int] = {}
   records = store.load_results(dirs, skipped, cut)

@@ -80,7 +80,7 @@ def load_problems(shapes_file: Path, sel: Selection, say: Say | None = None):
 def device() -> dict:
   """This host's device (asked of a child process); the parent keeps off the accelerator, so
   the workers get all of its memory."""
-  limits.memory_override()  # a bad RAGTUNE_DEVICE_MEMORY, refused before the probe (cached once per process)
+  limits.memory_override()  # a bad RAGTUNE_DEVICE_MEMORY, refused before the probe (which is cached per process)
   info = devices_mod.probe_devices()
   devices_mod.keep_parent_off_device(info["platform"])
   return info

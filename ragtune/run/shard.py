@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ragtune.errors import RagtuneError
+from ragtune.filekind import SHARD_FOLDERS
 from ragtune.words import count
 
 COUNT_VAR = "RAGTUNE_SHARD_COUNT"
@@ -55,7 +56,7 @@ class Shard:
 def folders(base: Path) -> dict[int, dict[int, Path]]:
   """The shard folders in a results folder: {N: {i: shard-<i>-of-<N>}}."""
   out: dict[int, dict[int, Path]] = {}
-  for p in Path(base).glob("shard-*-of-*") if Path(base).is_dir() else []:
+  for p in Path(base).glob(SHARD_FOLDERS) if Path(base).is_dir() else []:
     if (m := FOLDER.fullmatch(p.name)) and p.is_dir():
       out.setdefault(int(m[2]), {})[int(m[1])] = p
   return out

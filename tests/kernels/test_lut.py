@@ -282,11 +282,15 @@ def test_a_broken_ragtune_lut_raises_where_auto_asks_no_lut(tmp_path, monkeypatc
   monkeypatch.setattr(kernels.lut, "_warned", set(), raising=False)
   monkeypatch.setenv(kernels.lut.ENV_VAR, str(bad[1][0]))
   kernels.lut.reset_active_lut()
+  reads = []
+  real_from_file = kernels.Lut.from_file.__func__
+  monkeypatch.setattr(kernels.Lut, "from_file", classmethod(lambda cls, p: reads.append(p) or real_from_file(cls, p)))
   with caplog.at_level(logging.WARNING, logger="kernels"):
     assert all(kernels.explain(*shape)["fwd"].backend == "xla" for _ in range(2))
   assert [r.getMessage() for r in caplog.records if r.name == "kernels"] == [
     f"RAGTUNE_LUT_ON_ERROR=warn: RAGTUNE_LUT={bad[1][0]}{bad[1][1]}; using no LUT, the built-in heuristics run"
   ]
+  assert len(reads) == 1, "a broken file warned of is not read again on every call"
 
 
 def test_on_error_warn_once_per_process_per_error(tmp_path, monkeypatch, caplog):
