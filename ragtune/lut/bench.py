@@ -507,7 +507,8 @@ def header(bench: Bench, lut_file: Path | None) -> list[str]:
       "CPU host: the Pallas kernels are interpreted, and shapes too big for that are shrunk (m/256, k/32, "
       "n/32, at most 8 groups, multinomial routing). Every variant is checked against jax.lax.ragged_dot; "
       "none is timed, since an interpreter's time says nothing about a GPU's. backend=\"auto\" runs XLA's op "
-      f"here and reads no LUT: the LUT row is backend=\"{bench.backends[0]}\"'s choice with the LUT."
+      "here and reads no LUT: the LUT row is the choice, with the LUT, of the first backend here that "
+      "computes the problem's dtype (it names it)."
     )
   return lines
 
