@@ -22,7 +22,12 @@ os.environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"ragtune-tes
 # Processes the tests start (the CLI, sweep workers) import this checkout too, from any
 # folder: from tests/, tests/kernels and tests/ragtune would be namespace packages.
 ROOT = Path(__file__).resolve().parents[1]
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+# tests/site's sitecustomize compiles XLA:CPU programs without LLVM's optimizations (most of the
+# suite's time): in this process, and in those it starts, where Python imports it at start-up.
+SITE = ROOT / "tests" / "site"
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), str(SITE), os.environ.get("PYTHONPATH")) if p)
+_site = importlib.util.spec_from_file_location("tests_site", SITE / "sitecustomize.py")
+_site.loader.exec_module(importlib.util.module_from_spec(_site))  # this process started without it
 
 import jax  # noqa: E402
 
