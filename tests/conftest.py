@@ -35,6 +35,7 @@ import jax  # noqa: E402
 # thread that blocks in callbacks at barriers; inline dispatch keeps them off the CPU client's
 # few worker threads.
 jax.config.update("jax_cpu_enable_async_dispatch", False)
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -232,7 +233,11 @@ def np_ragged_dot_grads(lhs, rhs, group_sizes, dout, *, transpose_rhs=False, gro
 
 
 def rand(key, shape, dtype):
-  return (jax.random.normal(jax.random.key(key), shape) / np.sqrt(shape[-1])).astype(dtype) + 0.01
+  """Normal values fresh per seed `key`, over sqrt(last dim), plus 0.01 (never all zero), in
+  `dtype`. Drawn by NumPy: jax.random compiles its generator for every new shape (0.2 s each,
+  minutes over the suite), and inputs are not what a test checks."""
+  x = np.random.default_rng(key).standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[-1]))
+  return jnp.asarray(x.astype(jnp.dtype(dtype))) + 0.01
 
 
 @pytest.fixture(autouse=True)
