@@ -134,7 +134,9 @@ def pytest_pyfunc_call(pyfuncitem):
   deadline = MGPU_DEADLINE_S
   # The child dumps every thread's stack (faulthandler, a C thread: it needs no GIL) before
   # the parent's deadline, then the parent kills its whole process group.
-  cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "0", "-p", "no:cacheprovider"]
+  # Without hypothesis's plugin, which imports hypothesis (0.8 s) for its summary in every
+  # pytest process; no interpreted case draws with hypothesis.
+  cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "0", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
   cmd += ["-o", f"faulthandler_timeout={max(deadline - 15, 1):.0f}", "--timeout", "0", pyfuncitem.nodeid]
   env = dict(os.environ, **{MGPU_CHILD: "1"})
   child = subprocess.Popen(
