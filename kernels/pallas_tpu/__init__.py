@@ -1,16 +1,25 @@
 """Backend 'pallas_tpu': jax's megablox kernels made to agree with lax (gmm.py), configured
-by TpuConfig."""
+by TpuConfig.
+
+gmm.py is imported on first use: jax's Pallas TPU package is a sixth of `import kernels`, on
+hosts that never run it.
+"""
 
 import dataclasses
+import importlib
 
 from kernels.backend import PALLAS_CALL_COST, Backend
-from kernels.pallas_tpu import config, gmm
+from kernels.pallas_tpu import config
 from kernels.pallas_tpu.config import TpuConfig
+
+
+def _gmm():
+  return importlib.import_module("kernels.pallas_tpu.gmm")
 
 
 def forward(lhs, rhs, group_sizes, *, precision=None, **kw):
   del precision  # megablox picks its own
-  return gmm.gmm(lhs, rhs, group_sizes, **kw)
+  return _gmm().gmm(lhs, rhs, group_sizes, **kw)
 
 
 def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, precision=None, **kw):
@@ -18,7 +27,7 @@ def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, precision=N
   if transpose_rhs:  # the config is in the [g,k,n] frame
     lhs, dout = dout, lhs
     config = dataclasses.replace(config, tk=config.tn, tn=config.tk)
-  return gmm.tgmm(lhs, dout, group_sizes, config=config, **kw)
+  return _gmm().tgmm(lhs, dout, group_sizes, config=config, **kw)
 
 
 # megablox has no float16 matmul, and indexes with int32 element counts.

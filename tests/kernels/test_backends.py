@@ -45,13 +45,15 @@ class NoAbsl(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, NoAbsl())
 import jax.numpy as jnp, kernels
 assert "jax.experimental.pallas.mosaic_gpu" not in sys.modules
+assert "jax.experimental.pallas.tpu" not in sys.modules, "Pallas TPU imported by import kernels"
 y = kernels.ragged_dot(jnp.ones((4, 8)), jnp.ones((2, 8, 8)), jnp.array([2, 2]), backend="xla")
 assert float(y.sum()) == 4 * 8 * 8
 """
 
 
 def test_kernels_import_and_run_without_absl():
-  """jax's Mosaic GPU package needs absl-py; kernels imports it only when mosaic_gpu runs."""
+  """jax's Mosaic GPU package needs absl-py; kernels imports it only when mosaic_gpu runs, and
+  jax's Pallas TPU package (a sixth of `import kernels`) only when pallas_tpu runs."""
   subprocess.run([sys.executable, "-c", _NO_ABSL], check=True)
 
 
