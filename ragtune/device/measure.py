@@ -41,20 +41,22 @@ def _seed(p: Problem, salt: str) -> int:
 DRAW_CHUNK = limits.STEP_ELEMENTS
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _draw_all(keys, specs: tuple) -> tuple:
-  """_draw of each (shape, dtype, divisor, blocks, transpose) in `specs` with its key: one
-  program for a problem's inputs (one compile, not one an operand)."""
-  return tuple(_draw(k, *spec) for k, spec in zip(keys, specs))
+@functools.partial(jax.jit, static_argnames=("specs", "chunk"))
+def _draw_all(keys, specs: tuple, chunk: int) -> tuple:
+  """_draw of each (shape, dtype, divisor, blocks, transpose) in `specs` with its key, `chunk`
+  elements a slice: one program for a problem's inputs (one compile, not one an operand)."""
+  return tuple(_draw(k, *spec, chunk=chunk) for k, spec in zip(keys, specs))
 
 
-def _draw(key, shape: tuple[int, ...], dtype: str, divisor: float, blocks: tuple | None, transpose: bool):
+def _draw(
+  key, shape: tuple[int, ...], dtype: str, divisor: float, blocks: tuple | None, transpose: bool, *, chunk: int
+):
   """A standard normal of `shape` divided by `divisor`, in `dtype`, or quantized to that
   element dtype with kernels.quant.quantize's `blocks` (then (values, scales); values with
   their last two axes swapped where `transpose`). Row i of the first axis is drawn from
-  fold_in(key, i) alone, so the values do not depend on DRAW_CHUNK."""
+  fold_in(key, i) alone, so the values do not depend on `chunk`."""
   rows, rest = shape[0], shape[1:]
-  per = max(1, min(rows, DRAW_CHUNK // max(1, math.prod(rest))))
+  per = limits.step_rows(rows, math.prod(rest), chunk)
 
   def part(start):
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(start + jnp.arange(per))
@@ -86,7 +88,7 @@ def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str,
   keys = jax.random.split(key, 3)
   gs = np.asarray(p.group_sizes if group_sizes is None else group_sizes, np.int32)
   specs = draws(p)
-  drawn = dict(zip(specs, _draw_all(keys[: len(specs)], tuple(specs.values()))))
+  drawn = dict(zip(specs, _draw_all(keys[: len(specs)], tuple(specs.values()), DRAW_CHUNK)))
   if scheme(p.dtype):
     return quantized_inputs(p, drawn, keys[2], gs)
   return {**drawn, "group_sizes": jnp.asarray(gs)}

@@ -203,7 +203,7 @@ def _reduce_rows(ref, test, atol, rtol, *, chunk_rows, row_edges, col_edges, sam
 def _statics(rows: int, cols: int, region_grid, default_atol: bool, chunk: int, sample: int) -> dict:
   """_reduce_rows's static arguments for ref and test [rows, cols]."""
   return dict(
-    chunk_rows=min(rows, max(1, chunk // cols)),
+    chunk_rows=limits.step_rows(rows, cols, chunk),
     row_edges=tuple(_splits(rows, region_grid[0])),
     col_edges=tuple(_splits(cols, region_grid[1])),
     sample=_sample_steps(rows, cols, sample),

@@ -33,10 +33,16 @@ STEP_ELEMENTS = 1 << 24
 DRAW_SLICES, CHECK_SLICES = 6, 2
 
 
+def step_rows(rows: int, row: int, chunk: int = STEP_ELEMENTS) -> int:
+  """Rows of `row` elements in one step's slice of an array of `rows` such rows: whole rows
+  within `chunk` elements, at least one. The draw and the check slice by it."""
+  return min(rows, max(1, chunk // max(1, row)))
+
+
 def step_elements(elements: int, row: int) -> int:
   """Elements of one step's slice of an array of `elements` in rows of `row`."""
   row = max(1, row)
-  return min(elements, max(row, STEP_ELEMENTS // row * row))
+  return step_rows(elements // row, row) * row
 
 
 def held(op: str, dtype: str, m: int, k: int, n: int, g: int) -> dict[str, int]:

@@ -205,7 +205,9 @@ def test_bytes_needed_is_what_the_draw_the_reference_and_the_check_hold(op, dtyp
   x = jax.eval_shape(lambda: measure.make_inputs(p))
   inputs = sum(_nbytes(a) for name, a in x.items() if name != "group_sizes")
   specs = tuple(measure.draws(p).values())
-  draw = _temp(measure._draw_all.lower(jax.random.split(jax.random.key(0), len(specs)), specs).compile())
+  draw = _temp(
+    measure._draw_all.lower(jax.random.split(jax.random.key(0), len(specs)), specs, measure.DRAW_CHUNK).compile()
+  )
   gs = np.full(g, m // g)
   if "lhs_scale" in x:
     prog = quant.reference_program(x["lhs"], x["rhs"], gs, x["lhs_scale"], x["rhs_scale"], transpose_rhs=True)
@@ -250,7 +252,9 @@ def test_inputs_drawn_a_slice_at_a_time_in_their_dtype(monkeypatch):
   monkeypatch.undo()
   m, k, n, g = DSV3
   big = Problem("fwd", "xla", "bfloat16", m, k, n, g, "explicit", (m // g,) * g)
-  compiled = measure._draw_all.lower(jax.random.key(0)[None], (measure.draws(big)["rhs"],)).compile()
+  compiled = measure._draw_all.lower(
+    jax.random.key(0)[None], (measure.draws(big)["rhs"],), measure.DRAW_CHUNK
+  ).compile()
   mem = compiled.memory_analysis()
   assert mem.output_size_in_bytes == 2 * g * k * n and mem.temp_size_in_bytes < 0.5e9, mem
 
