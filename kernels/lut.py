@@ -431,9 +431,9 @@ def locate_lut(path: str | os.PathLike | None, device_kind: str) -> Path | None:
   return path
 
 
-def _read_lut(path: str | os.PathLike | None, kind: str, force: bool) -> Lut:
-  found = locate_lut(path, kind)
-  lut = Lut(kind, source=None) if found is None else Lut.from_file(found)
+def _read_lut(file: Path, kind: str, force: bool) -> Lut:
+  """The LUT in `file` (as locate_lut found it), refused when made for another device kind."""
+  lut = Lut.from_file(file)
   if lut.device_kind != kind and not force:
     raise LutError(
       f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}; "
@@ -477,7 +477,7 @@ def load_lut(path: str | os.PathLike | None = None, *, force: bool = False) -> L
   """
   global _active, _active_resolved
   kind = current_device_kind()
-  lut = default_lut(kind, force=force) if path is None else _read_lut(path, kind, force)
+  lut = default_lut(kind, force=force) if path is None else _read_lut(locate_lut(path, kind), kind, force)
   if lut is None:
     lut = Lut(kind, source=None)
   _active, _active_resolved = lut, True
@@ -507,13 +507,14 @@ def check_unused_env_lut() -> None:
   broken one each call when it raises, once when it warns)."""
   global _env_checked
   value = os.environ.get(ENV_VAR)
-  if not value or value == _env_checked or _active_resolved or _scoped.get() is not _UNSET or Path(value).is_dir():
+  if not value or value == _env_checked or _active_resolved or _scoped.get() is not _UNSET:
     return
-  try:
-    Lut.from_file(locate_lut(value, current_device_kind()))
-  except LutError as e:
-    _default_search_failed(_from_env(value, str(e)))  # raises, or warns once: then not read again
-  _env_checked = value
+  if not Path(value).is_dir():
+    try:
+      Lut.from_file(locate_lut(value, current_device_kind()))
+    except LutError as e:
+      _default_search_failed(_from_env(value, str(e)))  # raises, or warns once: then not read again
+  _env_checked = value  # a folder too: not looked at again on every call
 
 
 def set_active_lut(lut: Lut | None) -> None:

@@ -228,8 +228,9 @@ def resolve(
   # backend, which names the others when it lacks that dtype (check_dtype).
   fmt = dtype if ":" in dtype else None
   fallback = registry.auto_backend(dev.platform, dev.device_kind, fmt) if auto else backend
-  table = lut_mod.active_lut() if auto and registry.get(fallback).config_type is not None else None
-  if registry.get(fallback).config_type is None:  # no LUT asked; a broken RAGTUNE_LUT still shows
+  tunable = registry.get(fallback).config_type is not None
+  table = lut_mod.active_lut() if auto and tunable else None
+  if not tunable:  # no LUT asked; a broken RAGTUNE_LUT still shows
     lut_mod.check_unused_env_lut()
   why_none = _no_tunable_backend(dev.platform, dev.device_kind, fmt) if auto and fallback == registry.REFERENCE else ""
   out = {}
