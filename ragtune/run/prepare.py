@@ -147,7 +147,9 @@ def missing_shards(dirs: list[Path]) -> list[shard_mod.Gap]:
     for n, found in sorted(shard_mod.folders(base).items()):
       swept = {i for i, folder in found.items() if (folder / store.RECORDS).is_file()}
       stored = [s for folder in found.values() for s in _stored_sweeps(folder)]
-      sizes = [_set_size(s) for s in stored]
+      # The shards' sweeps are one sweep's, bar the shard: its set's size read once, not a shard each.
+      sets = {(s.shapes_file, s.shapes_sha256, repr(dataclasses.replace(s.flags, shard=None))): s for s in stored}
+      sizes = [_set_size(s) for s in sets.values()]
       size = max(sizes) if sizes and None not in sizes else n
       missing = tuple(i for i in range(min(n, size)) if i not in swept)
       if missing:
