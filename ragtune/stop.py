@@ -64,13 +64,13 @@ def exit_code(e: KeyboardInterrupt) -> int:
 STOP_GRACE_S = 2.0
 
 
-def died_of(returncode: int | None, grace_s: float | None = None) -> None:
+def died_of(returncode: int | None) -> None:
   """Raise Stop if a child's exit status says SIGINT or SIGTERM killed it and this process
-  receives a stop signal too, by grace_s (STOP_GRACE_S) from now; else return, and the
+  receives a stop signal too, within STOP_GRACE_S from now; else return, and the
   caller records the death as the child's own (a sweep: `crash`, killed by SIGTERM)."""
   if returncode is None or -returncode not in SIGNALS:
     return
-  end = time.monotonic() + (STOP_GRACE_S if grace_s is None else grace_s)
+  end = time.monotonic() + STOP_GRACE_S
   while True:
     check()
     if time.monotonic() >= end:

@@ -178,11 +178,11 @@ def module_found(name: str) -> bool:
 def gpu_compile_missing() -> str | None:
   """Why the deviceless GPU compile tests (tests/ragtune/test_aot_compile.py) cannot run in
   this process, or None."""
-  from ragtune.deviceless import machine_code
+  from ragtune.provenance import find_tool
 
   if not any(module_found(p) for p in ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")):
     return "no CUDA plugin (pip install -e '.[gpu-compile]')"
-  if machine_code.find_tool("cuobjdump") is None:
+  if find_tool("cuobjdump") is None:
     return "no cuobjdump (pip install -e '.[gpu-compile]')"
   return compiler_missing("h100")
 

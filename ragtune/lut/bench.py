@@ -34,7 +34,7 @@ from kernels import registry, target
 from kernels.common import scheme
 from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
-from ragtune import paths
+from ragtune import filekind, paths
 from ragtune.device import ceilings, measure, xla_fit
 from ragtune.device.xla_fit import XLA_PATHS
 from ragtune.errors import RagtuneError, install_hint
@@ -175,8 +175,6 @@ def find_lut(path: Path | None, device_kind: str, results_dir: Path) -> tuple[ke
   one a model here loads (RAGTUNE_LUT, then kernels/luts/<slug>.json, with the errors and
   RAGTUNE_LUT_ON_ERROR rule a model meets); else the results folder's export
   (<results>/<slug>.json, where export-lut writes it); else none."""
-  from ragtune import filekind
-
   if path is None:
     lut = kernels.lut.default_lut(device_kind)
     if lut is not None:  # without a source: RAGTUNE_LUT_ON_ERROR=warn said why, and a model runs none

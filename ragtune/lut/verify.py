@@ -381,8 +381,8 @@ def _lut_from_records(
   from ragtune.lut import export
   from ragtune.records import store
 
-  if not any((d / store.RECORDS).exists() for d in store.with_shards([folder])):
-    raise RagtuneError(f"{folder}: neither a LUT ({kernels.device_slug(kind)}.json) nor {store.RECORDS} here")
+  if not any((d / filekind.RECORDS).exists() for d in filekind.with_shards([folder])):
+    raise RagtuneError(f"{folder}: neither a LUT ({kernels.device_slug(kind)}.json) nor {filekind.RECORDS} here")
   luts = export.build_luts(store.load_results([folder], skipped, cut))
   if kind not in luts:
     raise RagtuneError(f"{folder}: no correct results for this device ({kind!r}); found {sorted(luts)}")

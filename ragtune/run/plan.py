@@ -8,7 +8,6 @@ import dataclasses
 import statistics
 from typing import Any
 
-import kernels
 from kernels import registry
 from ragtune.candidates import prune, search_space, search_strategy
 from ragtune.errors import RagtuneError
@@ -31,13 +30,7 @@ def shard(problems: list[Problem], index: int, count: int) -> list[Problem]:
   return [p for p in problems if p.key in mine]
 
 
-# --- a budgeted search's seed from a LUT ----------------------------------------------
-
-
-def find_lut(device_kind: str) -> kernels.Lut | None:
-  """The LUT a model on this device would use (RAGTUNE_LUT, else the bundled one), or None;
-  one it cannot use is an error, or with RAGTUNE_LUT_ON_ERROR=warn a warning, as for a model."""
-  return kernels.lut.default_lut(device_kind)
+# --- a budgeted search's seed from a LUT (kernels.lut.default_lut: the one a model here uses) ---
 
 
 def _lut_hint(p: Problem, lut, device_kind: str | None):

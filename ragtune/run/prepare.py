@@ -383,7 +383,7 @@ def sweep(
     retry_failed=retry_failed,
   )
   problems = interpretable(problems, opts.interpret, say)
-  opts.lut = plan_mod.find_lut(info["device_kind"]) if opts.budget else None  # a budgeted search's start
+  opts.lut = kernels.lut.default_lut(info["device_kind"]) if opts.budget else None  # a budgeted search's start
   cost = CostModel.for_sweep(opts.interpret, info["device_kind"], out_dir)
   run = SweepPlan(Path(shapes_file), base, flags, problems, opts, cost, plan_mod.plan(problems, opts, cost), shard)
   if start:
@@ -457,7 +457,7 @@ def plan(
     interpret=interpret,
     sharded=out_dir != base,
   )
-  opts.lut = plan_mod.find_lut(info["device_kind"]) if budget else None  # as the sweep's
+  opts.lut = kernels.lut.default_lut(info["device_kind"]) if budget else None  # as the sweep's
   warn_unread_lines(out_dir, skip_bad_lines, say)
   cost = CostModel.for_sweep(interpret, info["device_kind"], out_dir)
   return plan_mod.plan(problems, opts, cost), cost

@@ -261,7 +261,7 @@ def test_a_budgeted_search_starts_from_the_devices_lut(tmp_path, monkeypatch):
   lut = kernels.Lut("cpu", [kernels.Entry("fwd", "pallas_gpu", "float32", 60, 32, 48, 3, tuned)])
   (tmp_path / "cpu.json").write_text(json.dumps(lut.to_dict()))
   monkeypatch.setenv(kernels.lut.ENV_VAR, str(tmp_path))
-  found = planning.find_lut("cpu")
+  found = kernels.lut.default_lut("cpu")
   assert found is not None and len(found) == 1
   assert planning._lut_hint(p, found, "cpu") == tuned
   assert planning._lut_hint(dataclasses.replace(p, backend="mosaic_gpu"), found, "cpu") is None

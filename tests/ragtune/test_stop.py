@@ -103,20 +103,22 @@ def test_a_ctrl_c_python_drops_still_stops_the_sweep(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
-def test_a_child_killed_by_ctrl_c_or_sigterm_is_a_stop_when_this_process_gets_it_too(sig):
+def test_a_child_killed_by_ctrl_c_or_sigterm_is_a_stop_when_this_process_gets_it_too(sig, monkeypatch):
   """A scheduler signals a job's processes in turn: the child's death is seen first, this
   process's own signal comes within the grace."""
   later = threading.Timer(0.1, os.kill, (os.getpid(), sig))
+  monkeypatch.setattr(stop, "STOP_GRACE_S", 30)
   with stop.handlers(), stop.deferred(), pytest.raises(stop.Stop) as stopped:
     later.start()
-    stop.died_of(-sig, grace_s=30)
+    stop.died_of(-sig)
   assert stop.exit_code(stopped.value) == 128 + sig
 
 
 @pytest.mark.parametrize("returncode", [-signal.SIGINT, -signal.SIGTERM])
-def test_a_child_killed_alone_by_ctrl_c_or_sigterm_is_its_own_death(returncode):
+def test_a_child_killed_alone_by_ctrl_c_or_sigterm_is_its_own_death(returncode, monkeypatch):
+  monkeypatch.setattr(stop, "STOP_GRACE_S", 0.2)
   t0 = time.monotonic()
-  stop.died_of(returncode, grace_s=0.2)  # the caller records it (a sweep: `crash`)
+  stop.died_of(returncode)  # the caller records it (a sweep: `crash`)
   assert time.monotonic() - t0 >= 0.2, "this process's own signal was waited for"
 
 
