@@ -9,10 +9,12 @@ Each is tuned on its own, so each takes its own config ("fwd", "dlhs", "drhs").
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -359,6 +361,60 @@ def grad_rhs(lhs, dout, group_sizes, *, backend: str, **kw):
   return registry.get(backend).grad_rhs(lhs, dout, group_sizes, **kw)
 
 
+# --- observation (ragtune.capture) -----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+  """One `ragged_dot` call as it is traced, for a tool that finds a step's calls
+  (`observe`): "fwd", or "bwd" when its custom_vjp's backward (dlhs and drhs) is traced.
+  m, k, n, g are the lookup's forward dims (g: rhs's groups); dtype the compute dtype or
+  the quantized format; out_dtype the result's."""
+
+  op: str
+  m: int
+  k: int
+  n: int
+  g: int
+  dtype: str
+  transpose_rhs: bool
+  out_dtype: str
+  group_offset: bool
+
+
+Observer = Callable[[Call, Any, Any], tuple[Any, Any]]
+_observer: contextvars.ContextVar[Observer | None] = contextvars.ContextVar("kernels_observer", default=None)
+
+
+@contextlib.contextmanager
+def observe(observer: Observer):
+  """While tracing in this block, each call (and each backward traced) passes
+  `observer(call, group_sizes, group_offset)` and computes with the (group_sizes,
+  group_offset) it returns, the same values: a tool marks them in the traced program there.
+  A function jit traced before the block is not traced again unless the tool makes it
+  (jax.make_user_context)."""
+  token = _observer.set(observer)
+  try:
+    yield
+  finally:
+    _observer.reset(token)
+
+
+def _observed(call: Call, group_sizes, group_offset):
+  observer = _observer.get()
+  return (group_sizes, group_offset) if observer is None else observer(call, group_sizes, group_offset)
+
+
+def _scope():
+  """Observed, a call's whole computation is named "kernels.ragged_dot" in the traced
+  program, so that a tool tells its inner ops (XLA's ragged_dot on the xla backend) from the
+  model's own."""
+  return jax.named_scope(SCOPE) if _observer.get() is not None else contextlib.nullcontext()
+
+
+SCOPE = "kernels.ragged_dot"
+
+
 # --- differentiation ------------------------------------------------------------------
 
 
@@ -374,6 +430,7 @@ class _Plan:
   compute_dtype: str
   interpret: tuple[Any, Any, Any]  # per op, in OPS order
   has_offset: bool
+  vma: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # lhs's and rhs's manual axes they vary over (shard_map)
 
   def common(self, op: str, group_offset) -> dict[str, Any]:
     i = OPS.index(op)
@@ -397,13 +454,38 @@ def _ragged_dot_fwd(lhs, rhs, group_sizes, group_offset, plan):
 
 
 def _ragged_dot_bwd(plan, residuals, dout):
+  with _scope():
+    return _backward(plan, residuals, dout)
+
+
+def _backward(plan, residuals, dout):
   lhs, rhs, group_sizes, group_offset = residuals
+  if _observer.get() is not None:
+    m, k = lhs.shape
+    n = rhs.shape[1] if plan.transpose_rhs else rhs.shape[2]
+    call = Call("bwd", m, k, n, rhs.shape[0], plan.compute_dtype, plan.transpose_rhs, plan.out_dtype, plan.has_offset)
+    group_sizes, group_offset = _observed(call, group_sizes, group_offset)
   dout = dout.astype(plan.compute_dtype)
   dlhs = grad_lhs(dout, rhs, group_sizes, out_dtype=plan.compute_dtype, **plan.common("dlhs", group_offset))
   drhs = grad_rhs(
     lhs, dout, group_sizes, num_groups=rhs.shape[0], out_dtype=plan.compute_dtype, **plan.common("drhs", group_offset)
   )
+  dlhs, drhs = _summed_over(dlhs, plan.vma[0]), _summed_over(drhs, plan.vma[1])
   return dlhs.astype(lhs.dtype), drhs.astype(rhs.dtype), None, None
+
+
+def _vma(x) -> tuple[str, ...]:
+  """The shard_map axes x varies over (its type's manual_axis_type in jax 0.10-0.12)."""
+  mat = getattr(jax.typeof(x), "manual_axis_type", None)
+  return tuple(sorted(getattr(mat, "varying", None) or ()))
+
+
+def _summed_over(ct, vma: tuple[str, ...]):
+  """Under shard_map, an operand the same on every rank (lhs of an expert-parallel layer whose
+  ranks each multiply all rows) has a cotangent that varies over ranks: its gradient is the sum
+  of theirs, as jax's own transpose of an implicit pvary."""
+  extra = tuple(a for a in _vma(ct) if a not in vma)
+  return jax.lax.psum(ct, extra) if extra else ct
 
 
 _ragged_dot.defvjp(_ragged_dot_fwd, _ragged_dot_bwd)
@@ -504,9 +586,15 @@ def ragged_dot(
     compute_dtype.name,
     modes,
     group_offset is not None,
+    (_vma(lhs), _vma(rhs)),
   )
-  offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
-  return _ragged_dot(lhs.astype(compute_dtype), rhs.astype(compute_dtype), group_sizes.astype(jnp.int32), offset, plan)
+  call = Call("fwd", m, k, n, rhs.shape[0], compute_dtype.name, plan.transpose_rhs, plan.out_dtype, plan.has_offset)
+  with _scope():
+    group_sizes, group_offset = _observed(call, group_sizes, group_offset)
+    offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
+    return _ragged_dot(
+      lhs.astype(compute_dtype), rhs.astype(compute_dtype), group_sizes.astype(jnp.int32), offset, plan
+    )
 
 
 # --- quantized operands (forward only) ------------------------------------------------
@@ -596,7 +684,16 @@ def _quantized(
     mode,
     group_offset is not None,
   )
-  offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
-  return _quantized_call(
-    lhs, rhs, group_sizes.astype(jnp.int32), offset, lhs_scale.astype(jnp.float32), rhs_scale.astype(jnp.float32), plan
-  )
+  call = Call("fwd", m, k, n, g, fmt, plan.transpose_rhs, plan.out_dtype, plan.has_offset)
+  with _scope():
+    group_sizes, group_offset = _observed(call, group_sizes, group_offset)
+    offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
+    return _quantized_call(
+      lhs,
+      rhs,
+      group_sizes.astype(jnp.int32),
+      offset,
+      lhs_scale.astype(jnp.float32),
+      rhs_scale.astype(jnp.float32),
+      plan,
+    )
