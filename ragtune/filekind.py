@@ -19,6 +19,8 @@ from ragtune.errors import RagtuneError
 
 # The first line of a shape file `ragtune shapes from-config` writes: how a rerun knows its own file.
 FROM_CONFIG_MARK = "# Written by `ragtune shapes from-config`; rerun it to update this file."
+# ... and of one ragtune.capture wrote (`ragtune shapes from-function`, ShapeSet.write).
+CAPTURED_MARK = "# Written by ragtune.capture from a function's run; capture it again to update this file."
 # The first line of report.md, and of the module `export-lut --format python` writes.
 REPORT_MD_MARK = "# ragtune report"
 LUT_MODULE_MARK = '"""ragtune LUT for '
@@ -80,6 +82,7 @@ class Kind(enum.Enum):
   FOLDER = "a folder"
   SHAPES = "a shape file"
   FROM_CONFIG = "a shape file written by `ragtune shapes from-config`"
+  CAPTURED = "a shape file written by ragtune.capture"
   LUT = "a ragtune LUT"
   LUT_MODULE = "a LUT module written by `ragtune export-lut --format python`"
   RECORDS = "a records file (records.jsonl)"
@@ -125,6 +128,8 @@ def _text_kind(text: str, whole: Callable[[], str]) -> Kind:
   first = text.split("\n", 1)[0]
   if first == FROM_CONFIG_MARK:
     return Kind.FROM_CONFIG
+  if first == CAPTURED_MARK:
+    return Kind.CAPTURED
   if first == REPORT_MD_MARK:
     return Kind.REPORT_MD
   if first.startswith(LUT_MODULE_MARK):

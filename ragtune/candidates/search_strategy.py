@@ -133,6 +133,21 @@ class Staged:
     return self._coord_cache
 
 
+WEIGHT_RANGE = (0.5, 2.0)  # a problem's budget: between half and twice the one given
+
+
+def weighted_budgets(calls: dict[str, int], budget: int | None) -> dict[str, int | None]:
+  """Per problem key, its share of `budget` by its calls a step (a captured shape file's
+  `ops: {op: calls}`; 1 elsewhere): budget x calls / the mean of the set's calls, within
+  WEIGHT_RANGE of budget and at least 1, so a step's hot problems are searched longer and the
+  sweep's total stays near budget x problems. None (no budget) stays None."""
+  if not budget or not calls:
+    return dict.fromkeys(calls, budget)
+  mean = sum(calls.values()) / len(calls)
+  lo, hi = WEIGHT_RANGE
+  return {key: max(1, round(budget * min(hi, max(lo, c / mean)))) for key, c in calls.items()}
+
+
 def make(candidates: Sequence, budget: int | None, seeds: Sequence = ()) -> Strategy:
   return Staged(candidates, budget, seeds) if budget else Exhaustive(candidates)
 

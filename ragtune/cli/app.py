@@ -965,8 +965,8 @@ def show(
       "--json",
       help="Print one JSON document instead of the table: {schema: ragtune-show, schema_version: 1, "
       "view: best|all, rows: [...]}. A best row: device_kind, op, backend, dtype, m, k, n, g, group_dist, "
-      "shape, best_ms, tflops, gbps, pct_peak, bound, xla_ms, default_ms, dense_ms, vs_xla, vs_default, "
-      "winner, runner_up, ok, failed, statuses, best_config, problem. With --all, a row per record: "
+      "shape, best_ms, calls, step_ms, tflops, gbps, pct_peak, bound, xla_ms, default_ms, dense_ms, vs_xla, "
+      "vs_default, winner, runner_up, ok, failed, statuses, best_config, problem. With --all, a row per record: "
       "device_kind, op, backend, dtype, m, k, n, g, group_dist, candidate, status, time_s, tflops, gbps, "
       "error, timer, interpret, jax_version, timestamp, shape, config, baseline (xla or dense on a baseline's "
       "row, whose backend is the problem's). null: no value. "
@@ -1199,3 +1199,97 @@ def from_config(
   else:
     paths.write_atomic(output, text)
     console.print(f"wrote {output}")
+
+
+def _load_callable(spec: str, option: str):
+  """MODULE:FUNCTION imported as `python -m` would (the current folder first on the path)."""
+  import sys
+
+  from ragtune.run import worker
+
+  if "" not in sys.path and str(Path.cwd()) not in sys.path:
+    sys.path.insert(0, str(Path.cwd()))
+  try:
+    return worker.load_function(spec, option)
+  except ValueError as e:
+    raise RagtuneError(str(e)) from None
+
+
+def _called(spec: str, fn):
+  try:
+    return fn()
+  except Exception as e:
+    raise RagtuneError(f"{spec} raised: {type(e).__name__}: {e}") from None
+
+
+def _step_and_args(function: str, args_from: str | None):
+  """(fn, args, kwargs): FUNCTION() returns (fn, args) or (fn, args, kwargs); with --args,
+  FUNCTION is the step and ARGS() returns its args, or (args, kwargs)."""
+  target = _load_callable(function, "MODULE:FUNCTION")
+  if args_from is not None:
+    got = _called(args_from, _load_callable(args_from, "--args"))
+    ok = isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (tuple, list)) and isinstance(got[1], dict)
+    args, kwargs = (tuple(got[0]), got[1]) if ok else ((got if isinstance(got, tuple) else (got,)), {})
+    return target, args, kwargs
+  got = _called(function, target)
+  if not (isinstance(got, tuple) and len(got) in (2, 3) and callable(got[0]) and isinstance(got[1], (tuple, list))):
+    raise RagtuneError(
+      f"{function} returned {type(got).__name__}; it must return (step, args) or (step, args, kwargs), "
+      "or be the step itself with --args MODULE:FUNCTION returning its arguments"
+    )
+  kwargs = got[2] if len(got) == 3 else {}
+  if not isinstance(kwargs, dict):
+    raise RagtuneError(f"{function} returned kwargs of type {type(kwargs).__name__}, not a dict")
+  return got[0], tuple(got[1]), kwargs
+
+
+@shapes_app.command(
+  "from-function",
+  cls=_Command,
+  epilog="\b\nExample: ragtune shapes from-function my_model.train:make_step -o shapes/my-model.yaml",
+)
+@user_errors
+def from_function(
+  function: Annotated[
+    str,
+    typer.Argument(
+      metavar="MODULE:FUNCTION",
+      help="Returns (step, args) or (step, args, kwargs): the function to capture and what to call it with; "
+      "with --args, the step itself.",
+    ),
+  ],
+  args_from: Annotated[
+    str | None,
+    typer.Option("--args", metavar="MODULE:FUNCTION", help="Returns the step's arguments: a tuple, or (args, kwargs)."),
+  ] = None,
+  output: Annotated[
+    Path | None,
+    typer.Option(
+      "--output",
+      "-o",
+      metavar="FILE",
+      help="Shapes file to write [default: print it]; replaces only a file ragtune.capture wrote.",
+    ),
+  ] = None,
+  name: Annotated[
+    str | None, typer.Option("--name", metavar="NAME", help="The set's name [default: the step's].")
+  ] = None,
+  force: Force = False,
+):
+  """Run a model's step once (a jitted train or serving step, with jax.grad, scan or shard_map
+  inside) and write a shape file of every grouped matmul in it: jax.lax.ragged_dot,
+  kernels.ragged_dot and megablox gmm calls, each rank's own problem under shard_map, the ops
+  the step needs (dlhs and drhs where it differentiates), calls a step, and the group sizes
+  its router produced (ragtune.capture)."""
+  from ragtune.problems import capture
+
+  if output is not None:
+    paths.output_file(output, "the shapes file", Kind.CAPTURED, force=force)
+  step, args, kwargs = _step_and_args(function, args_from)
+  spec = capture.capture(step, *args, name=name, say=_say_err, **kwargs)
+  calls = sum(sum(s.ops.values()) for s in spec.shapes if isinstance(s.ops, dict))
+  if output is None:
+    typer.echo(spec.text(), nl=False)
+  else:
+    spec.write(output, force=force)
+    console.print(f"wrote {output}: {count(len(spec.shapes), 'problem')}, {count(calls, 'call')} a step")

@@ -50,7 +50,9 @@ from pydantic import (
   BaseModel,
   ConfigDict,
   Field,
+  NonNegativeInt,
   PositiveInt,
+  PrivateAttr,
   ValidationError,
   field_validator,
   model_validator,
@@ -143,7 +145,15 @@ def _no_repeats(values: list) -> list:
 Once = AfterValidator(_no_repeats)  # a list whose items are distinct
 
 
+OutDtype = Literal["bfloat16", "float16", "float32"]
+PLAIN_OUT = ("bfloat16", "float16", "float32")
+
+
 class ShapeSpec(BaseModel):
+  """One problem. `ops` (the file's when absent) is a list, or {op: calls a step} as
+  `ragtune.capture` writes it; transpose_rhs, out_dtype, group_offset and site say how the
+  model calls it (the LUT looks a call up by m, k, n, g and dtype alone, in the [g,k,n] frame)."""
+
   model_config = ConfigDict(extra="forbid")
   m: PositiveInt
   k: PositiveInt
@@ -152,6 +162,24 @@ class ShapeSpec(BaseModel):
   dtype: Dtype | None = None
   scales: Scales | None = None
   group_sizes: GroupSizesField | None = None
+  ops: Annotated[list[Op], Once] | dict[Op, PositiveInt] | None = None
+  transpose_rhs: bool = False
+  out_dtype: OutDtype | None = None
+  group_offset: NonNegativeInt | None = None
+  site: str | None = None
+
+  @field_validator("ops")
+  @classmethod
+  def _some_ops(cls, v):
+    if v is not None and not v:
+      raise ValueError("give at least one op, or leave ops out for the file's")
+    return v
+
+  def op_list(self) -> list[str] | None:
+    """The entry's own ops, in OPS order for a mapping; None: the file's."""
+    if isinstance(self.ops, dict):
+      return [o for o in OPS if o in self.ops]
+    return self.ops
 
   @model_validator(mode="after")
   def _explicit_sizes_fit(self):
@@ -269,6 +297,24 @@ class ShapeSet(BaseModel):
   max_candidates: PositiveInt | None = None
   shapes: list[ShapeSpec] = []
   models: list[ModelSpec] = []
+  _origin: str | None = PrivateAttr(default=None)  # how it was made, for write's header
+
+  def text(self) -> str:
+    """The shape file's text: first line filekind.CAPTURED_MARK, then how it was made."""
+    from ragtune import filekind
+
+    head = filekind.CAPTURED_MARK + "\n" + "".join(f"# {line}\n" for line in (self._origin or "").splitlines())
+    data = self.model_dump(mode="json", exclude_unset=True)
+    return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
+
+  def write(self, path: str | Path, *, force: bool = False) -> Path:
+    """Write this set as a shape file every command takes (`text`), atomically. An existing
+    file is replaced only if ragtune.capture wrote it, or with force."""
+    from ragtune import filekind, paths
+
+    path = paths.output_file(Path(path), "the shapes file", filekind.Kind.CAPTURED, force=force)
+    paths.write_atomic(path, self.text())
+    return path
 
   @model_validator(mode="after")
   def _not_empty(self):
@@ -281,6 +327,12 @@ class ShapeSet(BaseModel):
     """Each entry's dtype and scales make a format (an entry's own dtype brings its own
     scales; one it inherits, the file's), and quantized ones are tuned forward only."""
     quantized = None
+    for i, entry in enumerate(self.shapes):
+      own = entry.op_list()
+      if own is not None and own != ["fwd"] and ":" in _format(entry, self):
+        raise At(
+          ("shapes", i, "ops"), f"{_format(entry, self)} operands are tuned forward only (ops: [fwd]), got {own}"
+        )
     for key in ("shapes", "models"):
       for i, entry in enumerate(getattr(self, key)):
         try:
@@ -292,7 +344,11 @@ class ShapeSet(BaseModel):
         if ":" in fmt and not any(fmt in registry.get(b).dtypes for b in self.backends):
           computes = [b for b in BACKENDS if fmt in registry.get(b).dtypes]
           raise At((key, i), f"{fmt} is computed by {', '.join(computes)}; backends lists {', '.join(self.backends)}")
-    if quantized and self.ops != ["fwd"]:
+    if (
+      quantized
+      and self.ops != ["fwd"]
+      and any(":" in _format(e, self) for e in [*self.models, *(s for s in self.shapes if s.ops is None)])
+    ):
       raise At(("ops",), f"{quantized} operands are tuned forward only (ops: [fwd]), got {self.ops}")
     return self
 
@@ -320,6 +376,7 @@ class Problem:
   group_dist: str
   group_sizes: tuple[int, ...]
   source: str = ""
+  calls: int = 1  # calls a step, where a captured file says (ops: {op: calls}): weighs the budget and report
 
   @functools.cached_property  # a sha1 per call; records and summaries ask for it often
   def key(self) -> str:
@@ -385,30 +442,39 @@ def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
   return line
 
 
+def _branch(part) -> str | None:
+  """Which branch of a union a pydantic location part names: 'list' or 'mapping' (group_sizes,
+  an entry's ops), else None."""
+  if not isinstance(part, str):
+    return None
+  if part.startswith(("list[", "function-after[_no_repeats(), list[")):
+    return "list"
+  if part == "GroupDist" or part.startswith("dict["):
+    return "mapping"
+  return None
+
+
 def _format_loc(loc: tuple) -> str:
   out = ""
   for part in loc:
     if isinstance(part, int):
       out += f"[{part}]"
-    elif part in ("list[int]", "GroupDist", "function-after[_explicit_sizes_fit(), ShapeSpec]"):
+    elif _branch(part) or part.startswith("function-after[") or part == "[key]":
       continue
     else:
       out += f".{part}" if out else str(part)
   return out or "(top level)"
 
 
-_UNION_TAGS = ("list[int]", "GroupDist")
-
-
 def _best_error(errors: list[dict], data: Any) -> dict:
-  """The error to report. For `group_sizes` (a list, or a routing mapping) pydantic reports
-  both union branches; report the branch the input was written as, so a bad knob such as
-  alpha: -1 is named, not 'Input should be a valid list'."""
+  """The error to report. For a union (group_sizes and an entry's ops: a list, or a mapping)
+  pydantic reports both branches; report the branch the input was written as, so a bad knob
+  such as alpha: -1 is named, not 'Input should be a valid list'."""
 
   def value_at(loc):
     v = data
     for part in loc:
-      if part in _UNION_TAGS:
+      if _branch(part):
         return v
       try:
         v = v[part]
@@ -417,9 +483,9 @@ def _best_error(errors: list[dict], data: Any) -> dict:
     return v
 
   def wrong_branch(err):
-    loc = err["loc"]
-    v = value_at(loc)
-    return ("list[int]" in loc and isinstance(v, dict)) or ("GroupDist" in loc and isinstance(v, list))
+    branch = next((b for b in map(_branch, err["loc"]) if b), None)
+    v = value_at(err["loc"])
+    return (branch == "list" and isinstance(v, dict)) or (branch == "mapping" and isinstance(v, list))
 
   return next((err for err in errors if not wrong_branch(err)), errors[0])
 
@@ -430,7 +496,7 @@ def load_shape_set(path: str | Path) -> ShapeSet:
   from ragtune import filekind
 
   p = Path(path)
-  filekind.check_input(p, {filekind.Kind.SHAPES, filekind.Kind.FROM_CONFIG}, "a shape file")
+  filekind.check_input(p, {filekind.Kind.SHAPES, filekind.Kind.FROM_CONFIG, filekind.Kind.CAPTURED}, "a shape file")
   try:
     text = read_text(p)
   except FileNotFoundError:
@@ -494,6 +560,8 @@ class _Row:
   group_sizes: list[int] | GroupDist
   source: str
   ep: int = 1  # the g groups are one of ep ranks' share of g * ep experts
+  ops: list[str] | None = None  # the entry's own ops; None: the file's
+  calls: dict[str, int] | None = None  # calls a step per op (an entry's ops mapping)
 
 
 def _model_rows(mdl: ModelSpec, spec: ShapeSet) -> list[_Row]:
@@ -532,7 +600,17 @@ def _format(entry: ShapeSpec | ModelSpec, spec: ShapeSet) -> str:
 
 def _shape_rows(spec: ShapeSet) -> list[_Row]:
   rows = [
-    _Row(s.m, s.k, s.n, s.g, _format(s, spec), s.group_sizes or spec.group_sizes, f"shapes[{i}]")
+    _Row(
+      s.m,
+      s.k,
+      s.n,
+      s.g,
+      _format(s, spec),
+      s.group_sizes or spec.group_sizes,
+      s.site or f"shapes[{i}]",
+      ops=s.op_list(),
+      calls=s.ops if isinstance(s.ops, dict) else None,
+    )
     for i, s in enumerate(spec.shapes)
   ]
   return rows + [row for mdl in spec.models for row in _model_rows(mdl, spec)]
@@ -541,10 +619,12 @@ def _shape_rows(spec: ShapeSet) -> list[_Row]:
 def expand(
   spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] | None = None, skipped: list | None = None
 ) -> list[Problem]:
-  """Shapes x ops x backends, each with concrete group sizes; duplicates dropped, and the
+  """Shapes x ops x backends, each with concrete group sizes (an entry's own ops, those of
+  `ops` among them when it is given, else the file's); duplicates dropped, and the
   (op, backend) pairs that cannot compute a row's format: a quantized format's ops other
   than fwd, and backends without it. Each of those goes to `skipped` as (backend, format,
   why), for a notice."""
+  chosen = ops
   ops = ops or spec.ops
   backends = backends or spec.backends
   bad = [o for o in ops if o not in OPS] + [b for b in backends if b not in BACKENDS]
@@ -559,7 +639,8 @@ def expand(
     else:
       sizes, rank = gsz.draw_shard(row.m, row.g * row.ep, row.ep)
       label = gsz.label() + (f",ep={row.ep},rank={rank}" if row.ep > 1 else "")
-    for op in ops:
+    row_ops = ops if row.ops is None else [o for o in row.ops if not chosen or o in chosen]
+    for op in row_ops:
       for backend in backends:
         why = ""
         if ":" in row.dtype:  # a quantized format: forward only, on the backends that have it
@@ -569,7 +650,10 @@ def expand(
           if skipped is not None:
             skipped.append((op, backend, row.dtype, why))
           continue
-        p = Problem(op, backend, row.dtype, row.m, row.k, row.n, row.g, label, tuple(int(s) for s in sizes), row.source)
+        calls = (row.calls or {}).get(op, 1)
+        p = Problem(
+          op, backend, row.dtype, row.m, row.k, row.n, row.g, label, tuple(int(s) for s in sizes), row.source, calls
+        )
         if p.key not in seen:
           seen.add(p.key)
           problems.append(p)

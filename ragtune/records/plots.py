@@ -345,6 +345,14 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
       peaks = ", ".join(f"{d} matmul {t:.4g} TF/s" for d, t in zip(sorted(best["dtype"].unique()), tf) if t)
       md += [f"Measured ceilings: {peaks}; copy {next(b for b in bw if b):.4g} GB/s.", ""]
     md += [_md_table(report.printable(report.show_best(kind_rows, ceil))), ""]
+    step = report.step_totals(best)
+    if step is not None:
+      tuned, xla, n = step
+      md += [
+        f"A step's grouped matmuls ({n} problems, each times its calls a step): {tuned:.4g} ms at the fastest "
+        f"correct configs, {xla:.4g} ms at XLA's ragged_dot ({xla / tuned:.2f}x).",
+        "",
+      ]
     if have_plots:
       figs = [
         (

@@ -93,6 +93,8 @@ def best_rows(records: list[Record], ceil: dict | None = None) -> list[dict[str,
         **p.fields(),
         "shape": p.shape_label,
         "best_ms": _ms(t),
+        "calls": p.calls,
+        "step_ms": _ms(t) * p.calls,
         "tflops": best.tflops if best else math.nan,
         "gbps": best.gbps if best else math.nan,
         "pct_peak": pct if pct is not None else math.nan,
@@ -118,6 +120,8 @@ BEST_COLUMNS = [
   *KEYS,
   "shape",
   "best_ms",
+  "calls",  # calls a step (a captured shape file's ops: {op: calls}; else 1)
+  "step_ms",  # best_ms x calls: the problem's time in one step
   "tflops",
   "gbps",
   "pct_peak",
@@ -135,6 +139,20 @@ BEST_COLUMNS = [
   "best_config",
   "problem",
 ]
+
+
+def step_totals(best: pd.DataFrame) -> tuple[float, float, int] | None:
+  """A step's grouped matmuls by the calls recorded with each problem (a captured shape file):
+  (ms at the fastest correct config of each op and shape, ms at XLA's op, problems), or None
+  when no problem has calls recorded. The fastest of the backends, as the LUT takes it."""
+  if best.empty or (best["calls"] == 1).all():
+    return None
+  per = best.groupby(["op", "m", "k", "n", "g", "dtype"]).agg(
+    best_ms=("best_ms", "min"), xla_ms=("xla_ms", "min"), calls=("calls", "max")
+  )
+  return float((per["best_ms"] * per["calls"]).sum()), float((per["xla_ms"] * per["calls"]).sum()), len(per)
+
+
 # `show --json`: a document's schema and its version, raised when a key changes meaning or goes.
 SHOW_SCHEMA, SHOW_SCHEMA_VERSION = "ragtune-show", 1
 

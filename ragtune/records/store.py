@@ -133,6 +133,7 @@ class Record:
       **p.fields(),
       "group_sizes": list(p.group_sizes),
       "source": p.source,
+      **({"calls": p.calls} if p.calls != 1 else {}),
       "config": self.config,
       "status": self.status,
       "error": self.error,
@@ -163,6 +164,7 @@ class Record:
       d["group_dist"],
       tuple(int(s) for s in d["group_sizes"]),
       d.get("source") or "",
+      int(d.get("calls", 1)),
     )
     problem = Problem(*fields) if problems is None else problems.setdefault(fields, Problem(*fields))
     return cls(

@@ -84,8 +84,17 @@ def by_problem(done: dict[str, Record]) -> dict[str, list[Record]]:
   return out
 
 
-def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record], prior: list[Record]) -> tuple[Task, int, int]:
-  """The task of problem p (prior: its rows already recorded), and (rows to do now, rows already done)."""
+def budgets(problems: list[Problem], opts: SweepOptions) -> dict[str, int | None]:
+  """Each problem's budget: opts.budget weighted by its calls a step (search_strategy.weighted_budgets)."""
+  return search_strategy.weighted_budgets({p.key: p.calls for p in problems}, opts.budget)
+
+
+def make_task(
+  p: Problem, opts: SweepOptions, done: dict[str, Record], prior: list[Record], budget: int | None = None
+) -> tuple[Task, int, int]:
+  """The task of problem p (prior: its rows already recorded), and (rows to do now, rows
+  already done). budget: p's (budgets), else opts.budget."""
+  budget = budget or opts.budget
   # The tuned device's kind, never this process's jax: the parent stays off the device.
   kind = opts.device_kind or devices.probe_devices()["device_kind"]
   # Candidates a deviceless compile for this device kind rejected (`ragtune plan --target`)
@@ -100,10 +109,10 @@ def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record], prior: li
     else prune.rejected(opts.out_dir, kind, p)
   )
   space = search_space.candidates(p, device_kind=kind)  # the whole pruned space, default first
-  hint = _lut_hint(p, opts.lut, kind) if opts.budget and p.backend in registry.tunable() else None
+  hint = _lut_hint(p, opts.lut, kind) if budget and p.backend in registry.tunable() else None
   if hint is not None and hint not in space:
     space.insert(1, hint)
-  limit = None if opts.budget else opts.max_candidates  # the budget limits a full space itself
+  limit = None if budget else opts.max_candidates  # the budget limits a full space itself
   cands, skipped = [], []
   for c in space:
     if limit is not None and len(cands) == limit:
@@ -123,18 +132,18 @@ def make_task(p: Problem, opts: SweepOptions, done: dict[str, Record], prior: li
       for c in skipped
       if row_id(p.key, candidate_id(c)) not in done
     ]
-    if not opts.budget
+    if not budget
     else []
   )
-  seeds = [c for c in (space[:1] + ([hint] if hint is not None else [])) if c in cands] if opts.budget else []
-  strategy = search_strategy.make(cands, opts.budget, seeds)
+  seeds = [c for c in (space[:1] + ([hint] if hint is not None else [])) if c in cands] if budget else []
+  strategy = search_strategy.make(cands, budget, seeds)
   configs = {candidate_id(c): c for c in cands}
   history = {}
   for cid, c in configs.items():
     r = done.get(row_id(p.key, cid))
     if r is not None:
       history[c] = r.time_s if r.status == "ok" else None
-  planned = min(opts.budget, len(cands)) if opts.budget else len(cands)
+  planned = min(budget, len(cands)) if budget else len(cands)
   # Every rejected candidate of the space, not only those a listed sweep passes over: the
   # figure plan --target's line adds up.
   n_rejected = sum(candidate_id(c) in rejected for c in space)
@@ -171,9 +180,10 @@ def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = 
   model = model or CostModel.for_sweep(opts.interpret, opts.device_kind or "", opts.out_dir)
   done = done_rows(ResultsStore(opts.out_dir, opts.skip_bad_lines).rows(), opts.retry_failed)
   grouped = by_problem(done)
+  weighted = budgets(problems, opts)
   out = []
   for p in problems:
-    task, n_todo, n_done = make_task(p, opts, done, grouped.get(p.key, []))
+    task, n_todo, n_done = make_task(p, opts, done, grouped.get(p.key, []), weighted[p.key])
     count = max(0, task.planned - len(task.history))  # candidates left
     baselines = [b for b in BASELINES if row_id(p.key, b) not in done]
     timed = [r for r in grouped.get(p.key, []) if r.elapsed_s is not None]

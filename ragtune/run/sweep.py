@@ -63,8 +63,9 @@ def run_sweep(
       on_state(False)
     tasks, n_todo, n_done = [], 0, 0
     grouped = plan.by_problem(done)
+    weighted = plan.budgets(problems, opts)
     for p in problems:
-      task, todo, did = plan.make_task(p, opts, done, grouped.get(p.key, []))
+      task, todo, did = plan.make_task(p, opts, done, grouped.get(p.key, []), weighted[p.key])
       n_todo, n_done = n_todo + todo, n_done + did
       for row in task.skip_rows:
         store.append(row)

@@ -37,19 +37,24 @@ if TYPE_CHECKING:
 from ragtune.run.child import Channel
 
 
-def load_builder(spec: str):
-  """'module:function' -> the function; raises ValueError with a readable reason."""
+def load_function(spec: str, option: str = "--builder"):
+  """'module:function' -> the function; raises ValueError with a readable reason that names
+  the option it came from."""
   mod_name, sep, fn_name = spec.partition(":")
-  if not sep or not mod_name or not fn_name:
-    raise ValueError(f"--builder must look like module:function, got {spec!r}")
+  if not sep or not mod_name or not fn_name.isidentifier():
+    raise ValueError(f"{option} must look like module:function, got {spec!r}")
   try:
     mod = importlib.import_module(mod_name)
-  except ImportError as e:
-    raise ValueError(f"--builder {spec}: cannot import {mod_name!r} ({e})") from None
+  except Exception as e:  # not found, or the module raised as it ran
+    raise ValueError(f"{option} {spec}: cannot import {mod_name!r} ({type(e).__name__}: {e})") from None
   fn = getattr(mod, fn_name, None)
   if not callable(fn):
-    raise ValueError(f"--builder {spec}: {mod_name} has no function {fn_name!r}")
+    raise ValueError(f"{option} {spec}: {mod_name} has no function {fn_name!r}")
   return fn
+
+
+def load_builder(spec: str):
+  return load_function(spec, "--builder")
 
 
 class _Problem:
