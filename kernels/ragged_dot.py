@@ -464,7 +464,9 @@ def _backward(plan, residuals, dout):
     m, k = lhs.shape
     n = rhs.shape[1] if plan.transpose_rhs else rhs.shape[2]
     call = Call("bwd", m, k, n, rhs.shape[0], plan.compute_dtype, plan.transpose_rhs, plan.out_dtype, plan.has_offset)
-    group_sizes, group_offset = _observed(call, group_sizes, group_offset)
+    # residuals hold a zero offset where none was given: the observer sees what the call got
+    group_sizes, offset = _observed(call, group_sizes, group_offset if plan.has_offset else None)
+    group_offset = offset if plan.has_offset else group_offset
   dout = dout.astype(plan.compute_dtype)
   dlhs = grad_lhs(dout, rhs, group_sizes, out_dtype=plan.compute_dtype, **plan.common("dlhs", group_offset))
   drhs = grad_rhs(

@@ -1224,13 +1224,12 @@ def _called(spec: str, fn):
 
 def _step_and_args(function: str, args_from: str | None):
   """(fn, args, kwargs): FUNCTION() returns (fn, args) or (fn, args, kwargs); with --args,
-  FUNCTION is the step and ARGS() returns its args, or (args, kwargs)."""
+  FUNCTION is the step and ARGS() returns its positional arguments (a tuple; anything else is
+  the one argument)."""
   target = _load_callable(function, "MODULE:FUNCTION")
   if args_from is not None:
     got = _called(args_from, _load_callable(args_from, "--args"))
-    ok = isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], (tuple, list)) and isinstance(got[1], dict)
-    args, kwargs = (tuple(got[0]), got[1]) if ok else ((got if isinstance(got, tuple) else (got,)), {})
-    return target, args, kwargs
+    return target, (got if isinstance(got, tuple) else (got,)), {}
   got = _called(function, target)
   if not (isinstance(got, tuple) and len(got) in (2, 3) and callable(got[0]) and isinstance(got[1], (tuple, list))):
     raise RagtuneError(
@@ -1260,7 +1259,7 @@ def from_function(
   ],
   args_from: Annotated[
     str | None,
-    typer.Option("--args", metavar="MODULE:FUNCTION", help="Returns the step's arguments: a tuple, or (args, kwargs)."),
+    typer.Option("--args", metavar="MODULE:FUNCTION", help="Returns the step's positional arguments, as a tuple."),
   ] = None,
   output: Annotated[
     Path | None,

@@ -27,6 +27,11 @@ def shapes_path(out_dir: Path, name: str) -> Path:
   return out_dir / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', name).strip('_') or 'function'}.shapes.yaml"
 
 
+def _body(text: str) -> str:
+  """A shape file's text without its comment lines (the capture's time and place)."""
+  return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+
+
 def _with(spec: shapes_mod.ShapeSet, **given) -> shapes_mod.ShapeSet:
   """spec with the given fields replaced, checked as a shape file is."""
   data = spec.model_dump(mode="json", exclude_unset=True) | {k: v for k, v in given.items() if v}
@@ -51,23 +56,29 @@ def tune(
   LUT there as <device-slug>.json, and return it (load it with kernels.load_lut(out) in the
   model's process). Progress goes to `say`, a line at a time. Run it again to resume: the
   captured file is rewritten only if the capture changed, and rows already measured are
-  kept. Raises RagtuneError when verify fails (nothing is exported then) or nothing was timed."""
+  kept. The LUT holds this step's problems alone, whatever else the folder holds. Raises
+  RagtuneError when verify fails (nothing is exported then) or nothing was timed."""
   spec = capture_mod.capture(fn, *args, say=say, **kwargs)
   spec = _with(spec, backends=list(backends or ()))
   out_dir = prepare.results_dir(Path(out) if out is not None else None)
   out_dir.mkdir(parents=True, exist_ok=True)
   shapes_file = shapes_path(out_dir, spec.name or "function")
-  spec.write(shapes_file)
   n = len(spec.shapes)
-  say(f"captured {count(n, 'problem')} of {spec.name} -> {shapes_file}")
-  flags = resume.SweepFlags(budget=budget, interpret=interpret, timeout_s=timeout_s)
+  if _body(spec.text()) != (_body(shapes_file.read_text()) if shapes_file.is_file() else None):
+    spec.write(shapes_file)  # a new capture: its sweep starts; the same one resumes
+    say(f"captured {count(n, 'problem')} of {spec.name} -> {shapes_file}")
+  else:
+    say(f"captured {count(n, 'problem')} of {spec.name}, as {shapes_file} holds them")
+  # The options given, none of those stored for the file: budget=None times every candidate.
+  flags = resume.SweepFlags(budget=budget, interpret=interpret, timeout_s=timeout_s, defaults=True)
   run = prepare.sweep(shapes_file, out_dir, flags, wait=False, skip_bad_lines=False, start=True, say=say)
   if run.todo:
     say(f"sweep: {count(len(run.problems), 'problem')}, {run.todo} rows to measure -> {run.opts.out_dir}")
     sweep.run_sweep(run.problems, run.opts, progress.PlainProgress(say), None, run.save)
   else:
     run.mark_complete()
-  luts = export.build_luts(store.load_results([run.opts.out_dir]))
+  keys = {p.key for p in run.problems}  # this step's: the folder may hold other sweeps' rows
+  luts = export.build_luts([r for r in store.load_results([run.opts.out_dir]) if r.problem.key in keys])
   lut = luts.get(run.opts.device_kind)
   if lut is None:
     raise RagtuneError(f"{run.opts.out_dir}: no correct, timed candidate for {run.opts.device_kind}; nothing to export")

@@ -53,8 +53,8 @@ _MARK = "ragtune_capture"
 _MARK_RE = re.compile(re.escape(_MARK) + r"\[([^\]]*)\]")
 _OPAQUE = {"pallas_call", "triton_kernel_call", "mosaic_gpu_call"}  # kernels: nothing to find inside
 # Frames in these folders are not the model's: jax's, ragtune's and kernels' own.
-_OWN_FILES = tuple(str(Path(f).resolve().parent) for f in (jax.__file__, kernels.__file__)) + (
-  str(Path(__file__).resolve().parents[1]),
+_OWN_DIRS = tuple(Path(f).resolve().parent for f in (jax.__file__, kernels.__file__)) + (
+  Path(__file__).resolve().parents[1],
 )
 
 
@@ -124,12 +124,14 @@ def _fresh_trace():
 
 
 def _where(eqn) -> str:
-  """file:line of the innermost frame outside jax, kernels and ragtune: the model's call."""
+  """file:line of the innermost frame outside jax, jaxlib, kernels and ragtune: the model's call."""
   tb = eqn.source_info.traceback
   for frame in getattr(tb, "frames", []) if tb is not None else []:
-    path = str(Path(frame.file_name).resolve()) if not frame.file_name.startswith("<") else frame.file_name
-    if not path.startswith(_OWN_FILES) and "/jax/" not in path and "/jaxlib/" not in path:
-      return f"{Path(frame.file_name).name}:{frame.line_num}"
+    if frame.file_name.startswith("<"):  # <frozen ...>, <string>
+      continue
+    path = Path(frame.file_name).resolve()
+    if not any(path.is_relative_to(d) for d in _OWN_DIRS) and not {"jax", "jaxlib"} & set(path.parts[:-1]):
+      return f"{path.name}:{frame.line_num}"
   return "?"
 
 
@@ -142,64 +144,67 @@ def _dtype_of(*avals) -> str:
   return jnp.result_type(*(a.dtype for a in avals)).name
 
 
+def _site(kind: str, eqn, replicas: int, op: str, dims: tuple, transpose_rhs: bool | None) -> Site:
+  """The Site of a lax or megablox eqn (lhs, rhs first): dims its problem's (m, k, n, g)."""
+  lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
+  m, k, n, g = dims
+  return Site(
+    kind=kind,
+    op=op,
+    m=m,
+    k=k,
+    n=n,
+    g=g,
+    dtype=_dtype_of(lhs, rhs),
+    transpose_rhs=transpose_rhs,
+    out_dtype=eqn.outvars[0].aval.dtype.name,
+    offset=False,
+    where=_where(eqn),
+    replicas=replicas,
+  )
+
+
+def _gmm(backward: bool, m: int, c: int, other: int, g: int, transposed: bool) -> tuple[str, tuple, bool]:
+  """(op, problem dims, transpose_rhs) of [m,c] x rhs [g,other,c] (transposed) or [g,c,other]:
+  a forward, or under the transpose the dlhs ([m,n] x [g,k,n]^T) of the forward [m,other] x
+  [g,other,c]."""
+  if backward:
+    return "dlhs", (m, other, c, g), not transposed
+  return "fwd", (m, c, other, g), transposed
+
+
 def _lax_site(eqn, path: str, replicas: int) -> Site | str:
   """The Site of a ragged_dot_general eqn, or why it is not a plain grouped matmul."""
   dn = eqn.params["ragged_dot_dimension_numbers"]
-  (lc, rc), (lb, rb) = dn.dot_dimension_numbers
+  (lc, rc), (lb, rb) = (tuple(d) for d in dn.dot_dimension_numbers[0]), dn.dot_dimension_numbers[1]
   lhs, rhs, gs = (v.aval for v in eqn.invars[:3])
-  out = eqn.outvars[0].aval.dtype.name
   plain = not lb and not rb and lhs.ndim == 2 and gs.ndim == 1 and tuple(dn.lhs_ragged_dimensions) == (0,)
-  where = _where(eqn)
-  if (
-    plain
-    and tuple(dn.rhs_group_dimensions) == (0,)
-    and rhs.ndim == 3
-    and tuple(lc) == (1,)
-    and tuple(rc) in ((1,), (2,))
-  ):
+  grouped = tuple(dn.rhs_group_dimensions) == (0,) and rhs.ndim == 3
+  if plain and grouped and lc == (1,) and rc in ((1,), (2,)):
     m, c = lhs.shape
-    other = rhs.shape[3 - rc[0]]
-    if _backward(path):  # dout [m,n] x rhs^T: the dlhs of the forward [m,other] x [g,other,c]
-      return Site(
-        LAX, "dlhs", m, other, c, rhs.shape[0], _dtype_of(lhs, rhs), tuple(rc) == (1,), out, False, where, replicas
-      )
-    return Site(
-      LAX, "fwd", m, c, other, rhs.shape[0], _dtype_of(lhs, rhs), tuple(rc) == (2,), out, False, where, replicas
-    )
-  if plain and not dn.rhs_group_dimensions and rhs.ndim == 2 and tuple(lc) == (0,) and tuple(rc) == (0,):
+    op, dims, transposed = _gmm(_backward(path), m, c, rhs.shape[3 - rc[0]], rhs.shape[0], rc == (2,))
+    return _site(LAX, eqn, replicas, op, dims, transposed)
+  if plain and not dn.rhs_group_dimensions and rhs.ndim == 2 and lc == (0,) and rc == (0,):
     # jax's transpose for rhs: the forward's lhs [m,k] against dout [m,n] -> [g,k,n]
-    return Site(
-      LAX,
-      "drhs",
-      lhs.shape[0],
-      lhs.shape[1],
-      rhs.shape[1],
-      gs.shape[0],
-      _dtype_of(lhs, rhs),
-      None,
-      out,
-      False,
-      where,
-      replicas,
-    )
-  return f"{where}: a ragged_dot_general that is not a plain grouped matmul ({dn}); left out"
+    return _site(LAX, eqn, replicas, "drhs", (*lhs.shape, rhs.shape[1], gs.shape[0]), None)
+  return f"{_where(eqn)}: a ragged_dot_general that is not a plain grouped matmul ({dn}); left out"
 
 
 def _kernels_site(eqn, facts: str, replicas: int) -> Site:
   op, m, k, n, g, dtype, transposed, out = facts.split(",")
   return Site(
-    KERNELS,
-    op,
-    int(m),
-    int(k),
-    int(n),
-    int(g),
-    dtype,
-    bool(int(transposed)),
-    out,
-    len(eqn.invars) > 1,
-    _where(eqn),
-    replicas,
+    kind=KERNELS,
+    op=op,
+    m=int(m),
+    k=int(k),
+    n=int(n),
+    g=int(g),
+    dtype=dtype,
+    transpose_rhs=bool(int(transposed)),
+    out_dtype=out,
+    offset=len(eqn.invars) > 1,
+    where=_where(eqn),
+    replicas=replicas,
   )
 
 
@@ -228,19 +233,14 @@ def _megablox_site(eqn, path: str, replicas: int) -> Site | None:
   lhs, rhs, gs = (v.aval for v in eqn.invars[:3])
   if lhs.ndim != 2 or gs.ndim != 1:
     return None
-  out, where, dtype = eqn.outvars[0].aval.dtype.name, _where(eqn), _dtype_of(lhs, rhs)
   if name == "tgmm" and rhs.ndim == 2:  # tgmm(lhs^T [k,m], dout [m,n]) -> [g,k,n]
-    return Site(
-      MEGABLOX, "drhs", lhs.shape[1], lhs.shape[0], rhs.shape[1], gs.shape[0], dtype, None, out, False, where, replicas
-    )
+    return _site(MEGABLOX, eqn, replicas, "drhs", (lhs.shape[1], lhs.shape[0], rhs.shape[1], gs.shape[0]), None)
   if name != "gmm" or rhs.ndim != 3:
     return None
   m, c = lhs.shape
-  transposed = rhs.shape[2] == c and rhs.shape[1] != c
-  other = rhs.shape[1] if transposed else rhs.shape[2]
-  if _backward(path):
-    return Site(MEGABLOX, "dlhs", m, other, c, rhs.shape[0], dtype, not transposed, out, False, where, replicas)
-  return Site(MEGABLOX, "fwd", m, c, other, rhs.shape[0], dtype, transposed, out, False, where, replicas)
+  transposed = rhs.shape[2] == c and rhs.shape[1] != c  # transpose_rhs is static: told by the shapes
+  op, dims, transposed = _gmm(_backward(path), m, c, rhs.shape[1 if transposed else 2], rhs.shape[0], transposed)
+  return _site(MEGABLOX, eqn, replicas, op, dims, transposed)
 
 
 def _callback_eqn(fn: Callable, operands: list):
@@ -259,7 +259,8 @@ def _replicas(eqn) -> int:
   mesh = eqn.params.get("mesh")
   if mesh is None:
     return 1
-  axes = eqn.params.get("manual_axes") or getattr(mesh, "axis_names", ())
+  # the axes this shard_map makes manual (jax 0.10-0.12); an outer one's are counted there
+  axes = eqn.params.get("newly_manual_axes") or eqn.params.get("manual_axes") or getattr(mesh, "axis_names", ())
   return math.prod(int(dict(mesh.shape)[a]) for a in axes)
 
 
@@ -368,8 +369,9 @@ def trace_and_run(fn: Callable, args: tuple, kwargs: dict) -> Captured:
   try:
     jax.block_until_ready(run(*arrays))
     jax.effects_barrier()
-  except Exception as e:
-    raise RagtuneError(f"{label} raised while running: {type(e).__name__}: {first(e)}") from e
+  except Exception as e:  # the step's own error, or one of the instrumented program's
+    last = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+    raise RagtuneError(f"{label}, instrumented, raised while running: {type(e).__name__}: {last}") from e
   return seen
 
 
@@ -422,18 +424,37 @@ def _local(site: Site, sizes: np.ndarray, offset: int | None) -> np.ndarray:
   return sizes[offset : offset + site.g] if offset is not None else sizes
 
 
+def _forwards_again(sites: list[Site]) -> list[Site]:
+  """A grouped matmul under a transpose is taken as a dlhs ([m,n] x [g,k,n]^T) of a forward the
+  step also runs; where the step runs no such forward (a custom_vjp's backward that computes
+  a forward of its own), it is that forward: k and n swapped, the other layout."""
+  key = lambda s: (s.m, s.k, s.n, s.g, s.dtype)
+  forwards = {key(s) for s in sites if s.op == "fwd"}
+  return [
+    dataclasses.replace(s, op="fwd", k=s.n, n=s.k, transpose_rhs=not s.transpose_rhs)
+    if s.op == "dlhs" and s.kind != KERNELS and key(s) not in forwards
+    else s
+    for s in sites
+  ]
+
+
 def problems_of(seen: Captured) -> tuple[list[_Problem], list[str]]:
   """The merged problems, and notices: sites that never ran, sizes that do not fit."""
   merged: dict[tuple, _Problem] = {}
   notices = list(seen.skipped)
-  for i, site in enumerate(seen.sites):
+  for i, site in enumerate(_forwards_again(seen.sites)):
     calls = seen.calls.get(i, [])
     if not calls:
       notices.append(f"{site.where}: a {site.kind} {site.op} call that did not run on these arguments; left out")
       continue
-    if site.dtype.split(":")[0] not in PLAIN_DTYPES + ("float8_e4m3fn", "int8"):
+    if site.dtype not in PLAIN_DTYPES and ":" not in site.dtype:  # a quantized format comes from kernels, scaled
       notices.append(f"{site.where}: {site.kind} on {site.dtype} operands, which ragtune does not tune; left out")
       continue
+    if len(calls) % site.replicas:
+      notices.append(
+        f"{site.where}: {len(calls)} calls reported by {site.replicas} ranks; calls a step rounded to "
+        f"{max(1, round(len(calls) / site.replicas))}"
+      )
     local = [(_local(site, s, o), o) for s, o in calls]
     bad = next((s for s, _ in local if len(s) != site.g or s.min(initial=0) < 0 or s.sum() > site.m), None)
     if bad is not None:

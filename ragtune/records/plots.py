@@ -346,11 +346,12 @@ def write_report(records: list[Record], ceil: dict, out: Path) -> list[Path]:
       md += [f"Measured ceilings: {peaks}; copy {next(b for b in bw if b):.4g} GB/s.", ""]
     md += [_md_table(report.printable(report.show_best(kind_rows, ceil))), ""]
     step = report.step_totals(best)
-    if step is not None:
-      tuned, xla, n = step
+    if step is not None and step[2]:
+      tuned, xla, n, left = step
+      without = f"; {left} without a correct config or an XLA time left out" if left else ""
       md += [
-        f"A step's grouped matmuls ({n} problems, each times its calls a step): {tuned:.4g} ms at the fastest "
-        f"correct configs, {xla:.4g} ms at XLA's ragged_dot ({xla / tuned:.2f}x).",
+        f"A step's grouped matmuls ({n} problems, each times its calls a step{without}): {tuned:.4g} ms at "
+        f"the fastest correct configs, {xla:.4g} ms at XLA's ragged_dot ({xla / tuned:.2f}x).",
         "",
       ]
     if have_plots:

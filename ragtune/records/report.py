@@ -141,16 +141,20 @@ BEST_COLUMNS = [
 ]
 
 
-def step_totals(best: pd.DataFrame) -> tuple[float, float, int] | None:
+def step_totals(best: pd.DataFrame) -> tuple[float, float, int, int] | None:
   """A step's grouped matmuls by the calls recorded with each problem (a captured shape file):
-  (ms at the fastest correct config of each op and shape, ms at XLA's op, problems), or None
-  when no problem has calls recorded. The fastest of the backends, as the LUT takes it."""
+  (ms at the fastest correct config of each op and shape, ms at XLA's op, shapes summed,
+  shapes left out for lacking either time), or None when no problem has calls recorded. The
+  fastest of the backends, as the LUT takes it; every problem of the records counts, 1 call
+  where none is recorded."""
   if best.empty or (best["calls"] == 1).all():
     return None
   per = best.groupby(["op", "m", "k", "n", "g", "dtype"]).agg(
     best_ms=("best_ms", "min"), xla_ms=("xla_ms", "min"), calls=("calls", "max")
   )
-  return float((per["best_ms"] * per["calls"]).sum()), float((per["xla_ms"] * per["calls"]).sum()), len(per)
+  both = per.dropna(subset=["best_ms", "xla_ms"])
+  tuned, xla = (both["best_ms"] * both["calls"]).sum(), (both["xla_ms"] * both["calls"]).sum()
+  return float(tuned), float(xla), len(both), len(per) - len(both)
 
 
 # `show --json`: a document's schema and its version, raised when a key changes meaning or goes.

@@ -5,6 +5,7 @@ by the same step afterwards."""
 
 import dataclasses
 import functools
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -21,10 +22,11 @@ from ragtune.cli.app import app
 from ragtune.errors import RagtuneError
 from ragtune.problems import shapes
 
-sys.path.insert(0, str(Path(__file__).parent))
-import moe_model as mm  # noqa: E402
-
 HERE = Path(__file__).parent
+# The model as `ragtune shapes from-function moe_model:...` imports it (by name, from the folder it runs in).
+_spec = importlib.util.spec_from_file_location("moe_model", HERE / "moe_model.py")
+mm = sys.modules.setdefault("moe_model", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(mm)
 M = mm.TOKENS * mm.TOP_K
 UP, DOWN = (M, mm.HIDDEN, mm.FFN, mm.EXPERTS), (M, mm.FFN, mm.HIDDEN, mm.EXPERTS)
 
@@ -93,7 +95,7 @@ def test_kernels_calls_are_found_and_their_inner_ops_are_not(params):
     UP: {"fwd": 1, "dlhs": 1, "drhs": 1},  # a custom_vjp's backward computes both
     DOWN: {"fwd": 1, "dlhs": 1, "drhs": 1},
   }
-  assert all(s.site.endswith(" kernels.ragged_dot") for s in train.shapes)
+  assert all(s.site.endswith(" kernels.ragged_dot") and s.group_offset is None for s in train.shapes)
   serve = ragtune.capture(mm.serve_step, p, x, rd=kernels.ragged_dot)
   assert [s.ops for s in serve.shapes] == [{"fwd": 1}, {"fwd": 1}]
   assert all(s.group_sizes == router_sizes(p, x) for s in serve.shapes)
@@ -132,15 +134,17 @@ def test_shard_map_expert_parallel_is_each_ranks_problem(params):
   mesh = jax.make_mesh((2,), ("x",))
   sizes = router_sizes(p, x)
   with jax.set_mesh(mesh):
-    spec = ragtune.capture(jax.jit(lambda p, x: jax.grad(lambda p: (mm.ep_layer(p, x, mesh) ** 2).mean())(p)), p, x)
+    train = ragtune.capture(jax.jit(lambda p, x: jax.grad(lambda p: (mm.ep_layer(p, x, mesh) ** 2).mean())(p)), p, x)
+    serve = ragtune.capture(jax.jit(lambda p, x: mm.ep_layer(p, x, mesh)), p, x)
   g = mm.EXPERTS // 2
-  got = by_shape(spec)
-  assert set(got) == {(M, mm.HIDDEN, mm.FFN, g), (M, mm.FFN, mm.HIDDEN, g)}
-  for s in spec.shapes:
-    assert s.ops == {"fwd": 1, "dlhs": 1, "drhs": 1}
-    ranks = [sizes[r * g : (r + 1) * g] for r in range(2)]
-    busiest = max(ranks, key=sum)  # the rank the step waits for
-    assert s.group_sizes == busiest and s.group_offset == ranks.index(busiest) * g
+  ranks = [sizes[r * g : (r + 1) * g] for r in range(2)]
+  busiest = max(ranks, key=sum)  # the rank the step waits for
+  assert sum(ranks[0]) != sum(ranks[1]), "a tie would be broken by the median largest group"
+  for spec, ops in ((train, {"fwd": 1, "dlhs": 1, "drhs": 1}), (serve, {"fwd": 1})):
+    assert set(by_shape(spec)) == {(M, mm.HIDDEN, mm.FFN, g), (M, mm.FFN, mm.HIDDEN, g)}
+    for s in spec.shapes:
+      assert s.ops == ops
+      assert s.group_sizes == busiest and s.group_offset == ranks.index(busiest) * g
 
 
 def test_shard_map_data_parallel_routes_per_rank(params):
@@ -186,6 +190,45 @@ def test_a_ragged_dot_general_that_is_not_a_grouped_matmul_is_said(params):
   assert len(spec.shapes) == 2 and len(said) == 1
 
 
+def test_how_the_step_calls_it_is_kept(params):
+  """transpose_rhs ([g,n,k] weights) and out_dtype (preferred_element_type) of a bfloat16 call;
+  a forward a custom_vjp's backward computes is a forward (k and n swapped), not a dlhs."""
+  p, x = params
+  dims = jax.lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(([1], [2]), ([], [])), lhs_ragged_dimensions=[0], rhs_group_dimensions=[0]
+  )
+
+  def transposed(p, x):
+    _, order, gs = mm.route(p, x)
+    xs = jnp.repeat(x, mm.TOP_K, axis=0)[order].astype(jnp.bfloat16)
+    w = jnp.swapaxes(p["up"], 1, 2).astype(jnp.bfloat16)  # [g, n, k]
+    return jax.lax.ragged_dot_general(xs, w, gs, dims, preferred_element_type=jnp.float32)
+
+  (s,) = ragtune.capture(transposed, p, x).shapes
+  assert (s.m, s.k, s.n, s.g, s.transpose_rhs, s.out_dtype) == (*UP, True, "float32")
+  assert s.dtype is None  # the set's dtype, bfloat16
+
+  @jax.custom_vjp
+  def f(xs, w, gs):
+    return jax.lax.ragged_dot(xs, w, gs)
+
+  def f_bwd(res, ct):
+    xs, w, gs = res
+    again = jax.lax.ragged_dot(xs, w, gs)  # the forward once more: under the transpose, but no dlhs
+    back = jax.lax.ragged_dot(ct * again, jnp.swapaxes(w, 1, 2), gs)  # [m,n] x [g,n,k]: the dlhs
+    return back, jnp.zeros_like(w), None
+
+  f.defvjp(lambda xs, w, gs: (f(xs, w, gs), (xs, w, gs)), f_bwd)
+
+  def step(p, x):
+    _, order, gs = mm.route(p, x)
+    xs = jnp.repeat(x, mm.TOP_K, axis=0)[order]
+    return jax.grad(lambda xs: f(xs, p["up"], gs).sum())(xs)
+
+  (s,) = ragtune.capture(step, p, x).shapes
+  assert ((s.m, s.k, s.n, s.g), s.ops) == (UP, {"fwd": 2, "dlhs": 1})
+
+
 def test_errors_name_what_went_wrong(params):
   p, x = params
 
@@ -225,6 +268,7 @@ def test_write_is_a_shape_file_of_the_same_problems(params, tmp_path):
 
 def test_from_function_cli(monkeypatch, tmp_path):
   monkeypatch.chdir(HERE)
+  monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the folder it runs in first
   runner = CliRunner()
   out = tmp_path / "moe.yaml"
   res = runner.invoke(app, ["shapes", "from-function", "moe_model:make_train", "-o", str(out)])
@@ -293,6 +337,12 @@ def test_calls_a_step_weigh_the_budget_and_the_report(tmp_path):
   assert weighted_budgets({"a": 2, "b": 2}, 8) == {"a": 8, "b": 8}
   assert weighted_budgets({"a": 6, "b": 1}, None) == {"a": None, "b": None}
   assert weighted_budgets({"a": 9, "b": 1}, 1) == {"a": 2, "b": 1}  # never below one candidate
+  from types import SimpleNamespace
+
+  from ragtune.run import plan
+
+  budgets = plan.budgets(shapes.expand(spec), SimpleNamespace(budget=8))  # what plan and sweep give each
+  assert sorted(budgets.values()) == [4, 7, 14]
   p = next(p for p in shapes.expand(spec) if p.calls == 6)
   row = store.Record(problem=p, config=None, baseline="xla", status="ok", device_kind="cpu", time_s=0.002)
   assert row.to_dict()["calls"] == 6 and store.Record.from_dict(row.to_dict()).problem == p
@@ -305,5 +355,7 @@ def test_calls_a_step_weigh_the_budget_and_the_report(tmp_path):
       {"op": "drhs", "m": 64, "k": 32, "n": 16, "g": 4, "dtype": "bfloat16", "best_ms": 4.0, "xla_ms": 5.0, "calls": 3},
     ]
   )
-  assert report.step_totals(best) == (6 * 1.0 + 3 * 4.0, 6 * 3.0 + 3 * 5.0, 2)  # the faster backend of each
+  assert report.step_totals(best) == (6 * 1.0 + 3 * 4.0, 6 * 3.0 + 3 * 5.0, 2, 0)  # the faster backend of each
   assert report.step_totals(best.assign(calls=1)) is None
+  missing = best.assign(best_ms=[2.0, 1.0, float("nan")])  # drhs: no correct config
+  assert report.step_totals(missing) == (6 * 1.0, 6 * 3.0, 1, 1)
