@@ -32,6 +32,14 @@ def _body(text: str) -> str:
   return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
 
 
+def _same_entries(path: Path, entries: list[kernels.Entry]) -> bool:
+  """Whether the LUT file at path holds exactly these entries (configs included)."""
+  try:
+    return path.is_file() and kernels.Lut.from_file(path).entries() == entries
+  except kernels.LutError:
+    return False
+
+
 def _with(spec: shapes_mod.ShapeSet, **given) -> shapes_mod.ShapeSet:
   """spec with the given fields replaced, checked as a shape file is."""
   data = spec.model_dump(mode="json", exclude_unset=True) | {k: v for k, v in given.items() if v}
@@ -56,7 +64,8 @@ def tune(
   LUT there as <device-slug>.json, and return it (load it with kernels.load_lut(out) in the
   model's process). Progress goes to `say`, a line at a time. Run it again to resume: the
   captured file is rewritten only if the capture changed, and rows already measured are
-  kept. The LUT holds this step's problems alone, whatever else the folder holds. Raises
+  kept, and a LUT equal to the one exported (verified then) is not verified again. The LUT
+  holds this step's problems alone, whatever else the folder holds. Raises
   RagtuneError when verify fails (nothing is exported then) or nothing was timed."""
   spec = capture_mod.capture(fn, *args, say=say, **kwargs)
   spec = _with(spec, backends=list(backends or ()))
@@ -82,9 +91,13 @@ def tune(
   lut = luts.get(run.opts.device_kind)
   if lut is None:
     raise RagtuneError(f"{run.opts.out_dir}: no correct, timed candidate for {run.opts.device_kind}; nothing to export")
+  entries = lut.entries()
+  target = run.opts.out_dir / f"{kernels.device_slug(run.opts.device_kind)}.json"
+  if _same_entries(target, entries):  # a rerun with nothing new: exported once verify passed it
+    say(f"{target}: the same {count(len(entries), 'entry')}, verified when exported; nothing to do")
+    return kernels.Lut.from_file(target)
   failed = []
   with verify_mod.DrawRunner(VERIFY_TIMEOUT_S) as runner:
-    entries = lut.entries()
     for i, e in enumerate(entries, 1):
       res = verify_mod.verify_entry(e, interpret=run.opts.interpret, runner=runner)
       say(verify_mod.entry_line(i, len(entries), res))
