@@ -1245,7 +1245,7 @@ def _step_and_args(function: str, args_from: str | None):
 @shapes_app.command(
   "from-function",
   cls=_Command,
-  epilog="\b\nExample: ragtune shapes from-function my_model.train:make_step -o shapes/my-model.yaml",
+  epilog="\b\nExample: ragtune shapes from-function tests.ragtune.moe_model:make_train",
 )
 @user_errors
 def from_function(

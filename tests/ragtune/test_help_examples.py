@@ -4,6 +4,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -13,7 +14,7 @@ from ragtune.cli.app import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("sweep", "verify", "export-lut", "show", "report", "bench", "shapes from-config")
+COMMANDS = ("sweep", "verify", "export-lut", "show", "report", "bench", "shapes from-config", "shapes from-function")
 
 
 def _help(cmd):
@@ -36,7 +37,10 @@ def test_usage_names_arguments_and_types_read_in_words():
 def test_every_help_example_runs(tmp_path, monkeypatch):
   # A fresh clone's working tree, as far as the examples can see it.
   shutil.copytree(ROOT / "shapes", tmp_path / "shapes")
+  (tmp_path / "tests" / "ragtune").mkdir(parents=True)
+  shutil.copy(ROOT / "tests" / "ragtune" / "moe_model.py", tmp_path / "tests" / "ragtune")  # from-function's step
   monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, "path", list(sys.path))  # from-function puts the folder it runs in first
   examples = {}
   for cmd in COMMANDS:
     found = [l.strip().removeprefix("Example: ") for l in _help(cmd).splitlines() if l.strip().startswith("Example: ")]
