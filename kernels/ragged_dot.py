@@ -400,9 +400,14 @@ def observe(observer: Observer):
     _observer.reset(token)
 
 
-def _observed(call: Call, group_sizes, group_offset):
+def _observed(op: str, dims: tuple[int, int, int, int], dtype: str, plan, group_sizes, group_offset):
+  """(group_sizes, group_offset), through the observer when there is one; plan: the call's
+  _Plan or _QuantPlan (transpose_rhs, out_dtype, has_offset)."""
   observer = _observer.get()
-  return (group_sizes, group_offset) if observer is None else observer(call, group_sizes, group_offset)
+  if observer is None:
+    return group_sizes, group_offset
+  call = Call(op, *dims, dtype, plan.transpose_rhs, plan.out_dtype, plan.has_offset)
+  return observer(call, group_sizes, group_offset)
 
 
 def _scope():
@@ -460,13 +465,11 @@ def _ragged_dot_bwd(plan, residuals, dout):
 
 def _backward(plan, residuals, dout):
   lhs, rhs, group_sizes, group_offset = residuals
-  if _observer.get() is not None:
-    m, k = lhs.shape
-    n = rhs.shape[1] if plan.transpose_rhs else rhs.shape[2]
-    call = Call("bwd", m, k, n, rhs.shape[0], plan.compute_dtype, plan.transpose_rhs, plan.out_dtype, plan.has_offset)
-    # residuals hold a zero offset where none was given: the observer sees what the call got
-    group_sizes, offset = _observed(call, group_sizes, group_offset if plan.has_offset else None)
-    group_offset = offset if plan.has_offset else group_offset
+  dims = (*lhs.shape, rhs.shape[1] if plan.transpose_rhs else rhs.shape[2], rhs.shape[0])
+  # residuals hold a zero offset where none was given: the observer sees what the call got
+  given = group_offset if plan.has_offset else None
+  group_sizes, offset = _observed("bwd", dims, plan.compute_dtype, plan, group_sizes, given)
+  group_offset = offset if plan.has_offset else group_offset
   dout = dout.astype(plan.compute_dtype)
   dlhs = grad_lhs(dout, rhs, group_sizes, out_dtype=plan.compute_dtype, **plan.common("dlhs", group_offset))
   drhs = grad_rhs(
@@ -590,9 +593,10 @@ def ragged_dot(
     group_offset is not None,
     (_vma(lhs), _vma(rhs)),
   )
-  call = Call("fwd", m, k, n, rhs.shape[0], compute_dtype.name, plan.transpose_rhs, plan.out_dtype, plan.has_offset)
   with _scope():
-    group_sizes, group_offset = _observed(call, group_sizes, group_offset)
+    group_sizes, group_offset = _observed(
+      "fwd", (m, k, n, rhs.shape[0]), compute_dtype.name, plan, group_sizes, group_offset
+    )
     offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
     return _ragged_dot(
       lhs.astype(compute_dtype), rhs.astype(compute_dtype), group_sizes.astype(jnp.int32), offset, plan
@@ -686,9 +690,8 @@ def _quantized(
     mode,
     group_offset is not None,
   )
-  call = Call("fwd", m, k, n, g, fmt, plan.transpose_rhs, plan.out_dtype, plan.has_offset)
   with _scope():
-    group_sizes, group_offset = _observed(call, group_sizes, group_offset)
+    group_sizes, group_offset = _observed("fwd", (m, k, n, g), fmt, plan, group_sizes, group_offset)
     offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
     return _quantized_call(
       lhs,

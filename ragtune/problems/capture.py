@@ -39,13 +39,12 @@ import numpy as np
 from jax.extend import core as jex
 
 import kernels
-from kernels.common import OPS
+from kernels.common import DTYPES, OPS
 from kernels.ragged_dot import SCOPE as KERNELS_SCOPE
 from kernels.ragged_dot import Call, observe
 from ragtune.errors import RagtuneError
 from ragtune.problems import shapes
 
-PLAIN_DTYPES = ("bfloat16", "float16", "float32")
 LAX = "jax.lax.ragged_dot"
 KERNELS = "kernels.ragged_dot"
 MEGABLOX = "megablox.gmm"
@@ -298,16 +297,12 @@ class _Walk:
       if found is None and eqn.primitive.name not in _OPAQUE:
         inner = replicas * _replicas(eqn)
         params = {k: self.param(v, f"{own}/{eqn.primitive.name}", inner) for k, v in eqn.params.items()}
-        if "donated_invars" in params:  # the capture must not consume the caller's arrays
+        if any(params.get("donated_invars", ())):  # the capture must not consume the caller's arrays
           params["donated_invars"] = (False,) * len(params["donated_invars"])
-        if any(params[k] is not eqn.params[k] for k in params if k != "donated_invars"):
-          sub = set().union(*(j.effects for j in _jaxprs(params)))
-          eqn = eqn.replace(params=params, effects=eqn.effects | sub)
+        if any(params[k] is not eqn.params[k] for k in params):  # a sub-jaxpr rewritten, or donation off
+          eqn = eqn.replace(params=params, effects=eqn.effects | set().union(*(j.effects for j in _jaxprs(params))))
           changed = True
           effects |= set(eqn.effects)
-        elif params.get("donated_invars") != eqn.params.get("donated_invars"):
-          eqn = eqn.replace(params=params)
-          changed = True
       eqns.append(eqn)
       if found is not None:
         site, operands = found
@@ -411,7 +406,7 @@ class _Problem:
     if True in self.transposed:
       e["transpose_rhs"] = True
     outs = self.out_dtypes - {element}
-    if len(outs) == 1 and next(iter(outs)) in shapes.PLAIN_OUT:
+    if len(outs) == 1 and next(iter(outs)) in DTYPES:
       e["out_dtype"] = next(iter(outs))
     if offset is not None:
       e["group_offset"] = offset
@@ -447,7 +442,7 @@ def problems_of(seen: Captured) -> tuple[list[_Problem], list[str]]:
     if not calls:
       notices.append(f"{site.where}: a {site.kind} {site.op} call that did not run on these arguments; left out")
       continue
-    if site.dtype not in PLAIN_DTYPES and ":" not in site.dtype:  # a quantized format comes from kernels, scaled
+    if site.dtype not in DTYPES and ":" not in site.dtype:  # a quantized format comes from kernels, scaled
       notices.append(f"{site.where}: {site.kind} on {site.dtype} operands, which ragtune does not tune; left out")
       continue
     if len(calls) % site.replicas:
@@ -498,7 +493,7 @@ def capture(fn: Callable, *args, name: str | None = None, say: Callable[[str], N
     why = "; ".join(notices) if notices else "no jax.lax.ragged_dot, kernels.ragged_dot or megablox gmm in it"
     raise RagtuneError(f"{label}: no grouped matmul to tune ({why})")
   dtypes = collections.Counter(p.dtype.split(":")[0] for p in found)
-  default = max(dtypes, key=lambda d: (dtypes[d], d in PLAIN_DTYPES))
+  default = max(dtypes, key=lambda d: (dtypes[d], d in DTYPES))
   ops = [op for op in OPS if any(p.calls[op] for p in found)]
   data = {"name": label, "dtype": default, "ops": ops, "shapes": [p.entry(default) for p in found]}
   spec = shapes.validate(data, lambda loc: f"{label}: captured {shapes._format_loc(loc)}")

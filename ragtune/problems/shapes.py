@@ -59,7 +59,7 @@ from pydantic import (
 )
 
 from kernels import registry
-from kernels.common import FORMATS, OPS, QUANT_DTYPES
+from kernels.common import DTYPES, FORMATS, OPS, QUANT_DTYPES
 from kernels.lut import shape_text
 from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError, read_text
@@ -145,8 +145,7 @@ def _no_repeats(values: list) -> list:
 Once = AfterValidator(_no_repeats)  # a list whose items are distinct
 
 
-OutDtype = Literal["bfloat16", "float16", "float32"]
-PLAIN_OUT = ("bfloat16", "float16", "float32")
+OutDtype = Literal[DTYPES]  # type: ignore[valid-type]  # kernels.common's unquantized dtypes
 
 
 class ShapeSpec(BaseModel):
@@ -560,8 +559,7 @@ class _Row:
   group_sizes: list[int] | GroupDist
   source: str
   ep: int = 1  # the g groups are one of ep ranks' share of g * ep experts
-  ops: list[str] | None = None  # the entry's own ops; None: the file's
-  calls: dict[str, int] | None = None  # calls a step per op (an entry's ops mapping)
+  ops: list[str] | dict[str, int] | None = None  # the entry's own ops (or {op: calls a step}); None: the file's
 
 
 def _model_rows(mdl: ModelSpec, spec: ShapeSet) -> list[_Row]:
@@ -608,8 +606,7 @@ def _shape_rows(spec: ShapeSet) -> list[_Row]:
       _format(s, spec),
       s.group_sizes or spec.group_sizes,
       s.site or f"shapes[{i}]",
-      ops=s.op_list(),
-      calls=s.ops if isinstance(s.ops, dict) else None,
+      ops=s.ops,
     )
     for i, s in enumerate(spec.shapes)
   ]
@@ -639,7 +636,7 @@ def expand(
     else:
       sizes, rank = gsz.draw_shard(row.m, row.g * row.ep, row.ep)
       label = gsz.label() + (f",ep={row.ep},rank={rank}" if row.ep > 1 else "")
-    row_ops = ops if row.ops is None else [o for o in row.ops if not chosen or o in chosen]
+    row_ops = ops if row.ops is None else [o for o in OPS if o in row.ops and (not chosen or o in chosen)]
     for op in row_ops:
       for backend in backends:
         why = ""
@@ -650,7 +647,7 @@ def expand(
           if skipped is not None:
             skipped.append((op, backend, row.dtype, why))
           continue
-        calls = (row.calls or {}).get(op, 1)
+        calls = row.ops.get(op, 1) if isinstance(row.ops, dict) else 1
         p = Problem(
           op, backend, row.dtype, row.m, row.k, row.n, row.g, label, tuple(int(s) for s in sizes), row.source, calls
         )
