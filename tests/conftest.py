@@ -52,10 +52,11 @@ os.environ.update(kernels.registry.interpreter_env())
 # stacks (faulthandler). See docs/tests.md.
 MGPU_CHILD = "RAGTUNE_MGPU_INTERPRETER_CHILD"
 MGPU_DEADLINE_S = float(os.environ.get("RAGTUNE_MGPU_DEADLINE_S", 300))
-# Under CI, a few of each backend's. Hopper's gmm with the consumers splitting rows over a
-# transposed rhs (group starts off 8-row multiples, an empty group, group_offset, ragged k and
-# n): under jax 0.10.2 it runs the kernel through tests/kernels/mgpu_interpret.py's transposed
-# reads, its interpreter taking 15-70 s a case; CI's second stack (jax 0.12, 5-20 s a case)
+# Under CI, a few of each backend's. Hopper's gmm with the H100 default over a transposed rhs:
+# its consumers splitting rows, and its narrow cells splitting columns, on a routing that ends
+# groups at every tail case (group starts off 8-row multiples, an empty group, group_offset,
+# ragged k and n): under jax 0.10.2 it runs the kernel through tests/kernels/mgpu_interpret.py's
+# transposed reads, its interpreter taking 15-70 s a case; CI's second stack (jax 0.12, 5-20 s a case)
 # runs RAGTUNE_MGPU_CORE's larger set, Hopper's tgmm and conformance cases with it. Blackwell's
 # gmm over a transposed rhs with its ring and accumulators carried across cells, its tgmm, and
 # one conformance case (fwd, dlhs and drhs against NumPy over four group-size patterns; jax
@@ -63,7 +64,7 @@ MGPU_DEADLINE_S = float(os.environ.get("RAGTUNE_MGPU_DEADLINE_S", 300))
 # run outside CI does.
 MGPU_ALL = "RAGTUNE_MGPU_ALL"
 CI_MGPU_CASES = (
-  "test_mosaic_gpu.py::test_gmm_warp_specialized_in_interpreter[split-rows-transposed]",
+  "test_mosaic_gpu.py::test_gmm_narrow_tail_cells_in_interpreter[h100-default-transposed]",
   "test_conformance.py::test_group_sizes[mosaic_blackwell-kn]",
   "test_mosaic_blackwell.py::test_gmm_ring_and_accumulators_carry_across_cells[nk]",
   "test_mosaic_blackwell.py::test_tgmm_masks_neighbours_rows_and_zeroes_empty_groups",

@@ -99,6 +99,11 @@ class MosaicConfig:
   group_m:  band of the group-major launch order (common.launch_cell): this many row
             tiles of one group walk the column blocks together (drhs: k tiles over the n
             tiles). In [1, 64].
+  narrow_tail: fwd/dlhs on 16-bit operands, 128-row cells of 128 or 256 columns: a cell
+            whose rows to store all lie in its first 64 (a group's short last tile, or a
+            group of 64 rows or fewer) runs as a 64-row cell, the two consumers splitting its
+            columns, so it costs the MMA work of its 64 rows, not 128 (tail_cells). No
+            effect elsewhere (narrow_tail_applies).
 
   The two consumer warpgroups split the CTA tile (consumer_tile): fwd/dlhs by rows when
   block_m >= 128, else by columns; drhs by its block_k output rows. Rows are cut from each
@@ -110,6 +115,7 @@ class MosaicConfig:
   block_k: int = 64
   max_concurrent_steps: int = 4
   group_m: int = 1
+  narrow_tail: bool = True
 
   def __post_init__(self):
     for name, allowed in (("block_m", BLOCK_M), ("block_n", BLOCK_N), ("block_k", BLOCK_K)):
@@ -118,6 +124,17 @@ class MosaicConfig:
         raise ValueError(f"MosaicConfig.{name} must be one of {allowed}, got {v!r}")
     check_int_range("MosaicConfig", "max_concurrent_steps", self.max_concurrent_steps, *STEPS_RANGE)
     check_int_range("MosaicConfig", "group_m", self.group_m, *BAND_RANGE)
+    if not isinstance(self.narrow_tail, bool):
+      raise ValueError(f"MosaicConfig.narrow_tail must be true or false, got {self.narrow_tail!r}")
+
+  def narrow_tail_applies(self, op: str, dtype=None) -> bool:
+    """Whether `op`'s kernel runs a cell whose rows fit in 64 as a 64-row cell (narrow_tail):
+    fwd/dlhs on unquantized operands (`dtype` a format of common.FORMATS, None: 16-bit),
+    cells of 128 rows (two consumers of 64 stacked) and at least 128 columns (a half is then
+    whole 64-column swizzle rows)."""
+    quantized = dtype is not None and itemsize(getattr(dtype, "name", None) or str(dtype)) == 1
+    rows_split = self.block_m == CONSUMERS * WGMMA_M
+    return self.narrow_tail and op != "drhs" and not quantized and rows_split and self.block_n >= 128
 
   def consumer_tile(self, op: str) -> tuple[int, int, bool]:
     """(rows, cols, split_rows): each consumer warpgroup's share of the CTA output tile and
@@ -217,7 +234,8 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
   elif itemsize(dtype) == 1:  # the same 128-byte rows of k, twice the elements; 128x256 cells
     cfg = dataclasses.replace(cfg, block_m=128, block_n=256, block_k=FP8_BLOCK_K)
   # A device with less shared memory than Hopper gets fewer stages in flight, then narrower tiles.
-  return narrowed_to_fit(cfg, (128,), STEPS_RANGE[0], lambda c: c.fits(op, dtype, m, k, n, device_kind))
+  cfg = narrowed_to_fit(cfg, (128,), STEPS_RANGE[0], lambda c: c.fits(op, dtype, m, k, n, device_kind))
+  return dataclasses.replace(cfg, narrow_tail=cfg.narrow_tail_applies(op, dtype))  # off where it does nothing
 
 
 # --- search space -------------------------------------------------------------------------
@@ -257,7 +275,11 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
       evenly = tiles_evenly(cols, bn) and (contraction % bk == 0 or bk == 64)
       too_big = bm > max(64, round_up(rows, 64))
     if acc_rows * acc_cols <= MAX_ACC and evenly and not too_big and cfg.fits(op, dtype, m, k, n, device_kind):
-      out.append(cfg)
+      # With narrow_tail and without it where it applies (the sweep measures what it buys), off
+      # where it does nothing.
+      if cfg.narrow_tail_applies(op, dtype):
+        out.append(cfg)
+      out.append(dataclasses.replace(cfg, narrow_tail=False))
   return out
 
 

@@ -14,6 +14,11 @@ Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper 
   row (rounded down to a TMA box of 8 rows), so only its last tile is partial; rows of other
   shards' groups (group_offset) and rows past sum(group_sizes) are written as zeros, every
   output row exactly once;
+- narrow_tail (MosaicConfig): a 128-row cell whose rows to store all lie in its first 64 (a
+  group's short last tile) runs as a 64-row cell, the two consumers splitting its columns
+  (64 x block_n/2 each), so a partial last tile costs about its rows (computed_rows; counted
+  by benchmarks/tile_waste.py). The same pipeline runs either way: its buffers, barriers and
+  steps, the producer loading the tile's block_m rows;
 - the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer, by
   TMA, rows of a partial tile by a ladder of power-of-two copies;
 - k is zero-padded to a multiple of block_k in the wrapper, only when it is not one; TMA
@@ -35,6 +40,7 @@ import functools
 import inspect
 import math
 import warnings
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +54,7 @@ from kernels.mosaic_gpu.config import (
   EPI_TILE,
   FP8_FORMATS,
   INTERPRETER_THREADS,
+  WGMMA_M,
   MosaicConfig,
   pipeline_registers,
 )
@@ -100,6 +107,35 @@ def pad_to_multiple(x: jax.Array, axis: int, multiple: int) -> jax.Array:
   return jnp.pad(x, widths)
 
 
+def tile_bounds(tables, t, block_m: int):
+  """(segment, first row, lead, end) of scheduled tile t (a traced scalar in the kernel, a
+  vector of tiles over a NumPy schedule): the tile covers rows first + [0, block_m) and stores
+  [first + lead, first + end), its segment's. Tiles start at their segment's first row rounded
+  down to a TMA box (8 rows), so lead > 0 (the rows of a neighbour) only on a segment's first
+  tile, and only a segment's last tile ends before block_m."""
+  seg = tables["tile_segment"][t]
+  row0 = tables["tile_row"][t] * ROW_TILE
+  lead = jnp.maximum(tables["segment_start"][seg] - row0, 0)
+  end = jnp.minimum(tables["segment_end"][seg] - row0, block_m)
+  return seg, row0, lead, end
+
+
+def computed_rows(end, block_m: int, narrow_tail: bool):
+  """Rows a group's tile runs wgmma on, given its `end` (tile_bounds): all block_m, or 64 for a
+  tile whose rows fit in them under narrow_tail (MosaicConfig.narrow_tail_applies)."""
+  return jnp.where(narrow_tail & (end <= WGMMA_M), WGMMA_M, block_m)
+
+
+class Share(NamedTuple):
+  """One consumer warpgroup's share of a cell: rows x cols of the output tile from (row0, col0)
+  (traced where they depend on the warpgroup)."""
+
+  rows: int
+  cols: int
+  row0: Any
+  col0: Any
+
+
 def store_rows(src_smem, dst_gmem, first, num_rows, max_rows: int, row0, col0, cols: int):
   """Copy rows [first, first + num_rows) of the smem tile to dst_gmem[row0 + ..., col0 +
   [0, cols)].
@@ -125,12 +161,12 @@ def store_rows(src_smem, dst_gmem, first, num_rows, max_rows: int, row0, col0, c
 
 def _gmm_kernel(
   sched_ref,
+  steps_ref,
   lhs_gmem,
   rhs_gmem,
   *refs,
   layout: common.ScheduleLayout,
   n,
-  k,
   g_local,
   num_col_blocks,
   cfg: MosaicConfig,
@@ -151,6 +187,9 @@ def _gmm_kernel(
   # accumulator is carried as those pieces.
   pieces = wg_cols // quant.BLOCK if promoted and wg_cols > quant.BLOCK else 1
   piece_cols = wg_cols // pieces
+  # narrow_tail: a cell whose rows all lie in its first 64 runs as a 64-row one, each consumer
+  # taking those rows and half the columns (MosaicConfig.narrow_tail_applies).
+  narrow_tail = scales is None and cfg.narrow_tail_applies("fwd")
   out_dtype = o_gmem.dtype
   swizzle = swizzle_elems(lhs_gmem.dtype)  # 64 16-bit or 128 8-bit elements: 128 bytes
   transforms = (plgpu.TilingTransform((ROW_TILE, swizzle)), plgpu.SwizzleTransform(128))
@@ -167,10 +206,15 @@ def _gmm_kernel(
   if promoted:  # a step's row scales arrive with its operands
     in_specs.append(plgpu.BlockSpec((1, block_m), lambda kb: (kb, 0), delay_release=release))
 
+  # The k loop's trip count, k // block_k, read at run time: as a compile-time constant, ptxas
+  # spilled the consumers' loop at some counts and not at others (6, 8, 9 and 12 steps spilled
+  # 8-48 B a thread, 10, 14 and 16 none; deviceless ptxas, jax 0.10.2); read, at none.
+  k_steps = steps_ref[0]
+
   def pipeline(body, compute_context):
     return plgpu.emit_pipeline_warp_specialized(
       body,
-      grid=(k // block_k,),
+      grid=(k_steps,),
       memory_registers=pipeline_registers("gmm"),
       in_specs=in_specs,
       wg_axis="wg",
@@ -219,10 +263,13 @@ def _gmm_kernel(
   )
   def _scope(allocations, out_smem, drained, scale_smem=None, scale_bar=None):
     tables = layout.tables(sched_ref)  # common.SCHEDULE_TABLES; tile rows in TMA boxes
-    tile_seg, seg_start, seg_end = tables["tile_segment"], tables["segment_start"], tables["segment_end"]
+    tile_seg = tables["tile_segment"]
     wg = jax.lax.axis_index("wg")
     wg_row0 = wg * wg_rows if split_rows else 0
     wg_col0 = 0 if split_rows else wg * wg_cols
+    wide = Share(wg_rows, wg_cols, wg_row0, wg_col0)
+    half = block_n // CONSUMERS
+    tail = Share(WGMMA_M, half, 0, wg * half)  # narrow_tail's share of a 64-row cell
 
     @plgpu.nd_loop((tables["active"][0] * num_col_blocks,), collective_axes="sm")
     def _cell(loop_info):
@@ -234,11 +281,7 @@ def _gmm_kernel(
         num_col_blocks,
         cfg.group_m,
       )
-      # Tiles start at their segment's first row rounded down to a TMA box (8 rows): the rows
-      # before `lead` are a neighbour's. Only a segment's last tile ends before block_m.
-      seg, row0 = tile_seg[t], tables["tile_row"][t] * ROW_TILE
-      lead = jnp.maximum(seg_start[seg] - row0, 0)
-      end = jnp.minimum(seg_end[seg] - row0, block_m)
+      seg, row0, lead, end = tile_bounds(tables, t, block_m)
       is_group = (seg >= 1) & (seg <= g_local)
       group = jnp.clip(seg - 1, 0, g_local - 1)
 
@@ -255,9 +298,9 @@ def _gmm_kernel(
         acc = acc * jax.lax.broadcast_in_dim(row_scale, acc.shape, [0])
         return acc * jax.lax.broadcast_in_dim(col_scale, acc.shape, [1])
 
-      def epilogue(acc):
+      def epilogue(acc, share=wide):
         """Store this consumer's share ([64, 64] sub-tiles through two smem slots), given as
-        its column pieces (a tuple, piece_cols each); acc None stores zeros (rows of no local
+        its column pieces (a tuple of equal widths); acc None stores zeros (rows of no local
         group).
 
         Before sub-tile s writes slot s % 2, the store of sub-tile s - 2 must have read it.
@@ -267,14 +310,15 @@ def _gmm_kernel(
         and ignores commits) does not, and there wait 1 would leave sub-tile s - 2's last
         copy in flight. So after such a sub-tile the consumer also waits for every store
         (wait 0): on the GPU the same wait, the one group wait 1 leaves being the empty one."""
-        sub_cols = wg_cols // EPI_TILE
+        sub_cols = share.cols // EPI_TILE
+        width = share.cols // len(acc) if acc is not None else share.cols
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last cell's copies have read the slots
         prev_rows = None
-        for ei in range(wg_rows // EPI_TILE):
+        for ei in range(share.rows // EPI_TILE):
           for ej in range(sub_cols):
             slot = (ei * sub_cols + ej) % 2
-            col0 = j * block_n + wg_col0 + ej * EPI_TILE
-            base = wg_row0 + ei * EPI_TILE
+            col0 = j * block_n + share.col0 + ej * EPI_TILE
+            base = share.row0 + ei * EPI_TILE
             lo = jnp.clip(lead - base, 0, EPI_TILE)
             rows = jnp.clip(end - base, 0, EPI_TILE) - lo
             rows = jnp.where(col0 < n, rows, 0)  # a sub-tile past the padded n stores nothing
@@ -288,21 +332,24 @@ def _gmm_kernel(
             if acc is None:
               out_smem[wg, slot] = jnp.zeros((EPI_TILE, EPI_TILE), out_dtype)
             else:
-              piece, c0 = acc[ej * EPI_TILE // piece_cols], ej * EPI_TILE % piece_cols
+              piece, c0 = acc[ej * EPI_TILE // width], ej * EPI_TILE % width
               out_smem[wg, slot] = piece[ei * EPI_TILE : (ei + 1) * EPI_TILE, c0 : c0 + EPI_TILE]
             plgpu.commit_smem()
             store_rows(out_smem.at[wg, slot], o_gmem, lo, rows, EPI_TILE, row0 + base, col0, EPI_TILE)
             plgpu.commit_smem_to_gmem_group()
             prev_rows = rows
 
-      def compute_context(run_pipeline):
-        @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((wg_rows, wg_cols), jnp.float32))
-        def _acc_scope(acc_ref):
-          run_pipeline(acc_ref)
-          plgpu.wgmma_wait(0)
-          plgpu.barrier_arrive(drained)
-          acc = acc_ref[...]
-          epilogue(((scale(acc) if scales == "channelwise" else acc).astype(out_dtype),))
+      def compute_context(share):
+        def context(run_pipeline):
+          @functools.partial(pl.run_scoped, acc_ref=plgpu.ACC((share.rows, share.cols), jnp.float32))
+          def _acc_scope(acc_ref):
+            run_pipeline(acc_ref)
+            plgpu.wgmma_wait(0)
+            plgpu.barrier_arrive(drained)
+            acc = acc_ref[...]
+            epilogue(((scale(acc) if scales == "channelwise" else acc).astype(out_dtype),), share)
+
+        return context
 
       def promoting_context(run_pipeline):
         zeros = plgpu.layout_cast(jnp.zeros((wg_rows, piece_cols), jnp.float32), plgpu.Layout.WGMMA)
@@ -310,20 +357,24 @@ def _gmm_kernel(
         plgpu.barrier_arrive(drained)
         epilogue(tuple(piece.astype(out_dtype) for piece in acc))
 
-      def operands(lhs_smem, rhs_smem, col0=0, cols=wg_cols):
-        """wgmma's A and B for columns [col0, col0 + cols) of this consumer's share."""
-        a = lhs_smem.at[pl.ds(wg_row0, wg_rows)] if split_rows else lhs_smem
-        whole = split_rows and cols == block_n
+      def operands(lhs_smem, rhs_smem, share=wide, col0=0, cols=None):
+        """wgmma's A and B for columns [col0, col0 + cols) of a consumer's share (all of them)."""
+        cols = share.cols if cols is None else cols
+        a = lhs_smem if share.rows == block_m else lhs_smem.at[pl.ds(share.row0, share.rows)]
+        whole = cols == block_n
         if transpose_rhs:  # [n, k] tiles are k-major: the only B an 8-bit wgmma takes
-          b = (rhs_smem if whole else rhs_smem.at[pl.ds(wg_col0 + col0, cols)]).T
+          b = (rhs_smem if whole else rhs_smem.at[pl.ds(share.col0 + col0, cols)]).T
         else:
-          b = rhs_smem if whole else rhs_smem.at[:, pl.ds(wg_col0 + col0, cols)]
+          b = rhs_smem if whole else rhs_smem.at[:, pl.ds(share.col0 + col0, cols)]
         return a, b
 
-      def mma(_, lhs_smem, rhs_smem, acc_ref):
-        plgpu.wgmma(acc_ref, *operands(lhs_smem, rhs_smem))
-        plgpu.wgmma_wait(1)
-        return acc_ref
+      def mma(share):
+        def body(_, lhs_smem, rhs_smem, acc_ref):
+          plgpu.wgmma(acc_ref, *operands(lhs_smem, rhs_smem, share))
+          plgpu.wgmma_wait(1)
+          return acc_ref
+
+        return body
 
       def promote(idx, lhs_smem, rhs_smem, ls_smem, acc):
         """acc's pieces + this k block's product times its scales: the rows' (from the step's
@@ -351,7 +402,7 @@ def _gmm_kernel(
           def step(step_ref, h=h, signs=signs):
             if signs is not None and not interpreted:
               step_ref[...] = signs
-            plgpu.wgmma(step_ref, *operands(lhs_smem, rhs_smem, h * piece_cols, piece_cols))
+            plgpu.wgmma(step_ref, *operands(lhs_smem, rhs_smem, wide, h * piece_cols, piece_cols))
             return step_ref[...]  # waits for it
 
           product = pl.run_scoped(step, plgpu.ACC((wg_rows, piece_cols), jnp.float32))
@@ -372,8 +423,16 @@ def _gmm_kernel(
         if promoted:
           ls_gmem = scale_gmem[0].at[:, pl.ds(row0, block_m)]
           pipeline(promote, promoting_context)(*operands_gmem, ls_gmem, allocations=allocations)
+        elif narrow_tail:
+          # The same pipeline (its buffers, barriers and steps) either way: the producer loads
+          # the tile's block_m rows, and a narrow cell's consumers read the first 64.
+          narrow = computed_rows(end, block_m, True) == WGMMA_M
+          for share, when in ((tail, narrow), (wide, jnp.logical_not(narrow))):
+            pl.when(when)(
+              functools.partial(pipeline(mma(share), compute_context(share)), *operands_gmem, allocations=allocations)
+            )
         else:
-          pipeline(mma, compute_context)(*operands_gmem, allocations=allocations)
+          pipeline(mma(wide), compute_context(wide))(*operands_gmem, allocations=allocations)
 
         @pl.when(wg == CONSUMERS)
         def _wait_drained():
@@ -400,11 +459,15 @@ def tma_operands(lhs, rhs, group_sizes, group_offset, *, block_k: int, tile_rows
   lhs = pad_to_multiple(pad_to_multiple(lhs, 0, ROW_TILE), 1, block_k)
   rhs = pad_to_multiple(rhs, 2 if transpose_rhs else 1, block_k)
   rhs = pad_to_multiple(rhs, 1 if transpose_rhs else 2, swizzle_elems(rhs.dtype))
-  m_pad = lhs.shape[0]
+  return lhs, rhs, row_schedule(group_sizes, offset, lhs.shape[0], g_local, tile_rows)
+
+
+def row_schedule(group_sizes, group_offset, m_pad: int, g_local: int, tile_rows: int) -> common.TileSchedule:
+  """The group-start row tiles of tile_rows rows over m_pad rows (a multiple of 8), their rows
+  in TMA boxes of 8: which tile each cell of gmm's persistent loop computes."""
   num_tiles = common.num_tiles_bound(m_pad, tile_rows, g_local)
-  seg_starts, seg_ends = common.segment_bounds(group_sizes, m_pad, offset, g_local)
-  sched = common.tile_schedule(seg_starts, seg_ends, tile_rows, num_tiles, group_start=True, align=ROW_TILE)
-  return lhs, rhs, sched
+  seg_starts, seg_ends = common.segment_bounds(group_sizes, m_pad, group_offset, g_local)
+  return common.tile_schedule(seg_starts, seg_ends, tile_rows, num_tiles, group_start=True, align=ROW_TILE)
 
 
 def gmm(
@@ -464,7 +527,6 @@ def gmm(
     _gmm_kernel,
     layout=sched.layout,
     n=n_pad,
-    k=lhs.shape[1],
     g_local=g_local,
     num_col_blocks=pl.cdiv(n_pad, cfg.block_n),
     cfg=cfg,
@@ -483,7 +545,8 @@ def gmm(
     compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
     interpret=interpret_params(interpret),
   )
-  out = call(sched.packed, lhs, rhs, *scale_args)
+  steps = jnp.full((1,), lhs.shape[1] // cfg.block_k, jnp.int32)
+  out = call(sched.packed, steps, lhs, rhs, *scale_args)
   return out[:m, :n]
 
 

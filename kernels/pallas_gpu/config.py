@@ -142,6 +142,11 @@ def _default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int
     # stream the other once: walk every k block of an n block first when k <= n.
     k_blocks = -(-contraction // base.block_k)
     return dataclasses.replace(base, group_k=min(BAND_RANGE[1], k_blocks) if contraction <= cols else 1)
+  if not scheme(dtype) and (contraction * itemsize(dtype) % 16 or cols * itemsize(dtype) % 16):
+    # Operand rows that are not a whole number of 16 bytes apart cannot be copied by cp.async:
+    # they load through registers, where a 64-deep step of a 128x256 tile spilled 256 B a thread
+    # (dlhs of [777,333]x[5,333,555], deviceless ptxas for sm_90a, jax 0.10.2); 32-deep steps did not.
+    base = dataclasses.replace(base, block_k=min(base.block_k, 32))
   # Few rows per group (decode): a row tile per group and the weights streamed once. The
   # kernel is memory-bound there, so the rows a 64-row tile wastes cost no time, and 64
   # rows with 4 warps keep it on wgmma (fewer fall back to mma.sync).

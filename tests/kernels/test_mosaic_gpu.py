@@ -13,6 +13,7 @@ Each interpreted kernel call simulates INTERPRET_NUM_SMS programs on host thread
 shapes are small and each case is one call.
 """
 
+import dataclasses
 import importlib
 import warnings
 
@@ -142,6 +143,24 @@ def _races_found() -> bool:
   return gpu_callbacks.get_races().races_found
 
 
+def _interpreted_gmm(lhs, rhs, sizes, offset, cfg, transpose_rhs):
+  """gmm's f32 output in the interpreter, its race detector on (a race fails the case)."""
+  with transposed_wgmma():
+    out = mgpu_gmm.gmm(
+      lhs,
+      rhs,
+      jnp.array(sizes, jnp.int32),
+      config=cfg,
+      out_dtype=jnp.float32,
+      transpose_rhs=transpose_rhs,
+      group_offset=jnp.int32(offset),
+      interpret=_race_checked(),
+    )
+    out = np.asarray(out)
+  assert not _races_found()
+  return out
+
+
 @pytest.mark.mgpu_interpret
 @pytest.mark.parametrize(
   "cfg, transpose_rhs",
@@ -159,25 +178,98 @@ def test_gmm_warp_specialized_in_interpreter(cfg, transpose_rhs):
   m, k, n, sizes, offset, g = 230, 72, 136, [21, 0, 13, 150, 3, 9], 1, 4
   lhs = rand(12, (m, k), jnp.bfloat16)
   rhs = rand(13, (g, n, k) if transpose_rhs else (g, k, n), jnp.bfloat16)
-  with transposed_wgmma():
-    out = mgpu_gmm.gmm(
-      lhs,
-      rhs,
-      jnp.array(sizes, jnp.int32),
-      config=cfg,
-      out_dtype=jnp.float32,
-      transpose_rhs=transpose_rhs,
-      group_offset=jnp.int32(offset),
-      interpret=_race_checked(),
-    )
-    out = np.asarray(out)
-  assert not _races_found()
+  out = _interpreted_gmm(lhs, rhs, sizes, offset, cfg, transpose_rhs)
   rhs_kn = np.asarray(jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs, np.float64)
   ref, row = np.zeros((m, n)), sum(sizes[:offset])
   for i, size in enumerate(sizes[offset : offset + g]):
     ref[row : row + size] = np.asarray(lhs[row : row + size], np.float64) @ rhs_kn[i]
     row += size
   _check(out, ref, jnp.bfloat16)
+
+
+# Routing whose row tiles (block_m 128, 8-row boxes) end their groups at each tail case: tails
+# of 1, 63, 64, 65, 127 and 128 rows, a group of 64 that fits one narrow cell, an empty group,
+# rows of a group before the shard (group_offset 1) and after it, and rows past sum(sizes).
+TAIL_SIZES, TAIL_OFFSET, TAIL_G, TAIL_M = [24, 129, 0, 63, 64, 191, 120, 186, 40, 5], 1, 8, 900
+TAIL_ENDS = {1, 63, 64, 65, 127, 128}
+
+
+def _tile_ends(sizes, offset, g, m, block_m):
+  """Each local group's tiles' `end` (gmm.tile_bounds) under gmm's own schedule."""
+  sched = mgpu_gmm.row_schedule(jnp.array(sizes, jnp.int32), jnp.int32(offset), m, g, block_m).to_numpy()
+  tables = sched.layout.tables(sched.packed)
+  seg, _, _, end = mgpu_gmm.tile_bounds(tables, np.arange(int(tables["active"][0])), block_m)
+  seg, end = np.asarray(seg), np.asarray(end)
+  return end[(seg >= 1) & (seg <= g)]
+
+
+@pytest.mark.mgpu_interpret
+@pytest.mark.parametrize(
+  "cfg, transpose_rhs",
+  [
+    (kernels.MosaicConfig(128, 128, 64, 2, 2), False),  # narrow cells: two consumers of 64x64
+    (kernels.registry.default_config("mosaic_gpu", "fwd", "bfloat16", 8192, 4096, 14336, 8, H100), True),
+  ],
+  ids=["128x128", "h100-default-transposed"],
+)
+def test_gmm_narrow_tail_cells_in_interpreter(cfg, transpose_rhs):
+  """narrow_tail: a cell whose rows fit in its first 64 runs as a 64-row cell, the consumers
+  splitting its columns. Against jax.lax.ragged_dot and float64 NumPy, with the race detector,
+  on a routing that ends groups at every tail case (the schedule is checked to), with ragged k
+  and n (a narrow consumer's share past the padded n stores nothing)."""
+  assert cfg.narrow_tail_applies("fwd") and cfg.block_m == 128
+  ends = _tile_ends(TAIL_SIZES, TAIL_OFFSET, TAIL_G, TAIL_M, cfg.block_m)
+  assert TAIL_ENDS <= set(ends.tolist()), sorted(set(ends.tolist()))
+  m, k, n, sizes, offset, g = TAIL_M, 72, 136, TAIL_SIZES, TAIL_OFFSET, TAIL_G
+  lhs = rand(20, (m, k), jnp.bfloat16)
+  rhs = rand(21, (g, n, k) if transpose_rhs else (g, k, n), jnp.bfloat16)
+  out = _interpreted_gmm(lhs, rhs, sizes, offset, cfg, transpose_rhs)
+  rhs_kn = jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs
+  lo, hi = sum(sizes[:offset]), sum(sizes[: offset + g])
+  local = jnp.array(sizes[offset : offset + g], jnp.int32)
+  lax_out = jax.lax.ragged_dot(lhs[lo:hi], rhs_kn, local, preferred_element_type=jnp.float32)
+  ref = np.zeros((m, n))
+  ref[lo:hi] = np.concatenate(
+    [
+      np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+      for x, w in zip(np.split(lhs[lo:hi], np.cumsum(sizes[offset : offset + g])[:-1]), rhs_kn)
+    ]
+  )
+  _check(out, ref, jnp.bfloat16)
+  np.testing.assert_allclose(out[lo:hi], np.asarray(lax_out), rtol=1e-5, atol=1e-5)
+  assert not out[:lo].any() and not out[hi:].any()
+
+
+def test_narrow_tail_config_rules():
+  """narrow_tail applies to fwd/dlhs on 16-bit operands with 128-row cells of 128+ columns; the
+  search space offers those configs with it and without, the others without (as the defaults
+  show them), and nothing twice."""
+  bf16 = "bfloat16"
+  assert kernels.MosaicConfig(128, 256).narrow_tail_applies("fwd", bf16)
+  assert kernels.MosaicConfig(128, 128).narrow_tail_applies("dlhs", bf16)
+  assert not kernels.MosaicConfig(128, 256, narrow_tail=False).narrow_tail_applies("fwd", bf16)
+  for cfg, op, fmt in (
+    (kernels.MosaicConfig(128, 64), "fwd", bf16),  # halves of 32 columns
+    (kernels.MosaicConfig(64, 256), "fwd", bf16),  # 64-row cells already
+    (kernels.MosaicConfig(256, 128), "fwd", bf16),
+    (kernels.MosaicConfig(64, 256, 128), "drhs", bf16),
+    (kernels.MosaicConfig(128, 256, 128), "fwd", "float8_e4m3fn:channelwise"),
+  ):
+    assert not cfg.narrow_tail_applies(op, fmt), (cfg, op, fmt)
+  with pytest.raises(ValueError, match="narrow_tail must be true or false"):
+    kernels.MosaicConfig(narrow_tail=1)
+  space = kernels.registry.get("mosaic_gpu").space("fwd", bf16, 131072, 7168, 2048, H100)
+  assert len(space) == len(set(space))
+  on = {c for c in space if c.narrow_tail}
+  assert on and all(c.narrow_tail_applies("fwd", bf16) for c in on)
+  assert {dataclasses.replace(c, narrow_tail=False) for c in on} < set(space)  # and each without it
+  moot = [c for c in space if not dataclasses.replace(c, narrow_tail=True).narrow_tail_applies("fwd", bf16)]
+  assert moot and not any(c.narrow_tail for c in moot)
+  for op, m in (("drhs", 131072), ("fwd", 512)):  # tgmm's steps; decode's 64-row cells
+    assert not kernels.registry.default_config("mosaic_gpu", op, bf16, m, 7168, 2048, 256, H100).narrow_tail
+  assert kernels.registry.default_config("mosaic_gpu", "fwd", bf16, 131072, 7168, 2048, 256, H100).narrow_tail_applies(
+    "fwd", bf16
+  )
 
 
 def _fp8_gmm(lq, rq, gs, ls, rs, offset, g, cfg, transpose_rhs):
