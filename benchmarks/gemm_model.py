@@ -123,9 +123,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import jax.numpy as jnp  # noqa: E402
 import l2_traffic as l2  # noqa: E402
+import numpy as np  # noqa: E402
 
 from kernels.mosaic_gpu import config as mosaic  # noqa: E402
+from kernels.mosaic_gpu import gmm as mosaic_gmm  # noqa: E402
 from kernels.pallas_gpu import config as triton  # noqa: E402
 
 PEAK_FLOPS = 989.4e12  # H100 SXM dense BF16
@@ -179,6 +182,7 @@ class Design:
   dtype: str = ""  # its operands, when not the run's (--dtype)
   rate: float | None = None  # its MMA FLOPs a clock against the 16-bit peak; None: by dtype
   promoted: bool = False  # block scales promoted per 128-deep k step (module docstring)
+  narrow_tail: bool = False  # a cell whose rows fit in 64 runs as a 64-row one (module docstring, term 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,12 +200,15 @@ class Prediction:
   tflops: float
   tflops_writes: float  # if TMA's writes shared the port
   l2_bytes_per_clk: float  # each SM's operand loads from L2 a clock, at the modelled pace
+  narrow: int = 0  # of the cells, those run as 64-row cells (narrow_tail)
+  of_dense: float = 1.0  # the model's time for a dense matmul of the same FLOPs and cells, over this one's
 
 
 def designs(p: l2.Problem) -> list[Design]:
   """The five kernels of the module docstring, for problem p."""
   v2 = l2.mosaic_v2(p)
-  wg_rows, wg_cols, _ = mosaic.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER).consumer_tile(p.op)
+  cfg = mosaic.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER)
+  wg_rows, wg_cols, _ = cfg.consumer_tile(p.op)
   v1 = l2.mosaic_v1(p)
   tri = l2.triton_kernel(p, l2.default_for(p, "hopper"))
   tri_wgs = triton.default(p.op, "bfloat16", p.m, p.k, p.n, p.g, device_kind=l2.HOPPER).num_warps // 4
@@ -234,7 +241,7 @@ def designs(p: l2.Problem) -> list[Design]:
     per_sm=l2.programs_per_sm(4 * (tok_bm * 32 + 32 * 128) * 2),
   )
   return [
-    Design(v2, wg_rows, wg_cols, True),
+    Design(v2, wg_rows, wg_cols, True, narrow_tail=cfg.narrow_tail_applies(p.op)),
     Design(v1, v1.block_m, v1.block_n, False),
     Design(tri, tri.block_m // tri_wgs, tri.block_n, tri.per_sm > 1),
     Design(tok_mosaic, 64, 64, tok_mosaic.per_sm > 1),
@@ -306,30 +313,61 @@ def predict(
     smem_reads = wgs * b * p.k * (d.wg_rows + d.wg_rows // WGMMA_M * d.wg_cols)
   smem_writes = b * p.k * (kern.block_m + kern.block_n) / kern.ctas
   port = gpu.smem_bytes_per_clk * gpu.clock_hz
-  waves = math.ceil(traffic.cells / max(1, gpu.sms // kern.ctas))
+  # narrow_tail: its 64-row cells, two consumers of 64 x block_n / 2 each (m64n(block_n/2) wgmma)
+  narrow = narrow_cells(p, kern) if d.narrow_tail else 0
+  narrow_mma = cell_mma * WGMMA_M / kern.block_m
+  narrow_reads = 2 * b * p.k * (WGMMA_M + kern.block_n // 2)
+  slots = max(1, gpu.sms // kern.ctas)
   fill = 0.0 if d.fill_hidden else fill_s
   hbm_s = traffic.fetched / gpu.hbm_bytes_s
   useful = 2.0 * p.m * p.k * p.n
 
-  def kernel_time(smem_bytes: float) -> float:
-    return max(waves * (max(cell_mma, smem_bytes / port) + fill), hbm_s)
+  def compute_time(smem_bytes: float, narrow_bytes: float, fill: float = fill) -> float:
+    """Waves of whole cells; a narrow cell counts as the fraction of one it takes."""
+    cell = max(cell_mma, smem_bytes / port) + fill
+    narrow_cell = max(narrow_mma, narrow_bytes / port) + fill
+    return math.ceil(((traffic.cells - narrow) * cell + narrow * narrow_cell) / cell / slots) * cell
 
-  time_s = kernel_time(smem_reads)
+  def kernel_time(smem_bytes: float, narrow_bytes: float) -> float:
+    return max(compute_time(smem_bytes, narrow_bytes), hbm_s)
+
+  time_s = kernel_time(smem_reads, narrow_reads)
+  # The same cells over a dense [m, k] x [k, n] of the same FLOPs: every tile whole but the
+  # last row tile, the unique bytes from HBM once.
+  dense_cells = -(-p.m // kern.block_m) * -(-p.n // kern.block_n)
+  dense_compute = math.ceil(dense_cells / slots) * (max(cell_mma, smem_reads / port) + fill)
+  dense_s = max(dense_compute, traffic.unique / gpu.hbm_bytes_s)
   return Prediction(
     cells=traffic.cells,
-    waste_pct=100.0 * (traffic.cells * cell_flops / useful - 1.0),
-    mma_s=waves * cell_mma,
+    waste_pct=100.0 * ((traffic.cells - narrow + narrow * WGMMA_M / kern.block_m) * cell_flops / useful - 1.0),
+    mma_s=compute_time(0.0, 0.0, fill=0.0),
     smem_pct=100.0 * smem_reads / port / cell_mma,
     smem_writes_pct=100.0 * (smem_reads + smem_writes) / port / cell_mma,
-    overhead_s=waves * fill,
+    overhead_s=math.ceil(traffic.cells / slots) * fill,
     fetched=traffic.fetched,
     unique=traffic.unique,
     hbm_s=hbm_s,
     time_s=time_s,
     tflops=useful / time_s / 1e12,
-    tflops_writes=useful / kernel_time(smem_reads + smem_writes) / 1e12,
+    tflops_writes=useful / kernel_time(smem_reads + smem_writes, narrow_reads + smem_writes) / 1e12,
     l2_bytes_per_clk=smem_writes * kern.ctas * traffic.cells / (time_s * gpu.clock_hz * gpu.sms),
+    narrow=narrow,
+    of_dense=dense_s / time_s,
   )
+
+
+def narrow_cells(p: l2.Problem, kern: l2.Kernel) -> int:
+  """The cells kernels/mosaic_gpu's gmm runs as 64-row cells on problem p (its own schedule and
+  rule: gmm.tile_bounds, gmm.computed_rows), times the column blocks."""
+  rows, _, cols = l2.common.op_dims(p.op, p.m, p.k, p.n)
+  m_pad = l2.common.round_up(rows, l2.ROW_TILE)
+  sizes = jnp.asarray(p.group_sizes(), jnp.int32)
+  sched = mosaic_gmm.row_schedule(sizes, jnp.int32(0), m_pad, p.g, kern.block_m).to_numpy()
+  tables = sched.layout.tables(sched.packed)
+  seg, _, _, end = mosaic_gmm.tile_bounds(tables, np.arange(int(tables["active"][0])), kern.block_m)
+  seg = np.asarray(seg)
+  narrow = (np.asarray(mosaic_gmm.computed_rows(end, kern.block_m, True)) == WGMMA_M) & (seg >= 1) & (seg <= p.g)
+  return int(narrow.sum()) * -(-cols // kern.block_n)
 
 
 def bound(r: Prediction) -> str:
@@ -379,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
   cw = 21 if args.dtype == BLOCK128 else cw
   l2._table(
     f"| {'problem':<22} | {'kernel':<14} | {'config':<{cw}} | {tile} | cells  | waste   | MMA ms | smem | +writes | "
-    f"fill ms | HBM GB, ratio | HBM ms | bound | TF/s | TF/s +writes | L2 B/clk |"
+    f"fill ms | HBM GB, ratio | HBM ms | bound | TF/s | TF/s +writes | L2 B/clk | narrow | x dense |"
   )
   pick = {"h100": designs, "b200": blackwell_designs}[args.device]
   if args.dtype == BLOCK128:
@@ -401,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| {p.name:<22} | {d.kernel.name:<14} | {d.kernel.config:<{cw}} | {wg:<7} | {r.cells:>6} | "
         f"{r.waste_pct:>6.1f}% | {r.mma_s * 1e3:>6.3f} | {r.smem_pct:>3.0f}% | {r.smem_writes_pct:>6.0f}% | "
         f"{r.overhead_s * 1e3:>7.3f} | {hbm:<13} | {r.hbm_s * 1e3:>6.3f} | {bound(r):<5} | {r.tflops:>4.0f} | "
-        f"{r.tflops_writes:>12.0f} | {r.l2_bytes_per_clk:>8.1f} |"
+        f"{r.tflops_writes:>12.0f} | {r.l2_bytes_per_clk:>8.1f} | {r.narrow:>6} | {r.of_dense:>7.3f} |"
       )
   return 0
 

@@ -173,3 +173,53 @@ def test_the_block128_model_hides_promotion_until_it_outlasts_the_other_consumer
   assert gemm_model.main(["--dtype", "float8_e4m3fn:block128"]) == 0
   out = capsys.readouterr().out
   assert "a model, not a measurement" in out and sum(line.startswith("| tiny ") for line in out.splitlines()) == 3
+
+
+tile_waste = _load("tile_waste")
+
+
+def _narrow_by_hand(sizes, block_m=128):
+  """Rows a 128-row gmm computes with narrow_tail, from the sizes alone: each group's tiles start
+  at its first row rounded down to 8, and a last tile of 64 rows or fewer computes 64."""
+  rows, start = 0, 0
+  for size in sizes:
+    if size:
+      span = size + start % 8
+      tiles = -(-span // block_m)
+      rows += (tiles - 1) * block_m + (64 if span - (tiles - 1) * block_m <= 64 else block_m)
+    start += size
+  return rows
+
+
+@pytest.mark.parametrize("m, g, seed", [(8192, 8, 0), (4096, 64, 1), (1000, 13, 2)])
+def test_tile_waste_counts_the_rows_the_kernel_computes(m, g, seed):
+  """tile_waste runs gmm.py's own schedule and per-tile rule; the same count from the sizes by
+  hand, and without narrow_tail every tile's 128 rows (common.row_tiles on 8-row boxes)."""
+  sizes = tile_waste.draw(m, g, seed)
+  cfg = l2.mosaic.MosaicConfig(128, 256, 64)
+  assert tile_waste.mosaic_gpu_rows(sizes, m, cfg) == _narrow_by_hand(sizes.tolist())
+  off = dataclasses.replace(cfg, narrow_tail=False)
+  assert tile_waste.mosaic_gpu_rows(sizes, m, off) == tile_waste.tiled_rows(sizes, m, 128, 8)
+  # dlhs runs the same gmm on the same rows; a config it does not apply to computes whole tiles.
+  assert tile_waste.mosaic_gpu_rows(sizes, m, cfg, "dlhs") == _narrow_by_hand(sizes.tolist())
+  bn64 = l2.mosaic.MosaicConfig(128, 64, 64)
+  assert tile_waste.mosaic_gpu_rows(sizes, m, bn64) == tile_waste.tiled_rows(sizes, m, 128, 8)
+
+
+def test_narrow_tail_meets_the_tile_waste_targets_on_the_anchors():
+  """Rows computed / rows stored on multinomial routing (seed 0), the H100 default: DeepSeek-V3
+  (256 experts) <= 1.08 where 128-row cells took 1.137; Mixtral <= 1.04 where they took 1.069."""
+  for m, k, n, g, target, before in ((131072, 7168, 2048, 256, 1.08, 1.13), (8192, 4096, 14336, 8, 1.04, 1.06)):
+    by = {c.kernel: c for c in tile_waste.counts(m, k, n, g, seeds=1)}
+    assert by["mosaic_gpu"].ratio <= target < before <= by["mosaic_gpu (before)"].ratio, by
+
+
+def test_the_model_prices_narrow_cells_at_their_rows():
+  v2 = gemm_model.designs(TINY)[0]
+  assert v2.kernel.name == "mosaic v2" and v2.narrow_tail
+  on = gemm_model.predict(TINY, v2, fill_s=1e-6)
+  off = gemm_model.predict(TINY, dataclasses.replace(v2, narrow_tail=False), fill_s=1e-6)
+  assert on.narrow > 0 == off.narrow and on.cells == off.cells
+  cell_share = on.narrow / on.cells * 64 / 128  # of the MMA work, what the narrow cells save
+  assert on.waste_pct == pytest.approx(off.waste_pct - 100 * cell_share * (1 + off.waste_pct / 100), rel=1e-9)
+  assert on.time_s <= off.time_s and 0 < on.of_dense <= 1.0 + 1e-9
