@@ -123,9 +123,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jax.numpy as jnp  # noqa: E402
 import l2_traffic as l2  # noqa: E402
-import numpy as np  # noqa: E402
 
 from kernels.mosaic_gpu import config as mosaic  # noqa: E402
 from kernels.mosaic_gpu import gmm as mosaic_gmm  # noqa: E402
@@ -361,13 +359,9 @@ def narrow_cells(p: l2.Problem, kern: l2.Kernel) -> int:
   rule: gmm.tile_bounds, gmm.computed_rows), times the column blocks."""
   rows, _, cols = l2.common.op_dims(p.op, p.m, p.k, p.n)
   m_pad = l2.common.round_up(rows, l2.ROW_TILE)
-  sizes = jnp.asarray(p.group_sizes(), jnp.int32)
-  sched = mosaic_gmm.row_schedule(sizes, jnp.int32(0), m_pad, p.g, kern.block_m).to_numpy()
-  tables = sched.layout.tables(sched.packed)
-  seg, _, _, end = mosaic_gmm.tile_bounds(tables, np.arange(int(tables["active"][0])), kern.block_m)
-  seg = np.asarray(seg)
-  narrow = (np.asarray(mosaic_gmm.computed_rows(end, kern.block_m, True)) == WGMMA_M) & (seg >= 1) & (seg <= p.g)
-  return int(narrow.sum()) * -(-cols // kern.block_n)
+  cfg = mosaic.MosaicConfig(kern.block_m, kern.block_n, kern.block_k, narrow_tail=True)
+  _, _, computed = mosaic_gmm.host_tiles(p.group_sizes(), m_pad, p.g, cfg)
+  return int((computed == WGMMA_M).sum()) * -(-cols // kern.block_n)
 
 
 def bound(r: Prediction) -> str:

@@ -72,16 +72,9 @@ def draw(m: int, g: int, seed: int) -> np.ndarray:
   return np.random.default_rng(seed).multinomial(m, np.full(g, 1.0 / g))
 
 
-def mosaic_gpu_rows(sizes: np.ndarray, m: int, cfg: kernels.MosaicConfig, op: str = "fwd") -> int:
-  """Rows mosaic_gpu's gmm runs wgmma on: gmm.py's schedule and per-tile rule, on the host."""
-  g = len(sizes)
-  m_pad = common.round_up(m, mosaic_gmm.ROW_TILE)
-  sched = mosaic_gmm.row_schedule(jnp.asarray(sizes, jnp.int32), jnp.int32(0), m_pad, g, cfg.block_m).to_numpy()
-  tables = sched.layout.tables(sched.packed)
-  tiles = np.arange(int(tables["active"][0]))
-  seg, _, _, end = mosaic_gmm.tile_bounds(tables, tiles, cfg.block_m)
-  rows = mosaic_gmm.computed_rows(end, cfg.block_m, cfg.narrow_tail_applies(op, BF16))
-  return int(np.sum(np.where((np.asarray(seg) >= 1) & (np.asarray(seg) <= g), rows, 0)))
+def mosaic_gpu_rows(sizes: np.ndarray, m: int, cfg: kernels.MosaicConfig) -> int:
+  """Rows mosaic_gpu's gmm (fwd and dlhs) runs wgmma on: gmm.py's schedule and per-tile rule."""
+  return int(mosaic_gmm.host_tiles(sizes, common.round_up(m, mosaic_gmm.ROW_TILE), len(sizes), cfg)[2].sum())
 
 
 def tgmm_rows(sizes: np.ndarray, block_m: int) -> int:

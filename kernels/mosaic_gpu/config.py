@@ -100,10 +100,12 @@ class MosaicConfig:
             tiles of one group walk the column blocks together (drhs: k tiles over the n
             tiles). In [1, 64].
   narrow_tail: fwd/dlhs on 16-bit operands, 128-row cells of 128 or 256 columns: a cell
-            whose rows to store all lie in its first 64 (a group's short last tile, or a
-            group of 64 rows or fewer) runs as a 64-row cell, the two consumers splitting its
-            columns, so it costs the MMA work of its 64 rows, not 128 (tail_cells). No
-            effect elsewhere (narrow_tail_applies).
+            whose rows to store end by its 64th row (counted from the tile's first row, its
+            group's first row rounded down to 8: a group's short last tile, or a short group)
+            runs as a 64-row cell, the two consumers splitting its columns, so it costs the
+            MMA work of 64 rows, not 128 (gmm.computed_rows). No effect elsewhere
+            (narrow_tail_applies). Off unless set (a config saved before it existed was
+            measured without it); the defaults set it where it applies.
 
   The two consumer warpgroups split the CTA tile (consumer_tile): fwd/dlhs by rows when
   block_m >= 128, else by columns; drhs by its block_k output rows. Rows are cut from each
@@ -115,7 +117,7 @@ class MosaicConfig:
   block_k: int = 64
   max_concurrent_steps: int = 4
   group_m: int = 1
-  narrow_tail: bool = True
+  narrow_tail: bool = False
 
   def __post_init__(self):
     for name, allowed in (("block_m", BLOCK_M), ("block_n", BLOCK_N), ("block_k", BLOCK_K)):
@@ -219,7 +221,7 @@ class MosaicConfig:
 # 64-row tiles split by columns, so less of each tile is wasted on rows past the group.
 # drhs reduces 64 rows a step into a [128, 256] tile of [k, n].
 _DEFAULTS = {
-  "gmm": MosaicConfig(block_m=128, block_n=256, block_k=64, max_concurrent_steps=4, group_m=16),
+  "gmm": MosaicConfig(block_m=128, block_n=256, block_k=64, max_concurrent_steps=4, group_m=16, narrow_tail=True),
   "tgmm": MosaicConfig(block_m=64, block_n=256, block_k=128, max_concurrent_steps=4, group_m=4),
 }
 
@@ -275,11 +277,11 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
       evenly = tiles_evenly(cols, bn) and (contraction % bk == 0 or bk == 64)
       too_big = bm > max(64, round_up(rows, 64))
     if acc_rows * acc_cols <= MAX_ACC and evenly and not too_big and cfg.fits(op, dtype, m, k, n, device_kind):
-      # With narrow_tail and without it where it applies (the sweep measures what it buys), off
-      # where it does nothing.
-      if cfg.narrow_tail_applies(op, dtype):
-        out.append(cfg)
-      out.append(dataclasses.replace(cfg, narrow_tail=False))
+      # With narrow_tail where it applies, and without it (the sweep measures what it buys).
+      narrow = dataclasses.replace(cfg, narrow_tail=True)
+      if narrow.narrow_tail_applies(op, dtype):
+        out.append(narrow)
+      out.append(cfg)
   return out
 
 

@@ -15,8 +15,9 @@ Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper 
   shards' groups (group_offset) and rows past sum(group_sizes) are written as zeros, every
   output row exactly once;
 - narrow_tail (MosaicConfig): a 128-row cell whose rows to store all lie in its first 64 (a
-  group's short last tile) runs as a 64-row cell, the two consumers splitting its columns
-  (64 x block_n/2 each), so a partial last tile costs about its rows (computed_rows; counted
+  group's short last tile, or a short group, counted from the tile's first row) runs as a
+  64-row cell, the two consumers splitting its columns (64 x block_n/2 each), so a partial
+  last tile costs about its rows (computed_rows; counted
   by benchmarks/tile_waste.py). The same pipeline runs either way: its buffers, barriers and
   steps, the producer loading the tile's block_m rows;
 - the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer, by
@@ -44,6 +45,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -120,10 +122,29 @@ def tile_bounds(tables, t, block_m: int):
   return seg, row0, lead, end
 
 
+def is_local(seg, g_local: int):
+  """Whether segment `seg` is one of the local groups (segment 0 and g_local + 1 are the rows
+  before and after them, stored as zeros)."""
+  return (seg >= 1) & (seg <= g_local)
+
+
 def computed_rows(end, block_m: int, narrow_tail: bool):
   """Rows a group's tile runs wgmma on, given its `end` (tile_bounds): all block_m, or 64 for a
   tile whose rows fit in them under narrow_tail (MosaicConfig.narrow_tail_applies)."""
   return jnp.where(narrow_tail & (end <= WGMMA_M), WGMMA_M, block_m)
+
+
+def host_tiles(group_sizes, m_pad: int, g_local: int, cfg: MosaicConfig, group_offset: int = 0):
+  """On the host, each scheduled tile's (segment, end, rows its wgmma computes: 0 for a tile
+  of no local group), as NumPy arrays: the kernel's own schedule and rules (row_schedule,
+  tile_bounds, computed_rows), for counts and tests."""
+  sizes = jnp.asarray(group_sizes, jnp.int32)
+  sched = row_schedule(sizes, jnp.int32(group_offset), m_pad, g_local, cfg.block_m).to_numpy()
+  tables = sched.layout.tables(sched.packed)
+  seg, _, _, end = tile_bounds(tables, np.arange(int(tables["active"][0])), cfg.block_m)
+  rows = computed_rows(end, cfg.block_m, cfg.narrow_tail_applies("fwd"))
+  seg = np.asarray(seg)
+  return seg, np.asarray(end), np.where(is_local(seg, g_local), np.asarray(rows), 0)
 
 
 class Share(NamedTuple):
@@ -189,7 +210,7 @@ def _gmm_kernel(
   piece_cols = wg_cols // pieces
   # narrow_tail: a cell whose rows all lie in its first 64 runs as a 64-row one, each consumer
   # taking those rows and half the columns (MosaicConfig.narrow_tail_applies).
-  narrow_tail = scales is None and cfg.narrow_tail_applies("fwd")
+  narrow_tail = cfg.narrow_tail_applies("fwd", jnp.dtype(lhs_gmem.dtype).name)
   out_dtype = o_gmem.dtype
   swizzle = swizzle_elems(lhs_gmem.dtype)  # 64 16-bit or 128 8-bit elements: 128 bytes
   transforms = (plgpu.TilingTransform((ROW_TILE, swizzle)), plgpu.SwizzleTransform(128))
@@ -282,7 +303,7 @@ def _gmm_kernel(
         cfg.group_m,
       )
       seg, row0, lead, end = tile_bounds(tables, t, block_m)
-      is_group = (seg >= 1) & (seg <= g_local)
+      is_group = is_local(seg, g_local)
       group = jnp.clip(seg - 1, 0, g_local - 1)
 
       def scale(acc):

@@ -187,43 +187,49 @@ def test_gmm_warp_specialized_in_interpreter(cfg, transpose_rhs):
   _check(out, ref, jnp.bfloat16)
 
 
-# Routing whose row tiles (block_m 128, 8-row boxes) end their groups at each tail case: tails
-# of 1, 63, 64, 65, 127 and 128 rows, a group of 64 that fits one narrow cell, an empty group,
+# Routing whose groups' last row tiles (block_m 128, from 8-row boxes) end at each tail case:
+# 1, 63, 64, 65, 127 and 128 rows, a group of 64 that fits one narrow cell, an empty group,
 # rows of a group before the shard (group_offset 1) and after it, and rows past sum(sizes).
-TAIL_SIZES, TAIL_OFFSET, TAIL_G, TAIL_M = [24, 129, 0, 63, 64, 191, 120, 186, 40, 5], 1, 8, 900
+TAIL_SIZES, TAIL_OFFSET, TAIL_G, TAIL_M = [24, 129, 0, 63, 64, 191, 120, 186, 127, 40, 5], 1, 9, 1000
 TAIL_ENDS = {1, 63, 64, 65, 127, 128}
 
 
-def _tile_ends(sizes, offset, g, m, block_m):
-  """Each local group's tiles' `end` (gmm.tile_bounds) under gmm's own schedule."""
-  sched = mgpu_gmm.row_schedule(jnp.array(sizes, jnp.int32), jnp.int32(offset), m, g, block_m).to_numpy()
-  tables = sched.layout.tables(sched.packed)
-  seg, _, _, end = mgpu_gmm.tile_bounds(tables, np.arange(int(tables["active"][0])), block_m)
-  seg, end = np.asarray(seg), np.asarray(end)
-  return end[(seg >= 1) & (seg <= g)]
+def _last_tile_ends(cfg) -> set[int]:
+  """Where each local group's last tile ends (gmm.tile_bounds' `end`), under gmm's own schedule."""
+  seg, end, computed = mgpu_gmm.host_tiles(TAIL_SIZES, TAIL_M, TAIL_G, cfg, TAIL_OFFSET)
+  last = np.r_[seg[1:] != seg[:-1], True]
+  return set(end[last & (computed > 0)].tolist())
 
 
 @pytest.mark.mgpu_interpret
 @pytest.mark.parametrize(
   "cfg, transpose_rhs",
   [
-    (kernels.MosaicConfig(128, 128, 64, 2, 2), False),  # narrow cells: two consumers of 64x64
+    (kernels.MosaicConfig(128, 128, 64, 2, 2, narrow_tail=True), False),  # narrow cells: consumers of 64x64
     (kernels.registry.default_config("mosaic_gpu", "fwd", "bfloat16", 8192, 4096, 14336, 8, H100), True),
   ],
   ids=["128x128", "h100-default-transposed"],
 )
-def test_gmm_narrow_tail_cells_in_interpreter(cfg, transpose_rhs):
+def test_gmm_narrow_tail_cells_in_interpreter(cfg, transpose_rhs, monkeypatch):
   """narrow_tail: a cell whose rows fit in its first 64 runs as a 64-row cell, the consumers
   splitting its columns. Against jax.lax.ragged_dot and float64 NumPy, with the race detector,
-  on a routing that ends groups at every tail case (the schedule is checked to), with ragged k
-  and n (a narrow consumer's share past the padded n stores nothing)."""
+  on a routing whose groups end at every tail case (the schedule is checked to), with ragged k
+  (more steps than pipeline stages) and n (a narrow consumer's share past the padded n stores
+  nothing). The kernel is checked to build both cells' wgmma: each consumer's 64 x block_n/2
+  narrow one and its 64 x block_n wide one."""
   assert cfg.narrow_tail_applies("fwd") and cfg.block_m == 128
-  ends = _tile_ends(TAIL_SIZES, TAIL_OFFSET, TAIL_G, TAIL_M, cfg.block_m)
-  assert TAIL_ENDS <= set(ends.tolist()), sorted(set(ends.tolist()))
-  m, k, n, sizes, offset, g = TAIL_M, 72, 136, TAIL_SIZES, TAIL_OFFSET, TAIL_G
+  assert TAIL_ENDS <= _last_tile_ends(cfg), sorted(_last_tile_ends(cfg))
+  built = []
+  wgmma = mgpu_gmm.plgpu.wgmma
+  monkeypatch.setattr(
+    mgpu_gmm.plgpu, "wgmma", lambda acc, a, b, **kw: built.append(acc.shape) or wgmma(acc, a, b, **kw)
+  )
+  m, k, n, sizes, offset, g = TAIL_M, 72 + 4 * cfg.block_k, 136, TAIL_SIZES, TAIL_OFFSET, TAIL_G
+  assert -(-k // cfg.block_k) > cfg.max_concurrent_steps
   lhs = rand(20, (m, k), jnp.bfloat16)
   rhs = rand(21, (g, n, k) if transpose_rhs else (g, k, n), jnp.bfloat16)
   out = _interpreted_gmm(lhs, rhs, sizes, offset, cfg, transpose_rhs)
+  assert set(built) == {(64, cfg.block_n // 2), (64, cfg.block_n)}, set(built)
   rhs_kn = jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs
   lo, hi = sum(sizes[:offset]), sum(sizes[: offset + g])
   local = jnp.array(sizes[offset : offset + g], jnp.int32)
@@ -241,19 +247,21 @@ def test_gmm_narrow_tail_cells_in_interpreter(cfg, transpose_rhs):
 
 
 def test_narrow_tail_config_rules():
-  """narrow_tail applies to fwd/dlhs on 16-bit operands with 128-row cells of 128+ columns; the
-  search space offers those configs with it and without, the others without (as the defaults
-  show them), and nothing twice."""
+  """narrow_tail applies to fwd/dlhs on 16-bit operands with 128-row cells of 128+ columns, when
+  set (a config that does not set it, as one saved before it existed, has it off); the search
+  space offers those configs with it and without, the others without (as the defaults show
+  them), and nothing twice."""
   bf16 = "bfloat16"
-  assert kernels.MosaicConfig(128, 256).narrow_tail_applies("fwd", bf16)
-  assert kernels.MosaicConfig(128, 128).narrow_tail_applies("dlhs", bf16)
-  assert not kernels.MosaicConfig(128, 256, narrow_tail=False).narrow_tail_applies("fwd", bf16)
+  assert kernels.MosaicConfig(128, 256, narrow_tail=True).narrow_tail_applies("fwd", bf16)
+  assert kernels.MosaicConfig(128, 128, narrow_tail=True).narrow_tail_applies("dlhs", bf16)
+  assert not kernels.MosaicConfig(128, 256).narrow_tail_applies("fwd", bf16)
+  assert not kernels.registry.config_from_dict("mosaic_gpu", dict(block_m=128, block_n=256)).narrow_tail
   for cfg, op, fmt in (
-    (kernels.MosaicConfig(128, 64), "fwd", bf16),  # halves of 32 columns
-    (kernels.MosaicConfig(64, 256), "fwd", bf16),  # 64-row cells already
-    (kernels.MosaicConfig(256, 128), "fwd", bf16),
-    (kernels.MosaicConfig(64, 256, 128), "drhs", bf16),
-    (kernels.MosaicConfig(128, 256, 128), "fwd", "float8_e4m3fn:channelwise"),
+    (kernels.MosaicConfig(128, 64, narrow_tail=True), "fwd", bf16),  # halves of 32 columns
+    (kernels.MosaicConfig(64, 256, narrow_tail=True), "fwd", bf16),  # 64-row cells already
+    (kernels.MosaicConfig(256, 128, narrow_tail=True), "fwd", bf16),
+    (kernels.MosaicConfig(64, 256, 128, narrow_tail=True), "drhs", bf16),
+    (kernels.MosaicConfig(128, 256, 128, narrow_tail=True), "fwd", "float8_e4m3fn:channelwise"),
   ):
     assert not cfg.narrow_tail_applies(op, fmt), (cfg, op, fmt)
   with pytest.raises(ValueError, match="narrow_tail must be true or false"):

@@ -81,7 +81,8 @@ def test_h100_defaults_compile_clean_fwd_and_vjp(anchor, backend):
   m, k, n, g = SHAPES[anchor]
   report = aot.compile_ragged_dot("h100", m, k, n, g, BF16, backend=backend)
   _assert_clean(report, kernels_expected=3)
-  copy = "tma" if backend == "mosaic_gpu" else "cp.async" if k % 8 == 0 and n % 8 == 0 else "ld/st"
+  rows_16_bytes_apart = all(d * kernels.common.itemsize(BF16) % 16 == 0 for d in (k, n))
+  copy = "tma" if backend == "mosaic_gpu" else "cp.async" if rows_16_bytes_apart else "ld/st"
   assert all(kr.copy == copy for kr in report.kernels), report.kernels
   if backend == "mosaic_gpu":
     _assert_warp_specialized(report)
