@@ -252,7 +252,7 @@ def gmm_cells(p: Problem, kern: Kernel, sizes: np.ndarray):
     band = active if kern.order == "m_fastest" else 1
     tile, col = common.program_tile(np.arange(active * ncol), active, ncol, band)
   seg = sched.tile_segment[tile]
-  real = (tile < active) & (seg >= 1) & (seg <= p.g)
+  real = (tile < active) & common.is_local(seg, p.g)
   return sched.tile_row_start[tile], np.where(real, seg - 1, -1), col
 
 

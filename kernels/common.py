@@ -280,6 +280,12 @@ def row_groups(group_sizes, m: int, group_offset, g_local: int) -> jax.Array:
   return jnp.minimum(jnp.searchsorted(ends, rows, side="right", method="scan_unrolled"), g_local - 1).astype(jnp.int32)
 
 
+def is_local(seg, g_local: int):
+  """Whether segment `seg` (an int, array or traced scalar: plain operators only, so Blackwell's
+  warp_map code can call it) is one of the local groups, not the rows before or after them."""
+  return (seg >= 1) & (seg <= g_local)
+
+
 def segment_bounds(group_sizes, m: int, group_offset, g_local: int):
   """[start, end) of the g_local + 2 segments described in the module docstring."""
   s = jnp.arange(g_local + 2, dtype=jnp.int32)

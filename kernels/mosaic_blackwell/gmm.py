@@ -329,7 +329,7 @@ def _gmm_kernel(
       # A tile starts at its segment's first row rounded down to a TMA box (8 rows): the rows
       # before the segment are a neighbour's. Only a segment's last tile ends before cell_rows.
       seg, row0 = tables["tile_segment"][t], tables["tile_row"][t] * ROW_TILE
-      is_group = (seg >= 1) & (seg <= g_local)
+      is_group = common.is_local(seg, g_local)
       group = lax.max(lax.min(seg - 1, g_local - 1), 0)
       return Cell(is_group.astype(jnp.int32) * k_steps, (seg, row0, group, j))
 

@@ -122,12 +122,6 @@ def tile_bounds(tables, t, block_m: int):
   return seg, row0, lead, end
 
 
-def is_local(seg, g_local: int):
-  """Whether segment `seg` is one of the local groups (segment 0 and g_local + 1 are the rows
-  before and after them, stored as zeros)."""
-  return (seg >= 1) & (seg <= g_local)
-
-
 def computed_rows(end, block_m: int, narrow_tail: bool):
   """Rows a group's tile runs wgmma on, given its `end` (tile_bounds): all block_m, or 64 for a
   tile whose rows fit in them under narrow_tail (MosaicConfig.narrow_tail_applies)."""
@@ -144,7 +138,7 @@ def host_tiles(group_sizes, m_pad: int, g_local: int, cfg: MosaicConfig, group_o
   seg, _, _, end = tile_bounds(tables, np.arange(int(tables["active"][0])), cfg.block_m)
   rows = computed_rows(end, cfg.block_m, cfg.narrow_tail_applies("fwd"))
   seg = np.asarray(seg)
-  return seg, np.asarray(end), np.where(is_local(seg, g_local), np.asarray(rows), 0)
+  return seg, np.asarray(end), np.where(common.is_local(seg, g_local), np.asarray(rows), 0)
 
 
 class Share(NamedTuple):
@@ -303,7 +297,7 @@ def _gmm_kernel(
         cfg.group_m,
       )
       seg, row0, lead, end = tile_bounds(tables, t, block_m)
-      is_group = is_local(seg, g_local)
+      is_group = common.is_local(seg, g_local)
       group = jnp.clip(seg - 1, 0, g_local - 1)
 
       def scale(acc):

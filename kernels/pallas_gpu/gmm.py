@@ -69,7 +69,7 @@ def _gmm_kernel(
   cell = jnp.where(is_real, pid, 0)
   t, j = launch_cell(cell, tile_seg, tables["segment_first_tile"], tables["segment_num_tiles"], num_col_blocks, group_m)
   seg = tile_seg[t]
-  is_group = (seg >= 1) & (seg <= g_local)
+  is_group = common.is_local(seg, g_local)
 
   row0 = tables["tile_row"][t]
   rows = row0 + jnp.arange(block_m)
