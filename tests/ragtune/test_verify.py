@@ -95,6 +95,22 @@ def test_failure_prints_its_report(monkeypatch):
   assert "FAIL" in verify.entry_line(1, 1, res) and "(wrong)" in verify.entry_line(1, 1, res)
 
 
+def test_draws_operands_on_the_device_unlike_the_sweep(monkeypatch):
+  """Each draw's operands come from measure.make_inputs (jax.random on the device, as a sweep
+  draws them) with a salt of its own, never from the host: drawn with NumPy, DeepSeek-V3's
+  weights overran a draw's timeout on an H200 before its kernel ran."""
+  salts = []
+  make = measure.make_inputs
+  monkeypatch.setattr(measure, "make_inputs", lambda p, salt="inputs": salts.append(salt) or make(p, salt=salt))
+  e = _entries()[0]
+  res = verify.verify_entry(e, seed=7, interpret=True)
+  assert res.passed and salts == ["verify7"] * 4
+  p = shapes.Problem(e.op, e.backend, e.dtype, e.m, e.k, e.n, e.g, "x", (e.m, 0, 0))
+  x = verify.fresh_inputs(p, 7)
+  assert all(isinstance(v, jax.Array) for v in x.values())
+  assert float(abs(x["lhs"] - make(p)["lhs"]).max()) > 0  # not the sweep's operands
+
+
 def test_timed_out_draw_is_killed(tmp_path):
   # Interpret mode runs ~20k tiny programs for this shape: far longer than the timeout.
   slow = kernels.Entry("fwd", "pallas_gpu", "float32", 2048, 256, 2048, 4, G(16, 16, 16, 1, 1))
