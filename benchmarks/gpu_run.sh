@@ -20,7 +20,7 @@
 #                                         (shapes/anchors.yaml: Mixtral 8x7B prefill, DeepSeek-V3 decode, up
 #                                         and down): the LUT's choice, each backend's default, XLA, tokamax
 #                                         and a dense matmul of the same FLOPs
-#   bench-dlhs  1:00  1:00  BENCH_DLHS_S  the same for the anchors' dlhs
+#   bench-dlhs  1:00  1:00  BENCH_DLHS_S  the same problems' dlhs
 #   bench-drhs  0:50  0:50  BENCH_DRHS_S  and their drhs
 #   sweep       0:45  0:45  SWEEP_S       shapes/smoke.yaml --budget SWEEP_BUDGET (4) into results/<slug>/smoke;
 #                                         resumable: stopped at its cap it keeps its rows, the next run goes on
@@ -32,8 +32,9 @@
 # Steps for longer jobs, not in the default run: anchors-sweep (ANCHORS_SHAPES, default
 # shapes/anchors.yaml, fwd first, --budget ANCHORS_BUDGET (8), then SLICE_SHAPES, default
 # shapes/gpu_slice.yaml, empty for none; ANCHORS_BACKENDS, e.g. mosaic_gpu, narrows both to
-# those backends; ANCHORS_SWEEP_S in all, resumable, into results/<slug>/), ship (export that
-# folder, verify it, bundle kernels/luts/<slug>.json only if verify passes), exhaustive (every
+# those backends; ANCHORS_SWEEP_S in all, resumable, into results/<slug>/; ANCHORS_ROW_TIMEOUT
+# (90) s a candidate), ship (export that folder, verify it with SHIP_ROW_TIMEOUT (120) s a draw
+# and SHIP_VERIFY_S in all, bundle kernels/luts/<slug>.json only if verify passes), exhaustive (every
 # pruned config of Mixtral fwd into results/<slug>/exhaustive/, resumable). A tuned run puts
 # the bench steps after ship, so that their LUT rows are the new LUT's:
 #   ANCHORS_BACKENDS=mosaic_gpu bash benchmarks/gpu_run.sh anchors-sweep ship bench-fwd
@@ -60,6 +61,7 @@ TEST_JOBS=${TEST_JOBS:-4} TEST_TIMEOUT=${TEST_TIMEOUT:-60} SWEEP_BUDGET=${SWEEP_
 ANCHORS_SWEEP_S=${ANCHORS_SWEEP_S:-330} SHIP_VERIFY_S=${SHIP_VERIFY_S:-300}
 ANCHORS_SHAPES=${ANCHORS_SHAPES:-shapes/anchors.yaml} SLICE_SHAPES=${SLICE_SHAPES-shapes/gpu_slice.yaml}
 ANCHORS_BACKENDS=${ANCHORS_BACKENDS:-} ANCHORS_BUDGET=${ANCHORS_BUDGET:-8}
+ANCHORS_ROW_TIMEOUT=${ANCHORS_ROW_TIMEOUT:-90} SHIP_ROW_TIMEOUT=${SHIP_ROW_TIMEOUT:-120}
 GPU_TESTS=${GPU_TESTS:-tests/kernels/test_gpu_compiled.py}
 DEFAULT_STEPS=(tests bench-fwd bench-dlhs bench-drhs sweep export verify)
 OTHER_STEPS=(anchors-sweep ship exhaustive)
@@ -237,12 +239,14 @@ bench_() {  # CAP OP SHAPES_FILE
   show "$OUT/bench-$2.log" 40
   return $rc
 }
-bench_fwd_() {
-  "$PY" benchmarks/gpu_run.py bench-shapes --out "$OUT/bench-shapes.yaml" || return 2
-  bench_ "$1" fwd "$OUT/bench-shapes.yaml"
+# Each op on the small problem, then the anchors (one shapes file, written once a run).
+bench_op_() {  # CAP OP
+  [ -f "$OUT/bench-shapes.yaml" ] || "$PY" benchmarks/gpu_run.py bench-shapes --out "$OUT/bench-shapes.yaml" || return 2
+  bench_ "$1" "$2" "$OUT/bench-shapes.yaml"
 }
-bench_dlhs_() { bench_ "$1" dlhs shapes/anchors.yaml; }
-bench_drhs_() { bench_ "$1" drhs shapes/anchors.yaml; }
+bench_fwd_() { bench_op_ "$1" fwd; }
+bench_dlhs_() { bench_op_ "$1" dlhs; }
+bench_drhs_() { bench_op_ "$1" drhs; }
 
 sweep_() {
   capped --parent-only "$1" "$PY" -m ragtune sweep shapes/smoke.yaml -o "$RES/smoke" --budget "$SWEEP_BUDGET" \
@@ -275,14 +279,14 @@ anchors_sweep_() {
   [ -n "$ANCHORS_BACKENDS" ] && pick=(--backend "$ANCHORS_BACKENDS")
   : > "$OUT/anchors-sweep.log"
   capped --parent-only "$(left)" "$PY" -m ragtune sweep "$ANCHORS_SHAPES" -o "$RES" "${pick[@]}" --op fwd \
-    --budget "$ANCHORS_BUDGET" --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+    --budget "$ANCHORS_BUDGET" --timeout "$ANCHORS_ROW_TIMEOUT" >> "$OUT/anchors-sweep.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || { show "$OUT/anchors-sweep.log" 15; return $rc; }
   capped --parent-only "$(left)" "$PY" -m ragtune sweep "$ANCHORS_SHAPES" -o "$RES" "${pick[@]}" \
-    --budget "$ANCHORS_BUDGET" --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+    --budget "$ANCHORS_BUDGET" --timeout "$ANCHORS_ROW_TIMEOUT" >> "$OUT/anchors-sweep.log" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] && [ -n "$SLICE_SHAPES" ] || { show "$OUT/anchors-sweep.log" 15; return $rc; }
-  capped --parent-only "$(left)" "$PY" -m ragtune sweep "$SLICE_SHAPES" -o "$RES" "${pick[@]}" --timeout 90 >> "$OUT/anchors-sweep.log" 2>&1
+  capped --parent-only "$(left)" "$PY" -m ragtune sweep "$SLICE_SHAPES" -o "$RES" "${pick[@]}" --timeout "$ANCHORS_ROW_TIMEOUT" >> "$OUT/anchors-sweep.log" 2>&1
   rc=$?
   show "$OUT/anchors-sweep.log" 15
   return $rc
@@ -292,7 +296,7 @@ ship_() {
   local dirs=("$RES") rc
   [ -f "$RES/exhaustive/records.jsonl" ] && dirs+=("$RES/exhaustive")
   "$PY" -m ragtune export-lut "${dirs[@]}" -o "$RES/$SLUG.json" > "$OUT/ship.log" 2>&1 || { show "$OUT/ship.log"; return 1; }
-  capped --parent-only "$1" "$PY" -m ragtune verify "$RES/$SLUG.json" --timeout 120 >> "$OUT/ship.log" 2>&1
+  capped --parent-only "$1" "$PY" -m ragtune verify "$RES/$SLUG.json" --timeout "$SHIP_ROW_TIMEOUT" >> "$OUT/ship.log" 2>&1
   rc=$?
   show "$OUT/ship.log" 30
   [ "$rc" -eq 0 ] || { log "verify failed: the LUT is NOT bundled"; return $rc; }
