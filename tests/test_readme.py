@@ -7,6 +7,7 @@ pyproject.toml has, in the one form `python3 -m pip install -e '.[EXTRA]'`.
 """
 
 import ast
+import csv
 import functools
 import importlib
 import re
@@ -263,3 +264,37 @@ def test_on_a_cpu_auto_runs_xla_and_a_cpu_lut_serves_an_explicit_backend():
   shown = {str(c).split(": ", 1)[1] for c in auto.values()}
   assert len(shown) == 1 and shown.pop().startswith("xla (no config) <- none (auto on 'cpu': "), auto
   assert explicit["fwd"].source == "lut-exact"
+
+
+def _bench_row(op: str, shape: str, variant: str) -> dict:
+  with open(ROOT / "results" / "nvidia-h200" / f"bench-{op}.csv", newline="") as f:
+    rows = [r for r in csv.DictReader(f) if r["shape"] == shape and r["variant"] == variant]
+  assert len(rows) == 1, (op, shape, variant)
+  return rows[0]
+
+
+def _headline(shape: str) -> tuple[dict, dict]:
+  """(the faster of our two defaults, {peer: its time over ours}) of a forward in the H200 CSV."""
+  ours = min(
+    (_bench_row("fwd", shape, f"{b} default") for b in ("pallas_gpu", "mosaic_gpu")), key=lambda r: float(r["ms"])
+  )
+  peers = {"tokamax": "tokamax ragged_dot", "XLA": "xla ragged_dot", "dense": "dense matmul, same FLOPs"}
+  ratios = {}
+  for name, variant in peers.items():
+    row = _bench_row("fwd", shape, variant)
+    if row["status"] == "ok":
+      ratios[name] = float(row["ms"]) / float(ours["ms"])
+  return ours, ratios
+
+
+def test_the_front_pages_gpu_figures_are_the_committed_csvs():
+  """The figures the README's first paragraph quotes, recomputed from results/nvidia-h200/'s CSV:
+  a new bench there that moves them fails here until the text says what it measured."""
+  text = " ".join(README.read_text().split("\n\n")[1].split())
+  ours, r = _headline("[8192,4096]x[8,4096,14336]")
+  assert "(results/nvidia-h200/README.md)" in text
+  assert f"forward runs at {float(ours['tflops']):.0f} TF/s: {r['tokamax']:.2f}x tokamax" in text, text
+  assert f"{r['XLA']:.2f}x XLA's `ragged_dot` and {r['dense']:.2f}x a dense matmul" in text, text
+  (_, up), (_, down) = _headline("[131072,7168]x[256,7168,2048]"), _headline("[131072,2048]x[256,2048,7168]")
+  assert f"at {up['tokamax']:.2f}x and {down['tokamax']:.2f}x tokamax" in text, text
+  assert f"and {up['dense']:.2f}x and {down['dense']:.2f}x dense" in text, text
