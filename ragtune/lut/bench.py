@@ -3,7 +3,8 @@
 For each problem of a shape set it runs the LUT's choice (what `kernels.ragged_dot` picks
 with the LUT; on a CPU host, where backend="auto" runs XLA's op and reads no LUT, what the
 first GPU backend picks), each GPU backend's default config, XLA's `jax.lax.ragged_dot`,
-`tokamax.ragged_dot` with its own shipped config cache (when tokamax is installed) and a
+`tokamax.ragged_dot` with its own shipped config cache (when tokamax is installed; on a GPU
+also its Triton implementation where that loads, since its own choice there is Mosaic GPU) and a
 dense matmul of the same FLOPs. Each ragged variant is checked against `jax.lax.ragged_dot`
 first; one that fails is reported and never timed. The rest are timed together, in one
 tune-jax run per problem (device profiler events, after warm-up), beside the matmul and
@@ -46,9 +47,15 @@ from ragtune.run import estimate
 
 XLA = "xla ragged_dot"
 TOKAMAX = "tokamax ragged_dot"
+TOKAMAX_TRITON = "tokamax triton"  # its Triton implementation, where it loads: auto picks Mosaic GPU on Hopper
 DENSE = "dense matmul, same FLOPs"
 BF16 = "bf16 auto, same shape"  # a quantized problem's: our 16-bit kernel on its values, what fp8 buys
-PEERS = {XLA: "xla", TOKAMAX: "tokamax", DENSE: "dense"}  # the ratio column names the fastest
+PEERS = {
+  XLA: "xla",
+  TOKAMAX: "tokamax",
+  TOKAMAX_TRITON: "tokamax",
+  DENSE: "dense",
+}  # the ratio column names the fastest
 CPU_ROUTING = GroupDist(dist="multinomial", seed=0)
 CPU_COST_S = 5.0  # a problem the interpreter runs in this many seconds per candidate is benched as it is
 # tokamax's own vjp calls ragged_dot_general with these for dlhs and drhs
@@ -340,6 +347,9 @@ def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]
     impl = "implementation=" + ("auto" if bench.on_device else "xla")
     tok = tokamax_op(bench.tokamax, p.op, bench.on_device, quantized=bool(scheme(p.dtype)))
     out.append(Variant(TOKAMAX, ("tokamax", None), impl, tok, args))
+    if bench.on_device and not scheme(p.dtype) and tokamax_missing("triton") is None:
+      tri = tokamax_op(bench.tokamax, p.op, True, implementation="triton")
+      out.append(Variant(TOKAMAX_TRITON, ("tokamax", "triton"), "implementation=triton", tri, args))
   dense = measure.dense_args(p, x)
   out.append(Variant(DENSE, ("dense", None), "", measure.dense_matmul, dense, checked=False))
   if scheme(p.dtype):

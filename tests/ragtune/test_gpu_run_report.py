@@ -26,3 +26,16 @@ def test_summary_names_what_the_tuning_steps_left(tmp_path, capsys):
   lines = {l.split()[0]: l for l in (out / "summary.txt").read_text().splitlines() if l.strip()}
   assert lines["exhaustive"].endswith(f"3 rows in {res / 'exhaustive' / 'records.jsonl'}")
   assert lines["ship"].endswith("3 passed, 1 failed; nothing bundled")
+
+
+def test_bench_table_takes_the_faster_of_two_rows_of_one_peer():
+  """tokamax's auto row and its Triton row share the tokamax column: the faster one is the peer."""
+  gpu_run = load_benchmark("gpu_run")
+  row = lambda variant, ms, status="ok": dict(
+    shape="[8,4]x[2,4,8]", op="fwd", variant=variant, ms=ms, tflops="100", status=status, same_as=""
+  )
+  rows = [row("mosaic_gpu default", "1.0"), row("tokamax ragged_dot", "3.0"), row("tokamax triton", "2.0")]
+  rows += [row("tokamax triton", "", "wrong: FAIL"), row("dense matmul, same FLOPs", "0.9")]
+  head, line = gpu_run.bench_table(rows)[:2]
+  assert head.split()[:5] == ["problem", "op", "mosaic_gpu", "tokamax", "dense"], head
+  assert line.split()[-1] == "2.00x" and "2 ms" in line, line
