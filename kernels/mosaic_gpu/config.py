@@ -217,8 +217,11 @@ class MosaicConfig:
 # elements; four stages (48 KiB each) hide HBM latency. A band of 16 row tiles holds a whole
 # Mixtral group (a group of 1024+ rows spans 9 tiles when it starts off the 128-row grid, and
 # a band of 8 would stream that expert's weights twice: benchmarks/l2_traffic.py, 1.50x the
-# unique bytes at group_m 8, 1.00x at 16). Few rows per group (decode) take
-# 64-row tiles split by columns, so less of each tile is wasted on rows past the group.
+# unique bytes at group_m 8, 1.00x at 16). One H200 disagrees: band 8 beat 16 on Mixtral fwd
+# (1.378 vs 1.474 ms) and band 4 beat 16 on DeepSeek-V3 up (6.01 vs 8.14 ms), which the model
+# does not explain (results/nvidia-h200/records.jsonl); kept until more shapes are timed.
+# Few rows per group (decode) take 64-row tiles split by columns, so less of each tile is
+# wasted on rows past the group.
 # drhs reduces 64 rows a step into a [128, 256] tile of [k, n].
 _DEFAULTS = {
   "gmm": MosaicConfig(block_m=128, block_n=256, block_k=64, max_concurrent_steps=4, group_m=16, narrow_tail=True),
