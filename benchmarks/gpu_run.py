@@ -532,6 +532,11 @@ def _result(step: str, out: Path, res: Path) -> str:
     records = res / {"sweep": "smoke", "anchors-sweep": "", "exhaustive": "exhaustive"}[step] / "records.jsonl"
     n = sum(1 for _ in records.open()) if records.is_file() else 0
     return f"{n} rows in {records}"
+  if step == "band-probe":
+    rows = _read_csv(out / "band_probe.csv")
+    timed = sum(1 for r in rows if _float(r["ms"]) is not None)
+    bad = sum(1 for r in rows if r["status"] != "ok")
+    return f"{len({r['problem'] for r in rows})} problems, {timed} variants timed, {bad} failed" if rows else "no rows"
   if step == "ship":
     verified = _last(out / "ship.log", "verified ")
     bundled = _last(out / "ship.log", "bundled") or "nothing bundled"

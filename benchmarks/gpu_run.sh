@@ -35,7 +35,10 @@
 # those backends; ANCHORS_SWEEP_S in all, resumable, into results/<slug>/; ANCHORS_ROW_TIMEOUT
 # (90) s a candidate), ship (export that folder, verify it with SHIP_ROW_TIMEOUT (120) s a draw
 # and SHIP_VERIFY_S in all, bundle kernels/luts/<slug>.json only if verify passes), exhaustive (every
-# pruned config of Mixtral fwd into results/<slug>/exhaustive/, resumable). A tuned run puts
+# pruned config of Mixtral fwd into results/<slug>/exhaustive/, resumable), band-probe
+# (benchmarks/band_probe.py: the Mosaic forward's bands with and without narrow cells on the
+# prefill anchors, BAND_S (180) s, starting no problem in its last minute; BAND_ARGS: its
+# options). A tuned run puts
 # the bench steps after ship, so that their LUT rows are the new LUT's:
 #   ANCHORS_BACKENDS=mosaic_gpu bash benchmarks/gpu_run.sh anchors-sweep ship bench-fwd
 #
@@ -56,7 +59,7 @@ OUT=${OUT:-/tmp/ragtune-out}
 SITE=${RAGTUNE_SITE:-/tmp/site}
 SETUP_S=${SETUP_S:-60} VERSIONS_S=${VERSIONS_S:-30} TESTS_S=${TESTS_S:-95}
 BENCH_FWD_S=${BENCH_FWD_S:-120} BENCH_DLHS_S=${BENCH_DLHS_S:-60} BENCH_DRHS_S=${BENCH_DRHS_S:-50}
-SWEEP_S=${SWEEP_S:-45} VERIFY_S=${VERIFY_S:-40} EXPORT_S=${EXPORT_S:-15}
+SWEEP_S=${SWEEP_S:-45} VERIFY_S=${VERIFY_S:-40} EXPORT_S=${EXPORT_S:-15} BAND_S=${BAND_S:-180} BAND_ARGS=${BAND_ARGS:-}
 TEST_JOBS=${TEST_JOBS:-4} TEST_TIMEOUT=${TEST_TIMEOUT:-60} SWEEP_BUDGET=${SWEEP_BUDGET:-4} ROW_TIMEOUT=${ROW_TIMEOUT:-30}
 ANCHORS_SWEEP_S=${ANCHORS_SWEEP_S:-330} SHIP_VERIFY_S=${SHIP_VERIFY_S:-300}
 ANCHORS_SHAPES=${ANCHORS_SHAPES:-shapes/anchors.yaml} SLICE_SHAPES=${SLICE_SHAPES-shapes/gpu_slice.yaml}
@@ -64,7 +67,7 @@ ANCHORS_BACKENDS=${ANCHORS_BACKENDS:-} ANCHORS_BUDGET=${ANCHORS_BUDGET:-8}
 ANCHORS_ROW_TIMEOUT=${ANCHORS_ROW_TIMEOUT:-90} SHIP_ROW_TIMEOUT=${SHIP_ROW_TIMEOUT:-120}
 GPU_TESTS=${GPU_TESTS:-tests/kernels/test_gpu_compiled.py}
 DEFAULT_STEPS=(tests bench-fwd bench-dlhs bench-drhs sweep export verify)
-OTHER_STEPS=(anchors-sweep ship exhaustive)
+OTHER_STEPS=(anchors-sweep ship exhaustive band-probe)
 STEPS=("$@")
 [ ${#STEPS[@]} -gt 0 ] || STEPS=("${DEFAULT_STEPS[@]}")
 for s in "${STEPS[@]}"; do
@@ -75,10 +78,12 @@ for s in "${STEPS[@]}"; do
 done
 
 mkdir -p "$OUT"
-RESULTS=(versions.txt tests.txt tests.json bench-fwd.csv bench-dlhs.csv bench-drhs.csv lut-smoke.json steps.tsv summary.txt)
+RESULTS=(versions.txt tests.txt tests.json bench-fwd.csv bench-dlhs.csv bench-drhs.csv band_probe.csv lut-smoke.json steps.tsv
+  summary.txt)
 # $OUT and results/<slug>/gpu-run/ hold this run's files only: an earlier run's go first.
 (cd "$OUT" && rm -f "${RESULTS[@]}" slug results.tgz summary.err setup.log versions.log tests.log tests-*.log \
-  tests-*.jsonl bench-*.log bench-shapes.yaml sweep.log export.log verify.log anchors-sweep.log ship.log exhaustive.log)
+  tests-*.jsonl bench-*.log bench-shapes.yaml sweep.log export.log verify.log anchors-sweep.log ship.log exhaustive.log \
+  band-probe.log)
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}
 log() { echo "== $(date -u +%H:%M:%S) +$((SECONDS - START))s $*"; }
@@ -316,6 +321,14 @@ exhaustive_() {
   return $rc
 }
 
+band_probe_() {
+  # shellcheck disable=SC2086  # BAND_ARGS: options, e.g. --op dlhs, or --tiny for a CPU trial
+  capped "$1" env OUT="$OUT" DEADLINE="$(($1 - 60))" "$PY" benchmarks/band_probe.py $BAND_ARGS > "$OUT/band-probe.log" 2>&1
+  local rc=$?
+  show "$OUT/band-probe.log" 45
+  return $rc
+}
+
 # --- the run ------------------------------------------------------------------------------------
 
 step setup 15 "$SETUP_S" no setup_
@@ -342,5 +355,6 @@ for s in "${STEPS[@]}"; do
   anchors-sweep) step anchors-sweep "$ANCHORS_SWEEP_S" "$ANCHORS_SWEEP_S" resumable anchors_sweep_ ;;
   ship) step ship "$SHIP_VERIFY_S" "$SHIP_VERIFY_S" no ship_ ;;
   exhaustive) step exhaustive "$ANCHORS_SWEEP_S" "$ANCHORS_SWEEP_S" resumable exhaustive_ ;;
+  band-probe) step band-probe "$BAND_S" "$BAND_S" no band_probe_ ;;
   esac
 done
