@@ -87,6 +87,7 @@ def test_a_lut_tuned_under_another_jax_is_verified_after_one_warning(tmp_path):
 def test_failure_prints_its_report(monkeypatch):
   build = measure.build_op
   monkeypatch.setattr(measure, "build_op", lambda *a: lambda *x: build(*a)(*x) * 1.1)
+  monkeypatch.setattr(verify, "_compiled", {})  # the wrong op is not left for the next test
   e = _entries()[0]
   res = verify.verify_entry(e, interpret=True)  # in this process: no timeout, no worker
   assert not res.passed and res.n_passed == 0 and {d.status for d in res.draws} == {"wrong"}
@@ -102,6 +103,7 @@ def test_draws_operands_on_the_device_unlike_the_sweep(monkeypatch):
   salts = []
   make = measure.make_inputs
   monkeypatch.setattr(measure, "make_inputs", lambda p, salt="inputs": salts.append(salt) or make(p, salt=salt))
+  monkeypatch.setattr(verify, "_compiled", {})  # an op another test built stays out
   e = _entries()[0]
   res = verify.verify_entry(e, seed=7, interpret=True)
   assert res.passed and salts == ["verify7"] * 4
