@@ -34,7 +34,8 @@
 # shapes/gpu_slice.yaml, empty for none; ANCHORS_BACKENDS, e.g. mosaic_gpu, narrows both to
 # those backends; ANCHORS_SWEEP_S in all, resumable, into results/<slug>/; ANCHORS_ROW_TIMEOUT
 # (90) s a candidate), ship (export that folder, verify it with SHIP_ROW_TIMEOUT (120) s a draw
-# and SHIP_VERIFY_S in all, bundle kernels/luts/<slug>.json only if verify passes), exhaustive (every
+# and SHIP_VERIFY_S in all, bundle kernels/luts/<slug>.json only if verify passes, else rename the
+# export <slug>.unverified.json, out of the bench steps' way), exhaustive (every
 # pruned config of Mixtral fwd into results/<slug>/exhaustive/, resumable), band-probe
 # (benchmarks/band_probe.py: the Mosaic forward's bands with and without narrow cells on the
 # prefill anchors, BAND_S (180) s, starting no problem in its last minute; BAND_ARGS: its
@@ -304,7 +305,12 @@ ship_() {
   capped --parent-only "$1" "$PY" -m ragtune verify "$RES/$SLUG.json" --timeout "$SHIP_ROW_TIMEOUT" >> "$OUT/ship.log" 2>&1
   rc=$?
   show "$OUT/ship.log" 30
-  [ "$rc" -eq 0 ] || { log "verify failed: the LUT is NOT bundled"; return $rc; }
+  if [ "$rc" -ne 0 ]; then
+    # Out of the way of the bench steps after this one, which would take it for the LUT.
+    mv -f "$RES/$SLUG.json" "$RES/$SLUG.unverified.json"
+    echo "not bundled: verify failed; the export is now $RES/$SLUG.unverified.json" | tee -a "$OUT/ship.log"
+    return $rc
+  fi
   if [ "$SLUG" = cpu ]; then  # an interpreter's times rank nothing: a CPU trial ships no LUT
     echo "not bundled: a CPU's times are the interpreter's ($RES/$SLUG.json stays where it is)" | tee -a "$OUT/ship.log"
     return 0
