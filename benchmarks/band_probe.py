@@ -127,21 +127,22 @@ def main(argv: list[str] | None = None) -> int:
     if time.time() - t0 > deadline:
       print(f"deadline: {name} and the problems after it not run", flush=True)
       break
-    got = run_problem(name, problem(args.op, *shape), device, dev.device_kind)
+    p = problem(args.op, *shape)
+    got = run_problem(name, p, device, dev.device_kind)
     rows += got
     with open(path + ".tmp", "w", newline="") as f:
       w = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
       w.writeheader()
       w.writerows(rows)
     os.replace(path + ".tmp", path)
-    print(f"\n== {args.op} {name} {problem(args.op, *shape).shape_label} ({time.time() - t0:.0f} s)")
+    print(f"\n== {args.op} {name} {p.shape_label} ({time.time() - t0:.0f} s)")
     for r in got:
       what = f"= {r['same_as']}" if r.get("same_as") else r["status"][:90]
       figures = (
         f"{r.get('ms', ''):>8} ms {r.get('tflops', ''):>6} TF/s {r.get('x_dense', ''):>6}x dense" if r.get("ms") else ""
       )
       print(f"  {r['variant']:28} {figures:38} {what}", flush=True)
-  return 1 if any(not (r["status"] == "ok") for r in rows) else 0
+  return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 
 if __name__ == "__main__":
