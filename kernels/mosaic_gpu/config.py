@@ -44,6 +44,10 @@ EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles, double-buffered per con
 # DeepGEMM does; it also bounds the fp8 tensor cores' ~14-bit accumulation to one step).
 FP8_FORMATS = ("float8_e4m3fn:channelwise", "float8_e4m3fn:block128")
 FP8_BLOCK_K = 128  # one 128-byte swizzle row of 8-bit elements; block128's k block
+# block128 with block_k 256: a step of two k blocks, each with a step accumulator of its own,
+# each promoted while the other's wgmma runs (gmm.py's overlapped_step). A main and two step
+# accumulators are 3 x 64 f32 registers a thread on a 64x128 share, of the 232 a consumer has.
+FP8_PAIR_K = 256
 # Each consumer's share of the tile with channelwise fp8: the one that compiles with no spill
 # on sm_90a with the scales' epilogue. 64x64, 64x128 and 128x128 spilled 8-48 B/thread inside
 # the persistent loop (deviceless ptxas, jax 0.10.2 and 0.12; without the scales they do not):
@@ -157,13 +161,20 @@ class MosaicConfig:
     if dtype is not None and itemsize(name) == 1:
       if op != "fwd":
         return f"8-bit operands run the forward only, not {op}"
-      if self.block_k != FP8_BLOCK_K:
-        return f"8-bit operands take block_k = {FP8_BLOCK_K} (a 128-byte swizzle row), got {self.block_k}"
-      if scheme(name) == "block128":
+      block = scheme(name) == "block128"
+      if self.block_k == FP8_PAIR_K and block and rows * cols > WGMMA_M * quant.BLOCK:
+        return f"block_k {FP8_PAIR_K} (two step accumulators) takes consumer tiles of at most 64x128, got {rows}x{cols}"
+      if self.block_k != FP8_BLOCK_K and not (block and self.block_k == FP8_PAIR_K):
+        return (
+          f"8-bit operands take block_k = {FP8_BLOCK_K} (a 128-byte swizzle row), or {FP8_PAIR_K} with block "
+          f"scales, got {self.block_k}"
+        )
+      if block:
         # A share wider than a 128-column block is promoted a block at a time; it only comes
         # from a cell split by rows, so it starts on a block.
+        # A 256-deep step promotes each 128-deep half on its own.
         if (rows, cols) not in FP8_BLOCK_CONSUMER_TILES or quant.tile_violation(
-          name, self.block_k, min(cols, quant.BLOCK)
+          name, min(self.block_k, FP8_BLOCK_K), min(cols, quant.BLOCK)
         ):
           tiles = " or ".join(f"{r}x{c}" for r, c in FP8_BLOCK_CONSUMER_TILES)
           return f"block scales take {tiles} consumer tiles (a main and a step accumulator), got {rows}x{cols}"
@@ -171,7 +182,7 @@ class MosaicConfig:
         return f"8-bit operands take {FP8_CONSUMER_TILE[0]}x{FP8_CONSUMER_TILE[1]} consumer tiles, got {rows}x{cols}"
     if op == "drhs" and self.block_m > 128:
       return f"drhs reduces at most 128 rows a step, got block_m={self.block_m}"
-    if op != "drhs" and self.block_k > 128:
+    if op != "drhs" and self.block_k > 128 and self.block_k != FP8_PAIR_K:
       return f"fwd/dlhs take at most 128 of k a step, got block_k={self.block_k}"
     if rows % WGMMA_M or cols % SWIZZLE_ELEMS:
       return f"each of the 2 consumer warpgroups needs a [64k, 64k] share of the tile, got [{rows}, {cols}]"
@@ -180,7 +191,7 @@ class MosaicConfig:
   def smem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
     """Shared memory the kernel allocates: max_concurrent_steps stages of the operand tiles
     (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m, block_k] lhs and
-    [block_m, block_n] dout), and the epilogue's two [64, 64] slots per consumer, in the
+    [block_m, block_n] dout), and the epilogue's [64, 64] slots per consumer (two; fp8 one), in the
     output dtype, taken as `dtype` (bf16 for 8-bit operands), and fp8's scales: channelwise
     each consumer's row and column vectors; block128 a stage's [1, block_m] row scales. The
     allocation is made once for the persistent loop, so every stage is taken whatever the
@@ -191,12 +202,13 @@ class MosaicConfig:
       stage = self.block_m * (self.block_k + self.block_n)
     else:
       stage = self.block_k * (self.block_m + self.block_n)
-    out = CONSUMERS * 2 * EPI_TILE * EPI_TILE * (2 if b == 1 else b)  # 8-bit operands write bf16
+    # 8-bit operands write bf16, through one slot a consumer (gmm.py's out_slots)
+    out = CONSUMERS * (1 if b == 1 else 2) * EPI_TILE * EPI_TILE * (2 if b == 1 else b)
     rows, cols, _ = self.consumer_tile(op)
     # f32, each consumer's, with their barriers and alignment (Mosaic allocated 616 B more than
     # the vectors alone for the 128x256 tile; 1 KiB covers it).
     scales = CONSUMERS * (rows + cols) * 4 + 1024 if scheme(dtype) == "channelwise" else 0
-    stage_scales = self.block_m * 4 if scheme(dtype) == "block128" else 0
+    stage_scales = self.block_m * 4 * (self.block_k // FP8_BLOCK_K) if scheme(dtype) == "block128" else 0
     return (stage * b + stage_scales) * self.max_concurrent_steps + out + scales
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
@@ -234,8 +246,10 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
   if op != "drhs" and max(1, m // max(1, g)) <= 96:
     cfg = dataclasses.replace(cfg, block_m=64)
   if scheme(dtype) == "block128":  # two 64x128 consumers: by rows, or by columns for few rows a group
-    block_n = 256 if cfg.block_m == 64 else 128
-    cfg = dataclasses.replace(cfg, block_n=block_n, block_k=FP8_BLOCK_K, max_concurrent_steps=5)
+    if cfg.block_m == 64:  # decode streams weights: the deepest pipeline of 128-deep steps
+      cfg = dataclasses.replace(cfg, block_n=256, block_k=FP8_BLOCK_K, max_concurrent_steps=5)
+    else:  # prefill: 256-deep steps, each block's promotion behind the next block's wgmma
+      cfg = dataclasses.replace(cfg, block_n=128, block_k=FP8_PAIR_K, max_concurrent_steps=3)
   elif itemsize(dtype) == 1:  # the same 128-byte rows of k, twice the elements; 128x256 cells
     cfg = dataclasses.replace(cfg, block_m=128, block_n=256, block_k=FP8_BLOCK_K)
   # A device with less shared memory than Hopper gets fewer stages in flight, then narrower tiles.
@@ -268,7 +282,8 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
   if op == "drhs":
     axes = (SPACE_TGMM_BLOCK_M, SPACE_BLOCK_N, SPACE_TGMM_BLOCK_K)
   else:
-    axes = (SPACE_BLOCK_M, SPACE_BLOCK_N, (FP8_BLOCK_K,) if itemsize(dtype) == 1 else SPACE_BLOCK_K)
+    fp8_k = (FP8_BLOCK_K, FP8_PAIR_K) if scheme(dtype) == "block128" else (FP8_BLOCK_K,)
+    axes = (SPACE_BLOCK_M, SPACE_BLOCK_N, fp8_k if itemsize(dtype) == 1 else SPACE_BLOCK_K)
   out = []
   for bm, bn, bk, steps, band in itertools.product(*axes, SPACE_STEPS, SPACE_GROUP_M):
     cfg = MosaicConfig(bm, bn, bk, steps, band)

@@ -32,7 +32,9 @@ Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper 
   (a value carried by the pipeline) times its rows' and its expert's block scales, a
   128-column block at a time (a 64x256 consumer share: two halves through one step
   accumulator). The rows' scales come by TMA with the step's operands, the expert's from
-  global memory.
+  global memory. With block_k 256 a step holds two k blocks, each in a step accumulator of its
+  own: both wgmmas are issued, then the first block is promoted while the second's runs
+  (overlapped_step; docs/quantization.md says why not across steps).
 """
 
 from __future__ import annotations
@@ -202,6 +204,9 @@ def _gmm_kernel(
   # accumulator is carried as those pieces.
   pieces = wg_cols // quant.BLOCK if promoted and wg_cols > quant.BLOCK else 1
   piece_cols = wg_cols // pieces
+  # A 256-deep block128 step runs its two k blocks through two step accumulators, each
+  # promoted while the other's wgmma runs (overlapped_step).
+  overlapped = promoted and block_k == 2 * quant.BLOCK
   # narrow_tail: a cell whose rows all lie in its first 64 runs as a 64-row one, each consumer
   # taking those rows and half the columns (MosaicConfig.narrow_tail_applies).
   narrow_tail = cfg.narrow_tail_applies("fwd", jnp.dtype(lhs_gmem.dtype).name)
@@ -210,7 +215,7 @@ def _gmm_kernel(
   transforms = (plgpu.TilingTransform((ROW_TILE, swizzle)), plgpu.SwizzleTransform(128))
   # delay_release=1: a step's buffers go back to the producer only after the next step's
   # wgmma is issued, so each consumer keeps one wgmma in flight (wgmma_wait(1) below).
-  # Promotion reads each step's result before the next is issued: its buffers are free then.
+  # Promotion reads each step's results before the next step: its buffers are free then.
   release = 0 if promoted else 1
   lhs_spec = plgpu.BlockSpec((block_m, block_k), lambda kb: (0, kb), transforms=transforms, delay_release=release)
   if transpose_rhs:
@@ -219,9 +224,9 @@ def _gmm_kernel(
     rhs_spec = plgpu.BlockSpec((block_k, block_n), lambda kb: (kb, 0), transforms=transforms, delay_release=release)
   in_specs = [lhs_spec, rhs_spec]
   if promoted:  # a step's row scales arrive with its operands
-    in_specs.append(plgpu.BlockSpec((1, block_m), lambda kb: (kb, 0), delay_release=release))
+    in_specs.append(plgpu.BlockSpec((block_k // quant.BLOCK, block_m), lambda kb: (kb, 0), delay_release=release))
 
-  # The k loop's trip count, k // block_k, read at run time: as a compile-time constant, ptxas
+  # The k loop's trip count, ceil(k / block_k), read at run time: as a compile-time constant, ptxas
   # spilled the consumers' loop at some counts and not at others (6, 8, 9 and 12 steps spilled
   # 8-48 B a thread, 10, 14 and 16 none; deviceless ptxas, jax 0.10.2); read, at none.
   k_steps = steps_ref[0]
@@ -255,6 +260,9 @@ def _gmm_kernel(
   # copy of a store's ladder as its own group, so a wait for all but one would not cover the
   # slot there (its race detector says so). One slot a sub-tile instead spilled (ptxas).
   reuse_wait = 0 if scaled else 1
+  # Waiting for all, the fp8 kernel gains nothing from a second slot: one slot a consumer,
+  # 16 KiB of shared memory left to the pipeline (config.MosaicConfig.smem_bytes).
+  out_slots = 1 if scaled else 2
   # Each consumer's channelwise row and column scales, loaded by TMA in its epilogue.
   scale_scratch = (
     dict(
@@ -268,7 +276,7 @@ def _gmm_kernel(
   @functools.partial(
     pl.run_scoped,
     allocations=allocations,
-    out_smem=plgpu.SMEM((CONSUMERS, 2, EPI_TILE, EPI_TILE), out_dtype),
+    out_smem=plgpu.SMEM((CONSUMERS, out_slots, EPI_TILE, EPI_TILE), out_dtype),
     # The pipeline releases no buffer of a cell's last step (delay_release), so the consumers
     # arrive here once their last wgmma is done, and the producer waits for it before it
     # loads the next cell into those buffers.
@@ -331,7 +339,7 @@ def _gmm_kernel(
         prev_rows = None
         for ei in range(share.rows // EPI_TILE):
           for ej in range(sub_cols):
-            slot = (ei * sub_cols + ej) % 2
+            slot = (ei * sub_cols + ej) % out_slots
             col0 = j * block_n + share.col0 + ej * EPI_TILE
             base = share.row0 + ei * EPI_TILE
             lo = jnp.clip(lead - base, 0, EPI_TILE)
@@ -372,16 +380,19 @@ def _gmm_kernel(
         plgpu.barrier_arrive(drained)
         epilogue(tuple(piece.astype(out_dtype) for piece in acc))
 
-      def operands(lhs_smem, rhs_smem, share=wide, col0=0, cols=None):
-        """wgmma's A and B for columns [col0, col0 + cols) of a consumer's share (all of them)."""
+      def operands(lhs_smem, rhs_smem, share=wide, col0=0, cols=None, ks=None):
+        """wgmma's A and B for columns [col0, col0 + cols) of a consumer's share (all of them),
+        over the step's k, or its slice `ks`."""
         cols = share.cols if cols is None else cols
         a = lhs_smem if share.rows == block_m else lhs_smem.at[pl.ds(share.row0, share.rows)]
         whole = cols == block_n
         if transpose_rhs:  # [n, k] tiles are k-major: the only B an 8-bit wgmma takes
-          b = (rhs_smem if whole else rhs_smem.at[pl.ds(share.col0 + col0, cols)]).T
+          b = rhs_smem if whole else rhs_smem.at[pl.ds(share.col0 + col0, cols)]
         else:
           b = rhs_smem if whole else rhs_smem.at[:, pl.ds(share.col0 + col0, cols)]
-        return a, b
+        if ks is not None:
+          a, b = a.at[:, ks], b.at[:, ks] if transpose_rhs else b.at[ks, :]
+        return a, b.T if transpose_rhs else b
 
       def mma(share):
         def body(_, lhs_smem, rhs_smem, acc_ref):
@@ -432,10 +443,51 @@ def _gmm_kernel(
         plgpu.commit_smem()
         return tuple(out)
 
+      def block_scale(kb, h, ls_smem):
+        """k block kb's scales as one vector over the consumer's rows: its rows' (row h of the
+        step's TMA box) times the group's for the share's 128-column block (an overlapped
+        share lies in one). A k block past k (the padding of an odd count) and columns past n
+        read the last block's scale: their products are zeros, or are not stored."""
+        rs_gmem = scale_gmem[1]
+        kb = jnp.minimum(kb, rs_gmem.shape[1] - 1)
+        col_block = jnp.minimum((j * block_n + wg_col0) // quant.BLOCK, rs_gmem.shape[2] - 1)
+        row_scale = load_whole(ls_smem.at[h, pl.ds(wg_row0, wg_rows)], plgpu.Layout.WGMMA.reduce(1))
+        return row_scale * rs_gmem[group, kb, col_block]
+
+      def overlapped_step(idx, lhs_smem, rhs_smem, ls_smem, acc):
+        """A 256-deep step: its two 128-deep k blocks' wgmmas issued back to back, each into a
+        step accumulator of its own; then a wait for the first (all but the newest wgmma) and
+        its promotion while the second's wgmma runs, and a wait for the second and its
+        promotion. The scales are read before the wgmmas are issued.
+
+        Nothing runs past the step: with the second block's wgmma left running into the next
+        step (each step's promotion behind the next step's wgmma), ptxas serialized every wgmma
+        of the kernel (C7514, deviceless, jax 0.10.2), whether the last block was promoted
+        after the loop or in its last step."""
+        (kb,) = idx
+        scales = [block_scale(2 * kb + h, h, ls_smem) for h in range(2)]
+
+        def halves(first, second):
+          for h, step_ref in enumerate((first, second)):
+            plgpu.wgmma(step_ref, *operands(lhs_smem, rhs_smem, ks=pl.ds(h * quant.BLOCK, quant.BLOCK)))
+          (main,) = acc
+          for h, (step_ref, wait_n) in enumerate(((first, 1), (second, 0))):
+            product = plgpu.wgmma_accumulator_load(step_ref, wait_n=wait_n)
+            main = main + product * jax.lax.broadcast_in_dim(scales[h], product.shape, [0])
+          return main
+
+        step_acc = plgpu.ACC((wg_rows, wg_cols), jnp.float32)
+        main = pl.run_scoped(halves, step_acc, step_acc)
+        plgpu.commit_smem()  # the row scales' read, fenced before the slot is released (promote)
+        return (main,)
+
       @pl.when(is_group)
       def _matmul():
         operands_gmem = (lhs_gmem.at[pl.ds(row0, block_m), :], rhs_tile(group, j))
-        if promoted:
+        if overlapped:
+          ls_gmem = scale_gmem[0].at[:, pl.ds(row0, block_m)]
+          pipeline(overlapped_step, promoting_context)(*operands_gmem, ls_gmem, allocations=allocations)
+        elif promoted:
           ls_gmem = scale_gmem[0].at[:, pl.ds(row0, block_m)]
           pipeline(promote, promoting_context)(*operands_gmem, ls_gmem, allocations=allocations)
         elif narrow_tail:
@@ -528,8 +580,11 @@ def gmm(
   if why := config.valid_for("fwd", fmt):
     raise ValueError(f"MosaicConfig {config} cannot drive gmm: {why}")
   cfg = config
+  # A 256-deep block128 step over an odd count of k blocks reads its last half past k, as
+  # zeros (TMA): k is padded to its 128-block only, not copied to a multiple of 256.
+  pad_k = quant.BLOCK if scales == "block128" else cfg.block_k
   lhs, rhs, sched = tma_operands(
-    lhs, rhs, group_sizes, group_offset, block_k=cfg.block_k, tile_rows=cfg.block_m, transpose_rhs=transpose_rhs
+    lhs, rhs, group_sizes, group_offset, block_k=pad_k, tile_rows=cfg.block_m, transpose_rhs=transpose_rhs
   )
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
   scale_args = ()
@@ -560,7 +615,7 @@ def gmm(
     compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
     interpret=interpret_params(interpret),
   )
-  steps = jnp.full((1,), lhs.shape[1] // cfg.block_k, jnp.int32)
+  steps = jnp.full((1,), pl.cdiv(lhs.shape[1], cfg.block_k), jnp.int32)
   out = call(sched.packed, steps, lhs, rhs, *scale_args)
   return out[:m, :n]
 

@@ -337,13 +337,15 @@ def test_fp8_block128_gmm_in_interpreter():
   """fp8 gmm with 128x128 block scales, each k step's wgmma promoted into the main
   accumulator with that block's scales, against the dequantized reference by its elementwise
   bound, with no race: both consumer splits (128x128 cells by rows over [g, n, k] weights,
-  64x256 by columns over [g, k, n] ones, transposed by the wrapper) and 128x256 cells (two
-  64x256 consumers, each promoting its two 128-column halves in turn); ragged m, k (a partial
-  last k block) and n (a partial last n block, and columns past n in a cell); group starts off
-  8-row multiples, an empty group, rows past sum(group_sizes), group_offset; scales of each row
-  and k block, and of each expert's block, times powers of two up to 2^3 and 2^6 apart, one
-  expert's all 2^12 up and one row's 2^12 down. Then the mutation: one expert's scales of two
-  k blocks swapped (a kernel reading the wrong k block's scale) must fail the bound."""
+  64x256 by columns over [g, k, n] ones, transposed by the wrapper), 128x256 cells (two 64x256
+  consumers, each promoting its two 128-column halves in turn), and 256-deep steps of two k
+  blocks, each in its own step accumulator, by rows and by columns (the last step's second
+  block past k); ragged m, k (a partial last k block) and n (a partial last n block, and
+  columns past n in a cell); group starts off 8-row multiples, an empty group, rows past
+  sum(group_sizes), group_offset; scales of each row and k block, and of each expert's block,
+  times powers of two up to 2^3 and 2^6 apart, one expert's all 2^12 up and one row's 2^12
+  down. Then the mutation: one expert's scales of two k blocks swapped (a kernel reading the
+  wrong k block's scale, or a 256-deep step mixing its halves) must fail the bound."""
   from kernels import quant
 
   fmt = "float8_e4m3fn:block128"
@@ -373,13 +375,18 @@ def test_fp8_block128_gmm_in_interpreter():
 
   by_rows, by_cols = kernels.MosaicConfig(128, 128, 128, 2, 2), kernels.MosaicConfig(64, 256, 128, 2, 2)
   wide = kernels.MosaicConfig(128, 256, 128, 2, 2)  # two 64x256 consumers, promoted a 128-column half at a time
-  for cfg, transpose_rhs in ((by_rows, True), (by_cols, False), (wide, True)):
+  # 256-deep steps (two step accumulators each), by rows and by columns: k's 3 blocks make the
+  # last step's second half read past k.
+  pair_rows, pair_cols = kernels.MosaicConfig(128, 128, 256, 2, 2), kernels.MosaicConfig(64, 256, 256, 2, 2)
+  cases = ((by_rows, True), (by_cols, False), (wide, True), (pair_rows, True), (pair_cols, False))
+  for cfg, transpose_rhs in cases:
     out = run(cfg, transpose_rhs, rs)
     assert not _races_found()
     np.testing.assert_array_equal(out[~local], 0.0)
     assert np.all(within(out)), (cfg, transpose_rhs)
   swapped = rs.at[3, 0, 1].set(rs[3, 1, 1]).at[3, 1, 1].set(rs[3, 0, 1])  # expert 3, columns 128..255
-  assert not np.all(within(run(by_rows, True, swapped)))
+  for cfg in (by_rows, pair_rows):  # pair_rows: the two halves of one step
+    assert not np.all(within(run(cfg, True, swapped))), cfg
 
 
 def test_fp8_config_rules():
@@ -394,8 +401,9 @@ def test_fp8_config_rules():
 
 def test_fp8_block128_config_rules():
   """Block scales: two 64x256, 64x128 or 64x64 consumers, each holding a main and a step
-  accumulator and promoting one 128-column block of the scales at a time; 128x128 cells for
-  prefill, 64x256 for decode; forward only."""
+  accumulator and promoting one 128-column block of the scales at a time; 256-deep steps (two
+  step accumulators) only on shares of at most 64x128; 128x128 cells of 256-deep steps for
+  prefill, 64x256 of 128-deep ones for decode; forward only."""
   from kernels.mosaic_gpu import config as mcfg
 
   fmt, backend = "float8_e4m3fn:block128", kernels.registry.get("mosaic_gpu")
@@ -403,19 +411,32 @@ def test_fp8_block128_config_rules():
   for cfg in (kernels.MosaicConfig(256, 128, 128), kernels.MosaicConfig(256, 256, 128)):
     assert "64x256 or 64x128 or 64x64 consumer tiles" in cfg.valid_for("fwd", fmt)
   assert "forward only" in kernels.MosaicConfig(128, 128, 128).valid_for("dlhs", fmt)
-  for m, g, want in ((131072, 256, (128, 128)), (8192, 8, (128, 128)), (512, 256, (64, 256))):
+  assert "at most 64x128" in kernels.MosaicConfig(128, 256, 256).valid_for("fwd", fmt)
+  assert "block_k = 128" in kernels.MosaicConfig(128, 128, 256).valid_for("fwd", "float8_e4m3fn:channelwise")
+  for cfg in (
+    kernels.MosaicConfig(128, 128, 256),
+    kernels.MosaicConfig(64, 256, 256),
+    kernels.MosaicConfig(128, 64, 256),
+  ):
+    assert cfg.valid_for("fwd", fmt) is None, cfg
+  for m, g, want in ((131072, 256, (128, 128, 256, 3)), (8192, 8, (128, 128, 256, 3)), (512, 256, (64, 256, 128, 5))):
     cfg = backend.default("fwd", fmt, m, 7168, 2048, g, H100)
-    assert (cfg.block_m, cfg.block_n, cfg.block_k) == (*want, 128) and cfg.fits("fwd", fmt, m, 7168, 2048, H100)
+    assert (cfg.block_m, cfg.block_n, cfg.block_k, cfg.max_concurrent_steps) == want
+    assert cfg.fits("fwd", fmt, m, 7168, 2048, H100)
   space = backend.space("fwd", fmt, 131072, 7168, 2048, H100)
   tiles = {c.consumer_tile("fwd")[:2] for c in space}
   assert space and tiles == set(mcfg.FP8_BLOCK_CONSUMER_TILES)
+  pairs = {c.consumer_tile("fwd")[:2] for c in space if c.block_k == 256}
+  assert pairs == {(64, 128), (64, 64)}
   assert all(c.fits("fwd", fmt, 131072, 7168, 2048, H100) for c in space)
   assert backend.space("dlhs", fmt, 131072, 7168, 2048, H100) == []
-  # A stage carries its [1, block_m] f32 row scales beside the operands.
+  # A stage carries its [block_k / 128, block_m] f32 row scales beside the operands.
   cfg = kernels.MosaicConfig(128, 128, 128, 5)
   assert cfg.smem_bytes("fwd", fmt, 1, 1, 1) - cfg.smem_bytes("fwd", "float8_e4m3fn:channelwise", 1, 1, 1) == (
     5 * 128 * 4 - (2 * (64 + 128) * 4 + 1024)
   )
+  pair = kernels.MosaicConfig(128, 128, 256, 3)
+  assert pair.smem_bytes("fwd", fmt, 1, 1, 1) == 3 * (256 * (128 + 128) + 2 * 128 * 4) + 2 * 64 * 64 * 2
 
 
 def test_gmm_refuses_a_config_its_consumers_cannot_split():
