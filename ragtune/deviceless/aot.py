@@ -109,6 +109,7 @@ class KernelReport:
   threads: int = 0  # the CTA's, as the cubin declares them; 0: none declared
   register_pool: int = 0  # launch registers x threads: what setmaxnreg shares out
   setmaxnreg_demand: int | None = None  # what its setmaxnreg counts hold at worst (KernelCode); None: no setmaxnreg
+  fma_under_wgmma: int = 0  # FFMAs in its wgmma loops issued while a wgmma may run (SassFacts)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -512,6 +513,7 @@ def compile_fn(
         kc.threads,
         kc.register_pool,
         kc.setmaxnreg_demand,
+        kc.fma_under_wgmma,
       )
     )
   if expect_kernel and not reports:

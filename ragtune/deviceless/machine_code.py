@@ -102,6 +102,10 @@ class SassFacts:
   setmaxnreg_dec, setmaxnreg_inc: the distinct counts its setmaxnreg instructions set, those
   that give registers back to the CTA's pool (``USETMAXREG.DEALLOC``) and those that take
   them (``USETMAXREG.TRY_ALLOC``, which retries until the pool has them).
+  fma_under_wgmma: FFMAs in the wgmma loops between a ``WARPGROUP.DEPBAR.LE gsb0, 0x1`` and
+  the next wait for all (in address order): FMAs issued while a wgmma may still run, as
+  fp8 block128's promotion of one k block under the next block's wgmma; 0 when every FMA
+  waits for every wgmma.
   """
 
   counts: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -115,6 +119,7 @@ class SassFacts:
   mma_inputs: str = ""
   setmaxnreg_dec: tuple[int, ...] = ()
   setmaxnreg_inc: tuple[int, ...] = ()
+  fma_under_wgmma: int = 0
 
 
 # The input types an MMA's modifiers name (F32 is the accumulator's; F16 may be either).
@@ -478,6 +483,10 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
     wgmma_loops = [body for body in loops if any(instrs[j].op in WGMMA_OPS for j in body)]
     main_loops = [body for body in loops if any(instrs[j].op in (*_MMA_OPS, "LDTM") for j in body)]
     in_main_loops = set().union(*main_loops)
+    in_wgmma_loops, under, running = set().union(*wgmma_loops), 0, False
+    for j in sorted(in_wgmma_loops):  # a loop nested in another is counted once
+      running = (running or is_wait(j, 1)) and not is_wait(j, 0)
+      under += running and instrs[j].op == "FFMA"
     shapes = [_HGMMA_SHAPE.match(instrs[i].mods) for i in hgmma]
     facts[name] = SassFacts(
       counts=dict(counts),
@@ -491,6 +500,7 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
       mma_inputs=_mma_inputs([(ins.op, ins.mods) for ins in instrs if ins.op in (*_MMA_OPS, "HMMA")]),
       setmaxnreg_dec=_setmaxnreg_counts(instrs, dealloc=True),
       setmaxnreg_inc=_setmaxnreg_counts(instrs, dealloc=False),
+      fma_under_wgmma=under,
     )
   return facts
 

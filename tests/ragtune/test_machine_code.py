@@ -150,6 +150,28 @@ def test_spills_in_a_tcgen05_loop_or_an_epilogue_loop_over_tmem_are_loop_spills(
   assert f.loop_spills == 2 and f.counts["STL"] == 2 and f.counts["LDL"] == 1
 
 
+def test_fmas_between_a_wait_for_all_but_one_wgmma_and_a_wait_for_all_run_under_a_wgmma():
+  loop = """
+        Function : overlapped
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], RZ, !UPT ;
+        /*0020*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R88, gdesc[UR16], RZ, !UPT, gsb0 ;
+        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0040*/                   FMUL R2, R2, R3 ;
+        /*0050*/                   FFMA R150, R24, R2, R150 ;
+        /*0060*/                   FFMA R151, R25, R2, R151 ;
+        /*0070*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0080*/                   FFMA R152, R88, R2, R152 ;
+        /*0090*/                   @P1 BRA 0x10 ;
+        /*00a0*/                   FFMA R153, R88, R2, R153 ;
+        /*00b0*/                   EXIT ;
+"""
+  serial = loop.replace("gsb0, 0x1", "gsb0, 0x0")
+  facts, waits_all = machine_code.sass_facts(loop)["overlapped"], machine_code.sass_facts(serial)["overlapped"]
+  assert facts.fma_under_wgmma == 2 and facts.loops_wait_one  # not the one after the wait for all, nor after the loop
+  assert waits_all.fma_under_wgmma == 0
+
+
 def test_setmaxnreg_and_the_widest_wgmma():
   ws = _sass(
     "k_ws",

@@ -211,7 +211,10 @@ def test_sass_names_the_mma_inputs():
   ],
 )
 def test_fp8_defaults_compile_clean(target, backend, fmt, mma, inputs):
-  """The fp8 defaults build with no spill, on the MMAs they are known to use."""
+  """The fp8 defaults build with no spill, on the MMAs they are known to use. mosaic_gpu's
+  block128 default promotes each 256-deep step's first k block while the second block's wgmma
+  runs: its loop waits for all but one wgmma, then issues FMAs (at least half of a 64x128
+  share's 64 a thread) before the wait for all; the other kernels issue none under a wgmma."""
   from ragtune.deviceless import aot
 
   report = aot.compile_ragged_dot(target, 8192, 4096, 14336, 8, fmt, backend=backend)
@@ -220,3 +223,7 @@ def test_fp8_defaults_compile_clean(target, backend, fmt, mma, inputs):
   assert k.spill_bytes == 0 and k.loop_spills == 0 and k.mma == mma and k.mma_inputs == inputs, k
   # ptxas's C7511 (wgmma serialized) and a setmaxnreg plan over the CTA's pool are what a GPU enforces.
   assert not k.serialized_wgmma and (k.setmaxnreg_demand or 0) <= (k.register_pool or 0), k
+  if (backend, fmt) == ("mosaic_gpu", "float8_e4m3fn:block128"):
+    assert k.loops_wait_one and k.fma_under_wgmma >= 32, k
+  else:
+    assert k.fma_under_wgmma == 0, k
