@@ -1,8 +1,9 @@
-"""fp8 block128 (DeepSeek-V3's format) on one GPU, forward: mosaic_gpu's two cell shapes
-beside pallas_gpu's fp8, mosaic_gpu's channelwise fp8 kernel (the same wgmma, no promotion),
-our bf16 kernel and dense bf16 and fp8 matmuls of the same FLOPs. Equal group sizes; random
-fp8 values and scales (timing only; the Mixtral case also checks the first group against the
-dequantized reference by kernels.quant's bound). Wall-clock medians of 10 calls after 2.
+"""fp8 block128 (DeepSeek-V3's format) on one GPU, forward: mosaic_gpu's block128 configs (the
+default's 256-deep steps, the serial 128-deep ones, 128x256 cells) beside pallas_gpu's fp8,
+mosaic_gpu's channelwise fp8 kernel (the same wgmma, no promotion), our bf16 kernel and dense
+bf16 and fp8 matmuls of the same FLOPs. Equal group sizes; random fp8 values and scales (timing
+only; the Mixtral case also checks the first group against the dequantized reference by
+kernels.quant's bound). Wall-clock medians of 10 calls after 2.
 
   python benchmarks/fp8_block128_probe.py            # writes $OUT/fp8_probe.txt (default: .)
   DEADLINE=300 python benchmarks/fp8_block128_probe.py   # start nothing new after 300 s
@@ -94,7 +95,7 @@ for name, m, k, n, g in PROBLEMS:
   flops = 2.0 * m * k * n
 
   def rep(label, t):
-    say(f"{name} [{m},{k}]x[{g},{k},{n}] | {label:<34} | {t * 1e3:8.3f} ms | {flops / t / 1e12:7.1f} TF/s")
+    say(f"{name} [{m},{k}]x[{g},{k},{n}] | {label:<44} | {t * 1e3:8.3f} ms | {flops / t / 1e12:7.1f} TF/s")
 
   def b128(cfg):
     return lambda a, b, s1, s2: kernels.ragged_dot(
@@ -103,8 +104,9 @@ for name, m, k, n, g in PROBLEMS:
 
   outs = {}
   for label, cfg in (
-    ("mosaic_gpu b128 128x128 cs5 (default)", kernels.MosaicConfig(128, 128, 128, 5, 16)),
-    ("mosaic_gpu b128 128x256 cs4", kernels.MosaicConfig(128, 256, 128, 4, 16)),
+    ("mosaic_gpu b128 128x128 bk256 cs3 (default)", kernels.MosaicConfig(128, 128, 256, 3, 16)),
+    ("mosaic_gpu b128 128x128 bk128 cs5 (serial)", kernels.MosaicConfig(128, 128, 128, 5, 16)),
+    ("mosaic_gpu b128 128x256 bk128 cs4", kernels.MosaicConfig(128, 256, 128, 4, 16)),
   ):
     try:
       t, c = timeit(b128(cfg), (lq, rq, ls, rs))
@@ -112,15 +114,11 @@ for name, m, k, n, g in PROBLEMS:
       outs[label] = c(lq, rq, ls, rs)
     except Exception as e:
       say(name, label, "ERROR", repr(e)[:300])
-  if len(outs) == 2:
-    a, b = outs.values()
-    say(
-      name,
-      "128x128 vs 128x256 bit-identical:",
-      bool(jnp.array_equal(a, b)),
-      "finite:",
-      bool(jnp.isfinite(a.astype(jnp.float32)).all()),
-    )
+  if len(outs) > 1:
+    (first, a), *rest = outs.items()
+    for label, b in rest:
+      say(name, f"{first} vs {label} bit-identical:", bool(jnp.array_equal(a, b)))
+    say(name, "finite:", bool(jnp.isfinite(a.astype(jnp.float32)).all()))
   outs.clear()
   runs = [
     (

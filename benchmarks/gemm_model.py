@@ -49,20 +49,33 @@ kernel today is pallas_gpu's, whose dots run on f16 mma.sync (docs/quantization.
 not modelled here.
 
 With --dtype float8_e4m3fn:block128 (H100) it models DeepSeek-V3's format, 128x128 block scales
-promoted per 128-deep k step, in three kernels:
+promoted per 128-deep k block, in four kernels:
 
   mosaic b128     kernels/mosaic_gpu's block128 default: 128x128 cells (two consumer WGs of
-                  64x128, a main and a step accumulator each), fp8 wgmma. Each consumer
-                  waits for its step's wgmma, then adds it into the main accumulator times its
-                  scales: wg_rows * wg_cols / 128 FMAs a thread, one a clock a lane, while the
-                  other consumer's wgmma keeps the tensor cores busy. A CTA's k step takes
-                  max(2 T, T + P), T one consumer's step at the MMA rate, P its promotion:
-                  those FMAs plus --promote-latency-clk (the wgmma's completion and the scale
-                  loads, which no public figure gives; 0 by default, an upper bound).
+                  64x128), 256-deep steps: each consumer issues both k blocks' wgmmas into two
+                  step accumulators, promotes the first while the second runs, then waits for
+                  and promotes the second (gmm.py's overlapped_step).
+  b128 serial     the same cells with 128-deep steps (block_k 128, 5 stages): each consumer
+                  waits for its step's wgmma, then promotes it (the default until then).
   triton b128     kernels/pallas_gpu's block128 default; its dot runs as f16 mma.sync (HMMA,
                   docs/quantization.md), at most the 16-bit peak: modelled at that peak, with
                   fp8 bytes, its promotion not counted (an upper bound).
   mosaic v2 bf16  our bf16 kernel on the same shape (bf16 bytes and rate): what fp8 buys.
+
+  A promotion is F = wg_rows * wg_cols / 128 FMA a thread (one a clock a lane: each of the SM's
+  four schedulers issues one warp instruction a clock, and a warpgroup has a warp on each) plus
+  --promote-latency-clk L (the wgmma's completion and the scale loads, which no public figure
+  gives; 0 by default). T is one consumer's k block at the MMA rate. --phase says how the
+  consumers' promotions fall, per k block of a CTA of W consumers:
+    in-phase (default): they wait on the same TMA barrier each step, so they issue, wait and
+      promote together, their FMAs sharing the schedulers: serial W T + W F + L; overlapped
+      W T + (W F + L) / 2 (the first block's promotion runs under the second's wgmmas while
+      W F + L <= W T).
+    staggered: each consumer promotes while the others' wgmmas run: serial max(W T, T + F + L),
+      overlapped max(W T, T + (F + L) / 2). Promotion is then hidden in both.
+  One H100 (results/nvidia-h100-80gb-hbm3/fp8_block128_probe.txt) ran the serial kernel at 0.81
+  of the same cells without promotion (channelwise scales): in-phase predicts 0.80 at L = 0,
+  staggered 1.00. That choice of phase is the only thing a timing told the model.
 
 The column "L2 B/clk" is each SM's operand bytes loaded by TMA (from L2) a clock at the
 modelled pace, which the model does not bound (no public figure for H100's L2 bandwidth):
@@ -179,7 +192,8 @@ class Design:
   mma: str = "wgmma"  # wgmma: each warpgroup reads its A rows and all of B; tcgen05: each SM its share of both
   dtype: str = ""  # its operands, when not the run's (--dtype)
   rate: float | None = None  # its MMA FLOPs a clock against the 16-bit peak; None: by dtype
-  promoted: bool = False  # block scales promoted per 128-deep k step (module docstring)
+  promoted: bool = False  # block scales promoted per 128-deep k block (module docstring)
+  overlapped: bool = False  # two k blocks a step, the first promoted under the second's wgmma
   narrow_tail: bool = False  # a cell whose rows fit in 64 runs as a 64-row one (module docstring, term 1)
 
 
@@ -262,16 +276,25 @@ SCALE_BLOCK = 128  # block128's k block: one promotion a step
 
 
 def block128_designs(p: l2.Problem) -> list[Design]:
-  """The three kernels of the module docstring's block128 table, for problem p (fwd)."""
+  """The four kernels of the module docstring's block128 table, for problem p (fwd)."""
   c = mosaic.default(p.op, BLOCK128, p.m, p.k, p.n, p.g, device_kind=l2.HOPPER)
-  rows, cols, _ = c.consumer_tile(p.op)
-  blocks = f"bm{c.block_m} bn{c.block_n} bk{c.block_k} cs{c.max_concurrent_steps}"
-  fp8 = l2.Kernel("mosaic b128", blocks, c.block_m, c.block_n, c.block_k, c.group_m, "banded", True, l2.ROW_TILE, True)
+  serial = dataclasses.replace(c, block_k=mosaic.FP8_BLOCK_K, max_concurrent_steps=5)
+  mosaic_fp8 = []
+  for name, cfg in (("mosaic b128", c), ("b128 serial", serial)):
+    rows, cols, _ = cfg.consumer_tile(p.op)
+    blocks = f"bm{cfg.block_m} bn{cfg.block_n} bk{cfg.block_k} cs{cfg.max_concurrent_steps}"
+    kern = l2.Kernel(
+      name, blocks, cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, "banded", True, l2.ROW_TILE, True
+    )
+    overlapped = cfg.block_k == mosaic.FP8_PAIR_K
+    mosaic_fp8.append(
+      Design(kern, rows, cols, True, dtype=BLOCK128, rate=FP8_RATE, promoted=True, overlapped=overlapped)
+    )
   t = triton.default(p.op, BLOCK128, p.m, p.k, p.n, p.g, device_kind=l2.HOPPER)
   tri = dataclasses.replace(l2.triton_kernel(p, t, dtype=BLOCK128), name="triton b128")
   bf16 = designs(p)[0]
   return [
-    Design(fp8, rows, cols, True, dtype=BLOCK128, rate=FP8_RATE, promoted=True),
+    *mosaic_fp8,
     Design(tri, tri.block_m // (t.num_warps // 4), tri.block_n, tri.per_sm > 1, dtype=BLOCK128, rate=1),
     dataclasses.replace(bf16, kernel=dataclasses.replace(bf16.kernel, name="mosaic v2 bf16"), dtype="bfloat16"),
   ]
@@ -286,6 +309,7 @@ def predict(
   gpu: Gpu = H100,
   dtype: str = "bfloat16",
   promote_latency_clk: float = 0.0,
+  phase: str = "in-phase",
 ) -> Prediction:
   """The model's time for problem p (fwd) run by design d on `gpu` with operands of
   `dtype` (bfloat16 or float8_e4m3fn; the design's own when it has one); see the module
@@ -298,12 +322,9 @@ def predict(
   peak = gpu.peak_flops * (d.rate if d.rate is not None else FP8_RATE if b == 1 else 1)
   cell_flops = 2.0 * kern.block_m * kern.block_n * p.k
   cell_mma = cell_flops / (peak / gpu.sms * kern.ctas)  # a pair's cell on its two SMs
-  if d.promoted:  # a CTA's k step: max(wgs T, T + P), module docstring
-    wgs = (kern.block_m * kern.block_n) // (d.wg_rows * d.wg_cols)
-    flop_per_clk = peak / gpu.sms / gpu.clock_hz
-    step = 2.0 * d.wg_rows * d.wg_cols * SCALE_BLOCK / flop_per_clk
-    promote = d.wg_rows * d.wg_cols / 128 + promote_latency_clk
-    cell_mma = math.ceil(p.k / SCALE_BLOCK) * max(wgs * step, step + promote) / gpu.clock_hz
+  if d.promoted:
+    block_clk = promoted_block_clk(d, peak / gpu.sms / gpu.clock_hz, promote_latency_clk, phase)
+    cell_mma = math.ceil(p.k / SCALE_BLOCK) * block_clk / gpu.clock_hz
   if d.mma == "tcgen05":  # per SM: its A rows and its share of B's columns
     smem_reads = b * p.k * (d.wg_rows + kern.block_n // kern.ctas)
   else:
@@ -354,6 +375,26 @@ def predict(
   )
 
 
+PHASES = ("in-phase", "staggered")
+
+
+def promoted_block_clk(d: Design, flop_per_clk: float, latency_clk: float, phase: str) -> float:
+  """A CTA's clocks a 128-deep k block of a promoted design (module docstring): T, F and L of
+  its consumers, in-phase or staggered."""
+  if phase not in PHASES:
+    raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+  wgs = (d.kernel.block_m * d.kernel.block_n) // (d.wg_rows * d.wg_cols)
+  t = 2.0 * d.wg_rows * d.wg_cols * SCALE_BLOCK / flop_per_clk
+  f = d.wg_rows * d.wg_cols / 128
+  if phase == "staggered":
+    exposed = (f + latency_clk) / 2 if d.overlapped else f + latency_clk
+    return max(wgs * t, t + exposed)
+  together = wgs * f + latency_clk
+  if not d.overlapped:
+    return wgs * t + together
+  return wgs * t + max(together - wgs * t, 0.0) / 2 + together / 2  # the first block's, beyond the second's wgmmas
+
+
 def narrow_cells(p: l2.Problem, kern: l2.Kernel) -> int:
   """The cells kernels/mosaic_gpu's gmm runs as 64-row cells on problem p (its own schedule and
   rule: gmm.tile_bounds, gmm.computed_rows), times the column blocks."""
@@ -389,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument(
     "--promote-latency-clk", type=float, default=0.0, help="block128: clocks a promotion waits beyond its FMAs"
   )
+  ap.add_argument("--phase", default="in-phase", choices=PHASES, help="block128: how the consumers' promotions fall")
   args = ap.parse_args(argv)
   gpu = GPUS[args.device]
   l2_bytes = gpu.l2_bytes if args.l2 is None else int(args.l2 * 10**6)
@@ -426,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu=gpu,
         dtype=args.dtype,
         promote_latency_clk=args.promote_latency_clk,
+        phase=args.phase,
       )
       wg = f"{d.wg_rows}x{d.wg_cols}"
       hbm = f"{r.fetched / 1e9:.2f}, {r.fetched / r.unique:.2f}x"

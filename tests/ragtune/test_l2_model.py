@@ -152,27 +152,44 @@ def test_the_b200_model_reads_less_smem_with_a_cta_pair(capsys, monkeypatch):
   assert sum(line.startswith("| tiny ") for line in out.splitlines()) == 2
 
 
-def test_the_block128_model_hides_promotion_until_it_outlasts_the_other_consumers_step(capsys, monkeypatch):
-  """Two 64x128 consumers: a k step of one is 256 clocks of fp8 MMA (2 x 64 x 128 x 128 FLOP at
-  8192 a clock), its promotion 64 FMA clocks plus the latency; the other consumer's step hides
-  it up to 192 clocks of latency, then each clock more adds one to the CTA's 512-clock step."""
+def test_the_block128_model_times_promotion_by_phase_and_hides_the_first_block_of_a_pair(capsys, monkeypatch):
+  """Two 64x128 consumers: one consumer's k block is T = 256 clocks of fp8 MMA (2 x 64 x 128 x
+  128 FLOP at 8192 a clock), its promotion F = 64 FMA clocks plus the latency L. In phase, the
+  serial kernel takes 2 T + 2 F + L a block, the overlapped one (256-deep steps) hides the
+  first block's promotion under the second's wgmmas: 2 T + (2 F + L) / 2. Staggered, each
+  consumer's promotion hides under the other's step until it outlasts it."""
   p = dataclasses.replace(TINY, k=1024)
-  fp8, tri, bf16 = gemm_model.block128_designs(p)
-  assert (fp8.kernel.name, fp8.wg_rows, fp8.wg_cols, fp8.promoted) == ("mosaic b128", 64, 128, True)
+  fp8, serial, tri, bf16 = gemm_model.block128_designs(p)
+  assert (fp8.kernel.name, fp8.wg_rows, fp8.wg_cols, fp8.promoted, fp8.overlapped) == (
+    "mosaic b128",
+    64,
+    128,
+    True,
+    True,
+  )
+  assert (serial.kernel.name, serial.kernel.block_k, serial.overlapped) == ("b128 serial", 128, False)
   assert not tri.promoted and tri.rate == 1 and bf16.dtype == "bfloat16"
 
-  def mma(latency):
-    return gemm_model.predict(p, fp8, fill_s=1e-6, promote_latency_clk=latency).mma_s
+  def mma(d, latency=0.0, phase="in-phase"):
+    return gemm_model.predict(p, d, fill_s=1e-6, promote_latency_clk=latency, phase=phase).mma_s
 
   # 8192 FLOP a clock is the peak rounded: 989.4 TF/s x 2 / 132 SMs / 1.83 GHz
-  assert mma(0) == pytest.approx(mma(191)) and mma(192 + 256) == pytest.approx(mma(0) * 1.5, rel=1e-3)
-  no_promotion = gemm_model.predict(p, dataclasses.replace(fp8, promoted=False), fill_s=1e-6)
-  assert no_promotion.mma_s == pytest.approx(mma(0))
+  no_promotion = mma(dataclasses.replace(fp8, promoted=False))
+  assert mma(serial) == pytest.approx(no_promotion * (512 + 128) / 512, rel=1e-3)
+  assert mma(fp8) == pytest.approx(no_promotion * (512 + 64) / 512, rel=1e-3)
+  assert mma(serial, 100) / mma(serial) == pytest.approx((640 + 100) / 640, rel=1e-3)
+  assert mma(fp8, 100) / mma(fp8) == pytest.approx((576 + 50) / 576, rel=1e-3)
+  assert mma(serial, 0, "staggered") == pytest.approx(mma(serial, 191, "staggered")) == pytest.approx(no_promotion)
+  assert mma(serial, 192 + 256, "staggered") == pytest.approx(no_promotion * 1.5, rel=1e-3)
+  assert mma(fp8, 2 * 192 - 1, "staggered") == pytest.approx(no_promotion)  # (F + L) / 2 under the other's T
+  assert mma(fp8, 2 * (512 - 32), "staggered") == pytest.approx(no_promotion * 1.5, rel=1e-3)
+  with pytest.raises(ValueError, match="phase"):
+    mma(fp8, phase="sideways")
   assert gemm_model.predict(p, fp8, fill_s=1e-6).tflops > gemm_model.predict(p, bf16, fill_s=1e-6).tflops
   monkeypatch.setattr(gemm_model, "ANCHORS", [TINY])
   assert gemm_model.main(["--dtype", "float8_e4m3fn:block128"]) == 0
   out = capsys.readouterr().out
-  assert "a model, not a measurement" in out and sum(line.startswith("| tiny ") for line in out.splitlines()) == 3
+  assert "a model, not a measurement" in out and sum(line.startswith("| tiny ") for line in out.splitlines()) == 4
 
 
 tile_waste = _load("tile_waste")
