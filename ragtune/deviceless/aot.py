@@ -129,7 +129,7 @@ class KernelReport:
     if self.spill_bytes:
       return SPILL, f"{self.name}: {self.spill_bytes} B/thread spilled"
     if self.serialized_wgmma:
-      return SERIALIZED, f"{self.name}: wgmma serialized (ptxas C7511)"
+      return SERIALIZED, f"{self.name}: wgmma serialized (ptxas C7511 or C7514)"
     return OK, ""
 
 

@@ -84,8 +84,10 @@ class SassFacts:
 
   counts: how many of each INSTRUCTIONS name the SASS holds.
   serialized_wgmma: most wgmmas are waited for at once (an HGMMA followed within three
-  instructions by ``WARPGROUP.DEPBAR.LE gsb0, 0x0``): ptxas's C7511 "serialized due to
-  insufficient register resources", several times slower, though it compiles.
+  instructions by ``WARPGROUP.DEPBAR.LE gsb0, 0x0``), or every one closes a group of its own
+  (``gsb0`` on each): ptxas's C7511 "serialized due to insufficient register resources" or
+  C7514 (a non-wgmma instruction reading a running wgmma's accumulator), several times
+  slower, though it compiles.
   loops_wait_one: every loop that issues wgmma waits with ``DEPBAR.LE gsb0, 0x1`` in it
   (one wgmma left in flight), as a pipeline that releases a step's buffers after the next
   step's wgmma is issued must.
@@ -476,9 +478,11 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
         and ins.args.rstrip().endswith(hex(level))
       )
 
-    # C7511: ptxas waits for (nearly) every wgmma right after issuing it. A pipelined
-    # kernel issues a step's wgmmas back to back and waits once a step, for all but one.
+    # C7511 or C7514: ptxas waits for (nearly) every wgmma right after issuing it, or makes
+    # each one its own group (gsb0 on every one: a wait may follow it far below). A pipelined
+    # kernel issues a step's wgmmas back to back as one group and waits once a step.
     waited = sum(any(is_wait(j, 0) for j in range(i + 1, min(i + 4, len(instrs)))) for i in hgmma)
+    own_group = len(hgmma) > 1 and all("gsb0" in instrs[i].args for i in hgmma)
     loops = _natural_loops(instrs)
     wgmma_loops = [body for body in loops if any(instrs[j].op in WGMMA_OPS for j in body)]
     main_loops = [body for body in loops if any(instrs[j].op in (*_MMA_OPS, "LDTM") for j in body)]
@@ -490,7 +494,7 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
     shapes = [_HGMMA_SHAPE.match(instrs[i].mods) for i in hgmma]
     facts[name] = SassFacts(
       counts=dict(counts),
-      serialized_wgmma=bool(hgmma) and waited * 2 > len(hgmma),
+      serialized_wgmma=bool(hgmma) and (waited * 2 > len(hgmma) or own_group),
       loops_wait_one=bool(wgmma_loops) and all(any(is_wait(j, 1) for j in body) for body in wgmma_loops),
       loop_spills=sum(instrs[j].op in ("STL", "LDL") for j in in_main_loops),
       setmaxnreg=bool(counts.get("USETMAXREG")),

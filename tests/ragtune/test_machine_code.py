@@ -169,7 +169,26 @@ def test_fmas_between_a_wait_for_all_but_one_wgmma_and_a_wait_for_all_run_under_
   serial = loop.replace("gsb0, 0x1", "gsb0, 0x0")
   facts, waits_all = machine_code.sass_facts(loop)["overlapped"], machine_code.sass_facts(serial)["overlapped"]
   assert facts.fma_under_wgmma == 2 and facts.loops_wait_one  # not the one after the wait for all, nor after the loop
-  assert waits_all.fma_under_wgmma == 0
+  assert waits_all.fma_under_wgmma == 0 and not facts.serialized_wgmma
+
+
+def test_wgmmas_that_each_close_a_group_of_their_own_are_serialized():
+  """ptxas's C7514 (a non-wgmma instruction reading a running wgmma's accumulator): every
+  wgmma carries gsb0 and is waited for on its own, though the wait may come far below it."""
+  ffmas = "".join(
+    f"        /*{0x100 + 16 * i:04x}*/                   FFMA R{150 + i}, R2, R3, R{150 + i} ;\n" for i in range(8)
+  )
+  sass = f"""
+        Function : own_groups
+        /*0000*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], RZ, !UPT, gsb0 ;
+{ffmas}        /*0200*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0210*/                   QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR8], R24, gsb0 ;
+{ffmas.replace("/*01", "/*03")}        /*0400*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0410*/                   EXIT ;
+"""
+  assert machine_code.sass_facts(sass)["own_groups"].serialized_wgmma
+  one_group = sass.replace("RZ, !UPT, gsb0 ;", "RZ, !UPT ;")
+  assert not machine_code.sass_facts(one_group)["own_groups"].serialized_wgmma
 
 
 def test_setmaxnreg_and_the_widest_wgmma():
@@ -201,7 +220,7 @@ def test_a_loop_spill_is_the_worst_outcome_and_every_fault_is_named():
   spill = _report("ragtune_gmm", spill_bytes=16, stack_bytes=16)
   looped = _report("ragtune_gmm", spill_bytes=1032, stack_bytes=1032, loop_spills=496, serialized_wgmma=True)
   assert aot.verdict((clean,)) == (aot.OK, "")
-  assert aot.verdict((clean, serialized)) == (aot.SERIALIZED, "ragtune_gmm: wgmma serialized (ptxas C7511)")
+  assert aot.verdict((clean, serialized)) == (aot.SERIALIZED, "ragtune_gmm: wgmma serialized (ptxas C7511 or C7514)")
   assert aot.verdict((serialized, spill))[0] == aot.SPILL
   outcome, error = aot.verdict((spill, looped))
   assert outcome == aot.LOOP_SPILL
