@@ -324,7 +324,8 @@ def predict(
   cell_mma = cell_flops / (peak / gpu.sms * kern.ctas)  # a pair's cell on its two SMs
   if d.promoted:
     block_clk = promoted_block_clk(d, peak / gpu.sms / gpu.clock_hz, promote_latency_clk, phase)
-    cell_mma = math.ceil(p.k / SCALE_BLOCK) * block_clk / gpu.clock_hz
+    blocks = math.ceil(p.k / kern.block_k) * (kern.block_k // SCALE_BLOCK)  # an odd count's zero half too
+    cell_mma = blocks * block_clk / gpu.clock_hz
   if d.mma == "tcgen05":  # per SM: its A rows and its share of B's columns
     smem_reads = b * p.k * (d.wg_rows + kern.block_n // kern.ctas)
   else:

@@ -37,7 +37,16 @@ CONSUMERS = 2  # consumer warpgroups; a third one produces
 INTERPRETER_THREADS = CONSUMERS + 1
 WGMMA_M = 64  # rows of one warpgroup's wgmma
 SWIZZLE_ELEMS = 64  # 16-bit elements in a 128-byte swizzle row: the unit any operand tile is cut in
-EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles, double-buffered per consumer
+EPI_TILE = 64  # the epilogue stores [64, 64] sub-tiles through epilogue_slots() slots per consumer
+
+
+def epilogue_slots(quantized: bool) -> int:
+  """[64, 64] output slots per consumer: two, so a sub-tile's store overlaps the next one's
+  write; one for quantized (fp8) operands, whose epilogue waits for every store before it
+  reuses a slot anyway (gmm.py), leaving 16 KiB to the pipeline."""
+  return 1 if quantized else 2
+
+
 # Quantized operands the gmm takes (kernels.quant). Channelwise scales are applied once, in
 # the epilogue. Block scales vary along k: each 128-deep k step's wgmma goes into a fresh
 # step accumulator, which is then scaled and added into the f32 main one ("promotion", as
@@ -97,8 +106,8 @@ class MosaicConfig:
   block_m:  fwd/dlhs: rows per CTA output tile (64, 128 or 256); drhs: rows of a group
             reduced per pipeline step (64 or 128).
   block_n:  output columns per CTA tile: 64, 128 or 256.
-  block_k:  fwd/dlhs: contraction per pipeline step (64 or 128); drhs: output rows (of k)
-            per CTA tile (128 or 256).
+  block_k:  fwd/dlhs: contraction per pipeline step (64 or 128; fp8 block128 also 256, two
+            k blocks a step); drhs: output rows (of k) per CTA tile (128 or 256).
   max_concurrent_steps: TMA pipeline depth (operand stages in flight); 2..8.
   group_m:  band of the group-major launch order (common.launch_cell): this many row
             tiles of one group walk the column blocks together (drhs: k tiles over the n
@@ -158,13 +167,14 @@ class MosaicConfig:
     swizzle row (128) and run the forward only."""
     rows, cols, _ = self.consumer_tile(op)
     name = getattr(dtype, "name", None) or str(dtype)
+    pair = dtype is not None and itemsize(name) == 1 and scheme(name) == "block128" and self.block_k == FP8_PAIR_K
     if dtype is not None and itemsize(name) == 1:
       if op != "fwd":
         return f"8-bit operands run the forward only, not {op}"
       block = scheme(name) == "block128"
-      if self.block_k == FP8_PAIR_K and block and rows * cols > WGMMA_M * quant.BLOCK:
+      if pair and rows * cols > WGMMA_M * quant.BLOCK:
         return f"block_k {FP8_PAIR_K} (two step accumulators) takes consumer tiles of at most 64x128, got {rows}x{cols}"
-      if self.block_k != FP8_BLOCK_K and not (block and self.block_k == FP8_PAIR_K):
+      if self.block_k != FP8_BLOCK_K and not pair:
         return (
           f"8-bit operands take block_k = {FP8_BLOCK_K} (a 128-byte swizzle row), or {FP8_PAIR_K} with block "
           f"scales, got {self.block_k}"
@@ -182,7 +192,7 @@ class MosaicConfig:
         return f"8-bit operands take {FP8_CONSUMER_TILE[0]}x{FP8_CONSUMER_TILE[1]} consumer tiles, got {rows}x{cols}"
     if op == "drhs" and self.block_m > 128:
       return f"drhs reduces at most 128 rows a step, got block_m={self.block_m}"
-    if op != "drhs" and self.block_k > 128 and self.block_k != FP8_PAIR_K:
+    if op != "drhs" and self.block_k > 128 and not pair:
       return f"fwd/dlhs take at most 128 of k a step, got block_k={self.block_k}"
     if rows % WGMMA_M or cols % SWIZZLE_ELEMS:
       return f"each of the 2 consumer warpgroups needs a [64k, 64k] share of the tile, got [{rows}, {cols}]"
@@ -193,7 +203,7 @@ class MosaicConfig:
     (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m, block_k] lhs and
     [block_m, block_n] dout), and the epilogue's [64, 64] slots per consumer (two; fp8 one), in the
     output dtype, taken as `dtype` (bf16 for 8-bit operands), and fp8's scales: channelwise
-    each consumer's row and column vectors; block128 a stage's [1, block_m] row scales. The
+    each consumer's row and column vectors; block128 a stage's [block_k / 128, block_m] row scales. The
     allocation is made once for the persistent loop, so every stage is taken whatever the
     problem's length."""
     del m, k, n
@@ -202,8 +212,7 @@ class MosaicConfig:
       stage = self.block_m * (self.block_k + self.block_n)
     else:
       stage = self.block_k * (self.block_m + self.block_n)
-    # 8-bit operands write bf16, through one slot a consumer (gmm.py's out_slots)
-    out = CONSUMERS * (1 if b == 1 else 2) * EPI_TILE * EPI_TILE * (2 if b == 1 else b)
+    out = CONSUMERS * epilogue_slots(b == 1) * EPI_TILE * EPI_TILE * (2 if b == 1 else b)  # 8-bit: bf16 out
     rows, cols, _ = self.consumer_tile(op)
     # f32, each consumer's, with their barriers and alignment (Mosaic allocated 616 B more than
     # the vectors alone for the 128x256 tile; 1 KiB covers it).
@@ -249,7 +258,10 @@ def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: st
     if cfg.block_m == 64:  # decode streams weights: the deepest pipeline of 128-deep steps
       cfg = dataclasses.replace(cfg, block_n=256, block_k=FP8_BLOCK_K, max_concurrent_steps=5)
     else:  # prefill: 256-deep steps, each block's promotion behind the next block's wgmma
-      cfg = dataclasses.replace(cfg, block_n=128, block_k=FP8_PAIR_K, max_concurrent_steps=3)
+      pair = dataclasses.replace(cfg, block_n=128, block_k=FP8_PAIR_K, max_concurrent_steps=3)
+      # Where 2 such stages do not fit, 128-deep steps keep a deeper pipeline.
+      fits = dataclasses.replace(pair, max_concurrent_steps=STEPS_RANGE[0]).fits(op, dtype, m, k, n, device_kind)
+      cfg = pair if fits else dataclasses.replace(pair, block_k=FP8_BLOCK_K, max_concurrent_steps=5)
   elif itemsize(dtype) == 1:  # the same 128-byte rows of k, twice the elements; 128x256 cells
     cfg = dataclasses.replace(cfg, block_m=128, block_n=256, block_k=FP8_BLOCK_K)
   # A device with less shared memory than Hopper gets fewer stages in flight, then narrower tiles.
@@ -268,7 +280,7 @@ SPACE_STEPS = (2, 3, 4, 5, 6)
 SPACE_GROUP_M = (1, 2, 4, 8, 16)
 # f32 accumulator elements one consumer warpgroup holds in registers (128 threads): 64x256
 # is 128 values a thread, under setmaxnreg's 232 for a consumer. block128 adds a step
-# accumulator of at most 64x128 (valid_for).
+# accumulator of at most 64x128, two with block_k 256 (valid_for).
 MAX_ACC = 64 * 256
 
 
@@ -292,7 +304,9 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
       evenly = tiles_evenly(contraction, bk) and tiles_evenly(cols, bn)
       too_big = band > max(1, -(-contraction // bk))
     else:
-      evenly = tiles_evenly(cols, bn) and (contraction % bk == 0 or bk == 64)
+      # block128 pads k to its 128-block whatever block_k (gmm.py), so 256 copies nothing more.
+      k_unit = FP8_BLOCK_K if scheme(dtype) == "block128" else bk
+      evenly = tiles_evenly(cols, bn) and (contraction % k_unit == 0 or bk == 64)
       too_big = bm > max(64, round_up(rows, 64))
     if acc_rows * acc_cols <= MAX_ACC and evenly and not too_big and cfg.fits(op, dtype, m, k, n, device_kind):
       # With narrow_tail where it applies, and without it (the sweep measures what it buys).

@@ -20,10 +20,10 @@ Warp-specialized, as jax's `hopper_matmul_mgpu` (the design of CUTLASS's Hopper 
   last tile costs about its rows (computed_rows; counted
   by benchmarks/tile_waste.py). The same pipeline runs either way: its buffers, barriers and
   steps, the producer loading the tile's block_m rows;
-- the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer, by
-  TMA, rows of a partial tile by a ladder of power-of-two copies;
-- k is zero-padded to a multiple of block_k in the wrapper, only when it is not one; TMA
-  reads past an array's end as zeros;
+- the epilogue stores [64, 64] sub-tiles through two shared-memory slots per consumer (fp8:
+  one), by TMA, rows of a partial tile by a ladder of power-of-two copies;
+- k is zero-padded to a multiple of block_k in the wrapper (block128: of its 128-block), only
+  when it is not one; TMA reads past an array's end as zeros;
 - transpose_rhs reads the weights as [g, n, k] tiles and feeds them to wgmma transposed,
   so dlhs never materialises rhs^T;
 - fp8 (kernels.quant): channelwise scales multiply the f32 accumulator in the epilogue;
@@ -60,6 +60,7 @@ from kernels.mosaic_gpu.config import (
   INTERPRETER_THREADS,
   WGMMA_M,
   MosaicConfig,
+  epilogue_slots,
   pipeline_registers,
 )
 
@@ -260,9 +261,7 @@ def _gmm_kernel(
   # copy of a store's ladder as its own group, so a wait for all but one would not cover the
   # slot there (its race detector says so). One slot a sub-tile instead spilled (ptxas).
   reuse_wait = 0 if scaled else 1
-  # Waiting for all, the fp8 kernel gains nothing from a second slot: one slot a consumer,
-  # 16 KiB of shared memory left to the pipeline (config.MosaicConfig.smem_bytes).
-  out_slots = 1 if scaled else 2
+  out_slots = epilogue_slots(scaled)
   # Each consumer's channelwise row and column scales, loaded by TMA in its epilogue.
   scale_scratch = (
     dict(
@@ -322,11 +321,12 @@ def _gmm_kernel(
         return acc * jax.lax.broadcast_in_dim(col_scale, acc.shape, [1])
 
       def epilogue(acc, share=wide):
-        """Store this consumer's share ([64, 64] sub-tiles through two smem slots), given as
+        """Store this consumer's share ([64, 64] sub-tiles through its smem slots), given as
         its column pieces (a tuple of equal widths); acc None stores zeros (rows of no local
         group).
 
-        Before sub-tile s writes slot s % 2, the store of sub-tile s - 2 must have read it.
+        Before sub-tile s writes slot s % 2, the store of sub-tile s - 2 must have read it
+        (fp8, one slot: every store before each sub-tile, wait 0).
         Each sub-tile commits one bulk group, so on the GPU that is all but the last group
         (wait 1). A sub-tile with no row to store (past the padded n, or past its segment's
         rows) commits an empty group: PTX counts it, jax's interpreter (which counts copies
@@ -391,7 +391,7 @@ def _gmm_kernel(
         else:
           b = rhs_smem if whole else rhs_smem.at[:, pl.ds(share.col0 + col0, cols)]
         if ks is not None:
-          a, b = a.at[:, ks], b.at[:, ks] if transpose_rhs else b.at[ks, :]
+          a, b = a.at[:, ks], (b.at[:, ks] if transpose_rhs else b.at[ks, :])
         return a, b.T if transpose_rhs else b
 
       def mma(share):

@@ -85,9 +85,9 @@ class SassFacts:
   counts: how many of each INSTRUCTIONS name the SASS holds.
   serialized_wgmma: most wgmmas are waited for at once (an HGMMA followed within three
   instructions by ``WARPGROUP.DEPBAR.LE gsb0, 0x0``), or every one closes a group of its own
-  (``gsb0`` on each): ptxas's C7511 "serialized due to insufficient register resources" or
-  C7514 (a non-wgmma instruction reading a running wgmma's accumulator), several times
-  slower, though it compiles.
+  (``gsb0`` on each) that is waited for before the next: ptxas's C7511 "serialized due to
+  insufficient register resources" or C7514 (a non-wgmma instruction reading a running
+  wgmma's accumulator), several times slower, though it compiles.
   loops_wait_one: every loop that issues wgmma waits with ``DEPBAR.LE gsb0, 0x1`` in it
   (one wgmma left in flight), as a pipeline that releases a step's buffers after the next
   step's wgmma is issued must.
@@ -479,10 +479,12 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
       )
 
     # C7511 or C7514: ptxas waits for (nearly) every wgmma right after issuing it, or makes
-    # each one its own group (gsb0 on every one: a wait may follow it far below). A pipelined
-    # kernel issues a step's wgmmas back to back as one group and waits once a step.
+    # each one its own group (gsb0 on every one) and waits for it before the next one, the
+    # wait maybe far below. A pipelined kernel issues a step's wgmmas back to back as one
+    # group and waits once a step (a group of one wgmma waits for all but the newest).
     waited = sum(any(is_wait(j, 0) for j in range(i + 1, min(i + 4, len(instrs)))) for i in hgmma)
     own_group = len(hgmma) > 1 and all("gsb0" in instrs[i].args for i in hgmma)
+    own_group = own_group and all(any(is_wait(j, 0) for j in range(i + 1, i2)) for i, i2 in zip(hgmma, hgmma[1:]))
     loops = _natural_loops(instrs)
     wgmma_loops = [body for body in loops if any(instrs[j].op in WGMMA_OPS for j in body)]
     main_loops = [body for body in loops if any(instrs[j].op in (*_MMA_OPS, "LDTM") for j in body)]

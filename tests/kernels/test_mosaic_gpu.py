@@ -345,7 +345,8 @@ def test_fp8_block128_gmm_in_interpreter():
   sum(group_sizes), group_offset; scales of each row and k block, and of each expert's block,
   times powers of two up to 2^3 and 2^6 apart, one expert's all 2^12 up and one row's 2^12
   down. Then the mutation: one expert's scales of two k blocks swapped (a kernel reading the
-  wrong k block's scale, or a 256-deep step mixing its halves) must fail the bound."""
+  wrong k block's scale, or a 256-deep step mixing its halves) must fail the bound. And k of
+  one partial block (100) under 256-deep steps."""
   from kernels import quant
 
   fmt = "float8_e4m3fn:block128"
@@ -387,6 +388,13 @@ def test_fp8_block128_gmm_in_interpreter():
   swapped = rs.at[3, 0, 1].set(rs[3, 1, 1]).at[3, 1, 1].set(rs[3, 0, 1])  # expert 3, columns 128..255
   for cfg in (by_rows, pair_rows):  # pair_rows: the two halves of one step
     assert not np.all(within(run(cfg, True, swapped))), cfg
+  # k of one partial block under a 256-deep step: the [128, 256] boxes run past k on both operands.
+  lq1, rq1, ls1, rs1 = quant.quantize_operands(x[:, :100], w[:, :100], fmt)
+  value, squares = quant.reference_program(lq1, rq1, gs, ls1, rs1)()
+  ref1 = np.asarray(value, np.float64)
+  bound1 = quant.tolerance(fmt, 100, jnp.bfloat16).bound(ref1, jnp.sqrt(squares))
+  out = _fp8_gmm(lq1, rq1, gs, ls1, rs1, offset, g, pair_rows, True)
+  assert not _races_found() and np.all((np.abs(out - ref1) <= bound1)[local])
 
 
 def test_fp8_config_rules():
@@ -428,6 +436,13 @@ def test_fp8_block128_config_rules():
   assert space and tiles == set(mcfg.FP8_BLOCK_CONSUMER_TILES)
   pairs = {c.consumer_tile("fwd")[:2] for c in space if c.block_k == 256}
   assert pairs == {(64, 128), (64, 64)}
+  # k is padded to its 128-block whatever block_k: an odd count of blocks keeps 256 in the space.
+  assert any(c.block_k == 256 for c in backend.space("fwd", fmt, 131072, 7296, 2048, H100))
+  # 256-deep steps are block128's only: 16-bit operands and channelwise take at most 128.
+  assert "at most 128 of k" in kernels.MosaicConfig(128, 128, 256).valid_for("fwd")
+  # A device with less shared memory than Hopper, where two 256-deep stages do not fit: 128-deep steps.
+  small = backend.default("fwd", fmt, 131072, 7168, 2048, 256, None)
+  assert small.block_k == 128 and small.fits("fwd", fmt, 131072, 7168, 2048, None)
   assert all(c.fits("fwd", fmt, 131072, 7168, 2048, H100) for c in space)
   assert backend.space("dlhs", fmt, 131072, 7168, 2048, H100) == []
   # A stage carries its [block_k / 128, block_m] f32 row scales beside the operands.

@@ -189,6 +189,9 @@ def test_wgmmas_that_each_close_a_group_of_their_own_are_serialized():
   assert machine_code.sass_facts(sass)["own_groups"].serialized_wgmma
   one_group = sass.replace("RZ, !UPT, gsb0 ;", "RZ, !UPT ;")
   assert not machine_code.sass_facts(one_group)["own_groups"].serialized_wgmma
+  # A pipeline of one wgmma a step: each its own group, all but the newest waited for.
+  pipelined = sass.replace("gsb0, 0x0 ;", "gsb0, 0x1 ;", 1)
+  assert not machine_code.sass_facts(pipelined)["own_groups"].serialized_wgmma
 
 
 def test_setmaxnreg_and_the_widest_wgmma():
