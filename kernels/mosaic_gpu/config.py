@@ -57,6 +57,14 @@ FP8_BLOCK_K = 128  # one 128-byte swizzle row of 8-bit elements; block128's k bl
 # each promoted while the other's wgmma runs (gmm.py's overlapped_step). A main and two step
 # accumulators are 3 x 64 f32 registers a thread on a 64x128 share, of the 232 a consumer has.
 FP8_PAIR_K = 256
+
+
+def k_multiple(block_k: int, dtype) -> int:
+  """What gmm's wrapper pads k to: block_k, or for block128 its 128-block whatever block_k (a
+  256-deep step over an odd count of blocks reads its last half past k, as zeros, by TMA)."""
+  return FP8_BLOCK_K if scheme(getattr(dtype, "name", None) or str(dtype)) == "block128" else block_k
+
+
 # Each consumer's share of the tile with channelwise fp8: the one that compiles with no spill
 # on sm_90a with the scales' epilogue. 64x64, 64x128 and 128x128 spilled 8-48 B/thread inside
 # the persistent loop (deviceless ptxas, jax 0.10.2 and 0.12; without the scales they do not):
@@ -304,9 +312,7 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
       evenly = tiles_evenly(contraction, bk) and tiles_evenly(cols, bn)
       too_big = band > max(1, -(-contraction // bk))
     else:
-      # block128 pads k to its 128-block whatever block_k (gmm.py), so 256 copies nothing more.
-      k_unit = FP8_BLOCK_K if scheme(dtype) == "block128" else bk
-      evenly = tiles_evenly(cols, bn) and (contraction % k_unit == 0 or bk == 64)
+      evenly = tiles_evenly(cols, bn) and (contraction % k_multiple(bk, dtype) == 0 or bk == 64)
       too_big = bm > max(64, round_up(rows, 64))
     if acc_rows * acc_cols <= MAX_ACC and evenly and not too_big and cfg.fits(op, dtype, m, k, n, device_kind):
       # With narrow_tail where it applies, and without it (the sweep measures what it buys).

@@ -57,10 +57,12 @@ from kernels.mosaic_gpu.config import (
   CONSUMERS,
   EPI_TILE,
   FP8_FORMATS,
+  FP8_PAIR_K,
   INTERPRETER_THREADS,
   WGMMA_M,
   MosaicConfig,
   epilogue_slots,
+  k_multiple,
   pipeline_registers,
 )
 
@@ -207,7 +209,7 @@ def _gmm_kernel(
   piece_cols = wg_cols // pieces
   # A 256-deep block128 step runs its two k blocks through two step accumulators, each
   # promoted while the other's wgmma runs (overlapped_step).
-  overlapped = promoted and block_k == 2 * quant.BLOCK
+  overlapped = promoted and block_k == FP8_PAIR_K
   # narrow_tail: a cell whose rows all lie in its first 64 runs as a 64-row one, each consumer
   # taking those rows and half the columns (MosaicConfig.narrow_tail_applies).
   narrow_tail = cfg.narrow_tail_applies("fwd", jnp.dtype(lhs_gmem.dtype).name)
@@ -580,11 +582,14 @@ def gmm(
   if why := config.valid_for("fwd", fmt):
     raise ValueError(f"MosaicConfig {config} cannot drive gmm: {why}")
   cfg = config
-  # A 256-deep block128 step over an odd count of k blocks reads its last half past k, as
-  # zeros (TMA): k is padded to its 128-block only, not copied to a multiple of 256.
-  pad_k = quant.BLOCK if scales == "block128" else cfg.block_k
   lhs, rhs, sched = tma_operands(
-    lhs, rhs, group_sizes, group_offset, block_k=pad_k, tile_rows=cfg.block_m, transpose_rhs=transpose_rhs
+    lhs,
+    rhs,
+    group_sizes,
+    group_offset,
+    block_k=k_multiple(cfg.block_k, fmt),
+    tile_rows=cfg.block_m,
+    transpose_rhs=transpose_rhs,
   )
   m_pad, n_pad = lhs.shape[0], rhs.shape[1] if transpose_rhs else rhs.shape[2]
   scale_args = ()
