@@ -103,6 +103,20 @@ class Backend:
           transpose_rhs flipped (rhs read in place in the other layout).
   grad_rhs(lhs, dout, group_sizes, *, num_groups, config, out_dtype, transpose_rhs,
            group_offset, precision, interpret) -> [g,k,n] ([g,n,k] with transpose_rhs)
+  grad_rhs_quantized(a_t, b_t, a_scale, b_scale, first, count, *, config, out_dtype,
+           transpose_rhs, interpret) -> [g,k,n] ([g,n,k] with transpose_rhs): drhs of a
+          training format (kernels.quant.TRAINING_FORMATS) on the padded token axis of
+          quant.token_blocks: a_t [k, T] and b_t [n, T] (lhs's and dout's values, tokens
+          contiguous), a_scale [T/128, k] and b_scale [T/128, n]; group i sums the 128-token
+          blocks [first[i], first[i] + count[i]), each times its scales. None: the backend
+          does not train in the formats it computes (dlhs of one is its forward, transposed).
+  k_major_fp8: its fp8 gmm reads weights k-major only (transpose_rhs=True: [g,n,k] for the
+          forward, [g,k,n] for dlhs) and copies them otherwise; fp8 training hands it the
+          quantized weights in the layout it reads (kernels.quant.training_weights).
+  quantize_rows(x, dtype) -> (q, scale), quantize_tokens(x, blocks, dtype) -> (q, scale):
+          single-pass kernels for fp8 training's activation passes, the values of
+          kernels.quant.quantize(x, dtype, (1, 128)) and quant.quantize_tokens bit for bit;
+          None: none (registry.activation_quantizer says which backend's run).
   config_type: the config dataclass (a KernelConfig); None: no knobs.
   default(op, dtype, m, k, n, g, device_kind) -> config: the heuristic when no LUT entry
           applies; (m, k, n) is the forward problem, the config in the op's own frame.
@@ -155,6 +169,10 @@ class Backend:
   space: Callable[..., list] = _no_space
   launch_key: Callable[..., Hashable] = _same_launch
   grad_lhs: Callable[..., Any] | None = None
+  grad_rhs_quantized: Callable[..., Any] | None = None
+  k_major_fp8: bool = False
+  quantize_rows: Callable[..., Any] | None = None
+  quantize_tokens: Callable[..., Any] | None = None
   families: tuple[str, ...] = ()
   wide_indexing: bool = False
   auto_priority: int = 0

@@ -52,6 +52,9 @@ QUANT_DTYPES = ("float8_e4m3fn", "int8")
 SCHEMES = ("channelwise", "block128")
 QUANT_FORMATS = tuple(f"{d}:{s}" for d in QUANT_DTYPES for s in SCHEMES)
 FORMATS = DTYPES + QUANT_FORMATS
+# The formats kernels.ragged_dot trains in (quantize=): DeepSeek-V3's recipe, all three ops on
+# fp8 kernels (kernels.quant). The others are forward only.
+TRAINING_FORMATS = ("float8_e4m3fn:block128",)
 
 # Shared memory one thread block may use (the opt-in maximum), by device family. Sources:
 # NVIDIA's CUDA C++ Programming Guide, "Compute Capabilities" table (sm_90: 227 KB, sm_80:

@@ -44,7 +44,7 @@ from typing import Any
 
 from kernels import registry
 from kernels.backend import KernelConfig
-from kernels.common import FORMATS, OPS, not_utf8, op_dims, op_order
+from kernels.common import FORMATS, OPS, TRAINING_FORMATS, not_utf8, op_dims, op_order
 
 SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
@@ -151,8 +151,10 @@ def _entry_from_dict(d: Any, where: str) -> Entry:
     raise LutError(f"{where}.backend: expected one of {registry.NAMES}, got {d['backend']!r}")
   if d["dtype"] not in FORMATS:
     raise LutError(f"{where}.dtype: expected one of {FORMATS}, got {d['dtype']!r}")
-  if ":" in d["dtype"] and d["op"] != "fwd":
-    raise LutError(f"{where}.op: {d['dtype']} operands are forward only, got {d['op']!r}")
+  if ":" in d["dtype"] and d["op"] != "fwd" and d["dtype"] not in TRAINING_FORMATS:
+    raise LutError(
+      f"{where}.op: {d['dtype']} operands are forward only (training formats: {TRAINING_FORMATS}), got {d['op']!r}"
+    )
   for dim in ("m", "k", "n", "g"):
     if not isinstance(d[dim], int) or isinstance(d[dim], bool) or d[dim] <= 0:
       raise LutError(f"{where}.{dim}: expected a positive integer, got {d[dim]!r}")

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels import common
 from kernels import reference as kref
-from kernels.common import QUANT_DTYPES, SCHEMES, element_dtype, scheme
+from kernels.common import QUANT_DTYPES, SCHEMES, TRAINING_FORMATS, element_dtype, scheme
 
 BLOCK = 128  # the block128 scheme's block along k and n
 # Largest finite magnitude of each element dtype: what a quantizer maps a block's amax to.
@@ -114,14 +116,17 @@ def quantize(x: jax.Array, dtype: str, block: tuple[int | None, ...]) -> tuple[j
   """(values, float32 scales) of x with one scale per block: `block` gives each axis's block
   length, None for the whole axis (e.g. (1, None) per row; (None, 128, 128) per expert and
   128x128 block). A block's amax maps to the dtype's largest value (QMAX); an all-zero block
-  gets scale 1. Round to nearest: float8 by its cast, int8 by rounding and clipping."""
+  gets scale 1; scale = amax * float32(1 / QMAX). Round to nearest: float8 by its cast, int8
+  by rounding and clipping."""
   qmax = QMAX[dtype]
   x = x.astype(jnp.float32)
   blocks = tuple(size if b is None else b for size, b in zip(x.shape, block))
   padded = jnp.pad(x, [(0, -size % b) for size, b in zip(x.shape, blocks)])
   split = sum(((size // b, b) for size, b in zip(padded.shape, blocks)), ())  # (blocks, within) per axis
   amax = jnp.abs(padded).reshape(split).max(axis=tuple(range(1, 2 * x.ndim, 2)))
-  scale = jnp.where(amax > 0, amax / qmax, 1.0).astype(jnp.float32)
+  # amax times the f32 reciprocal, written out: XLA turns a division by a constant into that
+  # product anyway (amax / 448 came out 1 ulp off), so the rule is the one every backend runs.
+  scale = jnp.where(amax > 0, amax * np.float32(1 / qmax), 1.0).astype(jnp.float32)
   per_elem = scale.reshape(sum(((s, 1) for s in scale.shape), ()))
   q = (padded.reshape(split) / per_elem).reshape(padded.shape)[tuple(slice(0, size) for size in x.shape)]
   q = jnp.clip(jnp.round(q), -qmax, qmax).astype(dtype) if dtype == "int8" else q.astype(dtype)
@@ -232,3 +237,98 @@ def tolerance(fmt: str, k: int, out_dtype) -> Tolerance:
   u_out = OUTPUT_ROUNDOFF[jnp.dtype(out_dtype).name]
   u_acc = max(ACCUMULATION_ROUNDOFF[element_dtype(fmt)], 2.0**-24)
   return Tolerance(rtol=2 * u_out, gamma=4 * math.sqrt(k) * u_acc)
+
+
+# --- training: the three matmuls of a linear in fp8 (DeepSeek-V3's recipe) ----------------
+#
+# fwd   x [m,k] in 1x128 blocks along k,  w [g,k,n] in 128x128 blocks
+# dlhs  dout [m,n] in 1x128 blocks along n, w's blocks read transposed ([g,n,k] frame)
+# drhs  x and dout in 128x1 blocks along the tokens, per group (token_blocks)
+#
+# The weight gradient contracts over tokens, so its scales must be constant along 128 tokens
+# of one group: a block that straddled two groups' rows would give both the scale of the
+# larger values. So each local group's rows are moved to a 128-aligned run of a padded token
+# axis (zeros after its last row), as DeepGEMM's k-grouped weight-gradient kernels take them:
+# a group's blocks hold its rows only, and a kernel steps over whole 128-token blocks with no
+# row mask. The padding costs at most 127 rows a group.
+
+
+class TokenBlocks(NamedTuple):
+  """Where each local group's rows lie on the padded token axis of token_blocks.
+
+  first: int32 [g], the group's first 128-token block; count: int32 [g], its blocks
+  (ceil(rows / 128), 0 for an empty group); source: int32 [T], the row of x each padded
+  position takes, or m for a zero (padding, rows of no local group, rows past the groups)."""
+
+  first: jax.Array
+  count: jax.Array
+  source: jax.Array
+
+
+def num_token_blocks(m: int, g: int) -> int:
+  """A static bound on sum(ceil(rows_i / 128)) over g groups of m rows: each group wastes
+  less than one block."""
+  return -(-m // BLOCK) + g
+
+
+def token_blocks(group_sizes, m: int, group_offset, g_local: int) -> TokenBlocks:
+  """The padded token axis (num_token_blocks(m, g_local) blocks of 128) of the local groups
+  [group_offset, group_offset + g_local) of group_sizes."""
+  offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
+  starts, ends = common.group_row_bounds(group_sizes, m, offset, g_local)
+  rows = ends - starts
+  count = (rows + BLOCK - 1) // BLOCK
+  done = jnp.cumsum(count)
+  first = (done - count).astype(jnp.int32)
+  pos = jnp.arange(BLOCK * num_token_blocks(m, g_local), dtype=jnp.int32)
+  grp = jnp.minimum(jnp.searchsorted(done, pos // BLOCK, side="right", method="scan_unrolled"), g_local - 1)
+  within = pos - first[grp] * BLOCK
+  source = jnp.where((within >= 0) & (within < rows[grp]), starts[grp] + within, m)
+  return TokenBlocks(first, count.astype(jnp.int32), source.astype(jnp.int32))
+
+
+def quantize_tokens(x: jax.Array, blocks: TokenBlocks, dtype: str) -> tuple[jax.Array, jax.Array]:
+  """x [m, c] on the padded token axis, quantized in 128x1 blocks along it: (values [c, T],
+  tokens contiguous, the k-major operand an 8-bit MMA reads; float32 scales [T / 128, c]).
+  One gather, an amax and a cast in XLA: x read, 1 byte an element written, plus the scales."""
+  padded = jnp.concatenate([x, jnp.zeros((1, x.shape[1]), x.dtype)])[blocks.source]
+  q, s = quantize(padded, dtype, (BLOCK, 1))
+  return q.T, s
+
+
+def quantize_weights(w: jax.Array, dtype: str, *, transpose_rhs: bool = False) -> tuple[jax.Array, jax.Array]:
+  """w [g,k,n] (or [g,n,k]) in 128x128 blocks: values in w's layout, scales in the [g,k,n]
+  frame (kernels.quant's convention for rhs_scale)."""
+  q, s = quantize(w, dtype, (1, BLOCK, BLOCK))
+  return q, s.swapaxes(1, 2) if transpose_rhs else s
+
+
+class TrainingWeights(NamedTuple):
+  """Weights quantized for fp8 training (training_weights): values in the weights' layout,
+  scales in the [g,k,n] frame, and `other`, the same values in the other layout ([g,n,k] of
+  [g,k,n] weights), or None. What ragged_dot's rhs_quantized takes."""
+
+  values: jax.Array
+  scales: jax.Array
+  other: jax.Array | None = None
+
+
+def training_weights(w: jax.Array, dtype: str, *, transpose_rhs: bool = False, both_layouts: bool = True):
+  """w [g,k,n] (or [g,n,k]) in 128x128 blocks, as fp8 training's fwd and dlhs read them: a
+  kernel that reads fp8 weights k-major only (Backend.k_major_fp8) takes [g,n,k] for the
+  forward and [g,k,n] for dlhs, and with both_layouts both come from one pass (XLA writes them
+  in one fusion: on DeepSeek-V3 up's weights of 8 experts 712 MB moved, where one layout and a
+  copy of it move 830 MB, read from the program built for an H100)."""
+  q, s = quantize_weights(w, dtype, transpose_rhs=transpose_rhs)
+  return TrainingWeights(q, s, q.swapaxes(1, 2) if both_layouts else None)
+
+
+def check_training_format(fmt: str) -> str:
+  """fmt, or a ValueError naming the formats ragged_dot trains in."""
+  if fmt not in TRAINING_FORMATS:
+    raise ValueError(
+      f"quantize= takes one of {TRAINING_FORMATS} (DeepSeek-V3's recipe: 1x128 activation and 128x128 weight "
+      f"blocks), got {fmt!r}; channelwise scales cannot be carried through dlhs (its contraction is over n, "
+      "along which a per-column weight scale varies)"
+    )
+  return fmt

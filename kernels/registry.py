@@ -98,6 +98,13 @@ def check_device(name: str, platform: str, device_kind: str) -> None:
   get(name).check_device(platform, device_kind, others)
 
 
+def activation_quantizer(platform: str, device_kind: str) -> Backend | None:
+  """The backend whose single-pass quantizers (Backend.quantize_rows) compile for this device,
+  or None: fp8 training's activation passes then run in XLA (kernels.quant). XLA's take a
+  reduce and a convert, reading their input twice (docs/quantization.md)."""
+  return next((b for b in REGISTRY.values() if b.quantize_rows is not None and b.runs_on(platform, device_kind)), None)
+
+
 def megablox_backend() -> str | None:
   """The backend whose configs are megablox tilings (Lut.lut_fn serves them)."""
   return next((b.name for b in REGISTRY.values() if b.megablox_lut_fn), None)

@@ -19,11 +19,21 @@ def grad_rhs(lhs, dout, group_sizes, *, config=None, interpret=False, transpose_
   return ops.tgmm(a, b, group_sizes, **kw)
 
 
+def grad_rhs_quantized(
+  a_t, b_t, a_scale, b_scale, first, count, *, config=None, interpret=False, transpose_rhs=False, out_dtype
+):
+  del config, interpret, first  # the groups' runs of blocks are consecutive from block 0
+  if transpose_rhs:
+    a_t, b_t, a_scale, b_scale = b_t, a_t, b_scale, a_scale
+  return ops.tgmm_quantized(a_t, b_t, a_scale, b_scale, count, out_dtype=out_dtype)
+
+
 # XLA picks 64-bit indexing itself: wide indexing.
 BACKEND = Backend(
   name="xla",
   forward=forward,
   grad_rhs=grad_rhs,
+  grad_rhs_quantized=grad_rhs_quantized,
   config_type=None,
   dtypes=DTYPES + QUANT_FORMATS,
   platforms=("cpu", "gpu", "cuda", "rocm", "tpu"),

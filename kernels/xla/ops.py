@@ -124,3 +124,20 @@ def gmm_quantized(
     group_offset=group_offset,
     precision=jax.lax.Precision.HIGHEST,
   )
+
+
+def tgmm_quantized(a_t, b_t, a_scale, b_scale, count, *, out_dtype):
+  """drhs of a training format (kernels.Backend.grad_rhs_quantized): each 128-token block
+  dequantized to f32, then a ragged contraction over the padded token axis at HIGHEST, the
+  groups' runs of blocks its groups (consecutive from block 0, as quant.token_blocks lays them
+  out) and the blocks after them a dropped last one."""
+  num_blocks = a_scale.shape[0]
+  a = (a_t.astype(jnp.float32).reshape(a_t.shape[0], num_blocks, -1) * a_scale.T[:, :, None]).reshape(a_t.shape)
+  b = (b_t.astype(jnp.float32).reshape(b_t.shape[0], num_blocks, -1) * b_scale.T[:, :, None]).reshape(b_t.shape)
+  block = a_t.shape[1] // num_blocks
+  sizes = (count * block).astype(jnp.int32)
+  sizes = jnp.concatenate([sizes, (a_t.shape[1] - sizes.sum())[None]])
+  out = jax.lax.ragged_dot_general(
+    a.T, b.T, sizes, _RAGGED_CONTRACTION, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32
+  )
+  return out[:-1].astype(out_dtype)
