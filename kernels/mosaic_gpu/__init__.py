@@ -41,6 +41,27 @@ def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, precision=N
   )
 
 
+def grad_rhs_quantized(a_t, b_t, a_scale, b_scale, first, count, *, config, transpose_rhs=False, **kw):
+  """fp8 training's drhs (Backend.grad_rhs_quantized) in the config's [g,k,n] frame: square
+  [block_k, block_n] output tiles (config.valid_for), so transpose_rhs swaps the operands."""
+  tgmm = importlib.import_module("kernels.mosaic_gpu.tgmm")
+  if transpose_rhs:
+    a_t, b_t, a_scale, b_scale = b_t, a_t, b_scale, a_scale
+  return tgmm.tgmm_quantized(
+    a_t,
+    b_t,
+    a_scale,
+    b_scale,
+    first,
+    count,
+    tile_a=config.block_k,
+    tile_b=config.block_n,
+    group_m=config.group_m,
+    max_concurrent_steps=config.max_concurrent_steps,
+    **kw,
+  )
+
+
 def interpret_unsupported() -> dict[str, str]:
   """dlhs reads rhs and drhs reads lhs transposed from shared memory in wgmma. jax's Mosaic
   GPU interpreter reads such tiles from 0.11 on; before, every such wgmma raises
@@ -66,6 +87,8 @@ BACKEND = Backend(
   name="mosaic_gpu",
   forward=forward,
   grad_rhs=grad_rhs,
+  grad_rhs_quantized=grad_rhs_quantized,
+  k_major_fp8=True,  # an 8-bit wgmma's B is k-major only (gmm.py)
   config_type=MosaicConfig,
   dtypes=("bfloat16", "float16", *config.FP8_FORMATS),
   platforms=("gpu", "cuda"),

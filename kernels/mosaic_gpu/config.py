@@ -57,6 +57,10 @@ FP8_BLOCK_K = 128  # one 128-byte swizzle row of 8-bit elements; block128's k bl
 # each promoted while the other's wgmma runs (gmm.py's overlapped_step). A main and two step
 # accumulators are 3 x 64 f32 registers a thread on a 64x128 share, of the 232 a consumer has.
 FP8_PAIR_K = 256
+# fp8 training's drhs (tgmm.py's tgmm_quantized): a step is one 128-token block (its scales' block),
+# cells [128, 128] of [k, n], each consumer a 64x128 main and step accumulator (128 of 240
+# registers; a 64x256 share would need 256).
+FP8_DRHS_TILE = (128, 128, 128)
 
 
 def k_multiple(block_k: int, dtype) -> int:
@@ -176,9 +180,19 @@ class MosaicConfig:
     rows, cols, _ = self.consumer_tile(op)
     name = getattr(dtype, "name", None) or str(dtype)
     pair = dtype is not None and itemsize(name) == 1 and scheme(name) == "block128" and self.block_k == FP8_PAIR_K
-    if dtype is not None and itemsize(name) == 1:
-      if op != "fwd":
-        return f"8-bit operands run the forward only, not {op}"
+    if dtype is not None and itemsize(name) == 1 and op == "drhs":
+      if scheme(name) != "block128":
+        return f"8-bit drhs runs the training format's block scales only, not {name}"
+      if (self.block_m, self.block_k, self.block_n) != FP8_DRHS_TILE:
+        return (
+          f"8-bit drhs takes block_m, block_k, block_n = {FP8_DRHS_TILE} (a 128-token block a step into "
+          f"two 64x128 consumer shares, each a main and a step accumulator), got "
+          f"{(self.block_m, self.block_k, self.block_n)}"
+        )
+      return None
+    if dtype is not None and itemsize(name) == 1 and op == "dlhs" and scheme(name) != "block128":
+      return f"8-bit dlhs runs the training format's block scales only, not {name}"
+    if dtype is not None and itemsize(name) == 1:  # fwd, and dlhs: the same kernel, rhs read the other way
       block = scheme(name) == "block128"
       if pair and rows * cols > WGMMA_M * quant.BLOCK:
         return f"block_k {FP8_PAIR_K} (two step accumulators) takes consumer tiles of at most 64x128, got {rows}x{cols}"
@@ -209,7 +223,8 @@ class MosaicConfig:
   def smem_bytes(self, op: str, dtype: str, m: int, k: int, n: int) -> int:
     """Shared memory the kernel allocates: max_concurrent_steps stages of the operand tiles
     (gmm: [block_m, block_k] lhs and [block_k, block_n] rhs; tgmm: [block_m, block_k] lhs and
-    [block_m, block_n] dout), and the epilogue's [64, 64] slots per consumer (two; fp8 one), in the
+    [block_m, block_n] dout, and fp8's per-column scales of both), and the epilogue's [64, 64]
+    slots per consumer (two; fp8's gmm one), in the
     output dtype, taken as `dtype` (bf16 for 8-bit operands), and fp8's scales: channelwise
     each consumer's row and column vectors; block128 a stage's [block_k / 128, block_m] row scales. The
     allocation is made once for the persistent loop, so every stage is taken whatever the
@@ -221,6 +236,9 @@ class MosaicConfig:
     else:
       stage = self.block_k * (self.block_m + self.block_n)
     out = CONSUMERS * epilogue_slots(b == 1) * EPI_TILE * EPI_TILE * (2 if b == 1 else b)  # 8-bit: bf16 out
+    if op == "drhs":  # tgmm's two slots a consumer; 8-bit: a step's column scales of both operands
+      out = CONSUMERS * 2 * EPI_TILE * EPI_TILE * (2 if b == 1 else b)
+      return (stage * b + (4 * (self.block_k + self.block_n) if b == 1 else 0)) * self.max_concurrent_steps + out
     rows, cols, _ = self.consumer_tile(op)
     # f32, each consumer's, with their barriers and alignment (Mosaic allocated 616 B more than
     # the vectors alone for the 128x256 tile; 1 KiB covers it).
@@ -260,6 +278,10 @@ _DEFAULTS = {
 
 def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None) -> MosaicConfig:
   cfg = _DEFAULTS["tgmm" if op == "drhs" else "gmm"]
+  if op == "drhs" and itemsize(dtype) == 1:  # the one tile it takes; 5 stages of 33 KiB (unmeasured)
+    bm, bk, bn = FP8_DRHS_TILE
+    cfg = dataclasses.replace(cfg, block_m=bm, block_k=bk, block_n=bn, max_concurrent_steps=5)
+    return narrowed_to_fit(cfg, (), STEPS_RANGE[0], lambda c: c.fits(op, dtype, m, k, n, device_kind))
   if op != "drhs" and max(1, m // max(1, g)) <= 96:
     cfg = dataclasses.replace(cfg, block_m=64)
   if scheme(dtype) == "block128":  # two 64x128 consumers: by rows, or by columns for few rows a group
@@ -297,9 +319,11 @@ def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) 
   accumulator in registers, and tile the dims evenly: a ragged column tile wastes a wgmma,
   and a block_k that does not divide k makes the wrapper pad (copy) the operands."""
   rows, contraction, cols = op_dims(op, m, k, n)
-  if itemsize(dtype) == 1 and (op != "fwd" or dtype not in FP8_FORMATS):
-    return []
-  if op == "drhs":
+  if itemsize(dtype) == 1 and (dtype not in FP8_FORMATS or (op != "fwd" and dtype not in quant.TRAINING_FORMATS)):
+    return []  # 8-bit dlhs and drhs: fp8 training's format only
+  if op == "drhs" and itemsize(dtype) == 1:
+    axes = tuple((v,) for v in FP8_DRHS_TILE)
+  elif op == "drhs":
     axes = (SPACE_TGMM_BLOCK_M, SPACE_BLOCK_N, SPACE_TGMM_BLOCK_K)
   else:
     fp8_k = (FP8_BLOCK_K, FP8_PAIR_K) if scheme(dtype) == "block128" else (FP8_BLOCK_K,)
