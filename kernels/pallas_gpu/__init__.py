@@ -33,6 +33,27 @@ def grad_rhs(lhs, dout, group_sizes, *, config, transpose_rhs=False, **kw):
   return importlib.import_module("kernels.pallas_gpu.tgmm").tgmm(lhs, dout, group_sizes, config=config, **kw)
 
 
+def grad_rhs_quantized(
+  a_t, b_t, a_scale, b_scale, first, count, *, config, out_dtype, transpose_rhs=False, interpret=False, **kw
+):
+  # As grad_rhs: the config is in the [g,k,n] frame; with transpose_rhs the output is [g,n,k].
+  if transpose_rhs:
+    a_t, b_t, a_scale, b_scale = b_t, a_t, b_scale, a_scale
+    config = dataclasses.replace(config, block_k=config.block_n, block_n=config.block_k)
+  tgmm = importlib.import_module("kernels.pallas_gpu.tgmm")
+  return tgmm.tgmm_quantized(
+    a_t, b_t, a_scale, b_scale, first, count, config=config, out_dtype=out_dtype, interpret=interpret, **kw
+  )
+
+
+def quantize_rows(x, dtype):
+  return importlib.import_module("kernels.pallas_gpu.quantize").quantize_rows(x, dtype)
+
+
+def quantize_tokens(x, blocks, dtype):
+  return importlib.import_module("kernels.pallas_gpu.quantize").quantize_token_blocks(x, blocks, dtype)
+
+
 def unavailable() -> str:
   if importlib.util.find_spec(TRITON_MODULE) is None:
     return f"jax {jax.__version__} has no Pallas Triton ({TRITON_MODULE}); Mosaic GPU replaces it"
@@ -45,6 +66,9 @@ BACKEND = Backend(
   name="pallas_gpu",
   forward=forward,
   grad_rhs=grad_rhs,
+  grad_rhs_quantized=grad_rhs_quantized,
+  quantize_rows=quantize_rows,
+  quantize_tokens=quantize_tokens,
   config_type=TritonConfig,
   dtypes=("bfloat16", "float16", "float32", "float8_e4m3fn:channelwise", "float8_e4m3fn:block128"),
   platforms=("gpu", "cuda", "rocm"),

@@ -85,23 +85,64 @@ class TritonConfig:
     `op`: one [block_m, block_k] lhs tile and one [block_k, block_n] rhs tile per stage
     (drhs: [block_m, block_k] of lhs and [block_m, block_n] of dout). Matches what
     Triton 3.8 allocates for sm_90a wgmma kernels; mma.sync kernels use a stage less."""
-    rows, contraction, cols = op_dims(op, m, k, n)
-    c = self.clamped(rows, contraction, cols)
+    c = self.clamped(*dims(op, dtype, m, k, n))
     second = c.block_m * c.block_n if op == "drhs" else c.block_k * c.block_n
     return (c.block_m * c.block_k + second) * itemsize(dtype) * max(1, c.num_stages)
 
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
     """Whether this config can launch for the forward problem (m, k, n) as `op` on a
     device of this kind (by its shared memory per block; see common.gpu_smem_limit), and,
-    for a quantized format, carry its scales (fwd only; quant.tile_violation)."""
+    for a quantized format, carry its scales (fwd, and dlhs of a training format, which is
+    the forward kernel: quant.tile_violation; drhs of a training format: token_step_violation,
+    steps of TOKEN_STEP_MIN or more, and at most FP8_DRHS_ACC accumulator values a thread)."""
     if scheme(dtype):
-      c = self.clamped(m, k, n)
-      if op != "fwd" or quant.tile_violation(dtype, c.block_k, c.block_n):
+      if not quantized_op(op, dtype):
+        return False
+      c = self.clamped(*dims(op, dtype, m, k, n))
+      if op == "drhs":
+        if token_step_violation(c.block_m) or c.block_m < TOKEN_STEP_MIN:
+          return False
+        if c.block_k * c.block_n > FP8_DRHS_ACC * 32 * c.num_warps:
+          return False
+      elif quant.tile_violation(dtype, c.block_k, c.block_n):
         return False
     return self.smem_bytes(op, dtype, m, k, n) <= gpu_smem_limit(device_kind)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+
+def dims(op: str, dtype: str, m: int, k: int, n: int) -> tuple[int, int, int]:
+  """common.op_dims, but fp8 drhs steps over quant.token_blocks' padded token axis: at least
+  one 128-token block, whatever m (tgmm_quantized clamps block_m to it)."""
+  rows, contraction, cols = op_dims(op, m, k, n)
+  if op == "drhs" and scheme(dtype):
+    rows = max(rows, quant.BLOCK)
+  return rows, contraction, cols
+
+
+def quantized_op(op: str, dtype: str) -> bool:
+  """Whether this backend computes `op` on operands of the quantized format `dtype`: the
+  forward of any (gmm.py); dlhs (the forward kernel over transposed weights) and drhs
+  (tgmm.tgmm_quantized) of a training format."""
+  return op == "fwd" or dtype in quant.TRAINING_FORMATS
+
+
+def token_step_violation(block_m: int) -> str:
+  """Why block_m cannot step tgmm_quantized over its 128-token scale blocks, or "": a step
+  must lie within one block (one scale a column) and whole steps fill a block."""
+  if quant.BLOCK % block_m:
+    return f"fp8 drhs steps over {quant.BLOCK}-token scale blocks: block_m must divide {quant.BLOCK}, got {block_m}"
+  return ""
+
+
+# The shallowest fp8 drhs step a search or LUT takes: 16-deep ones build, but fall off fp8
+# tcgen05 to f16 mma.sync on sm_100a (deviceless, jax 0.10.2).
+TOKEN_STEP_MIN = 32
+# f32 accumulator values a thread of fp8 drhs holds (block_k * block_n / threads), each with
+# its step's product beside it: 128x128 tiles on 4 warps (128 a thread) and 128x256 on 8
+# spilled ~300 B a thread; 128x128 on 8 warps (64) did not (deviceless sm_90a and sm_100a).
+FP8_DRHS_ACC = 64
 
 
 # --- defaults -----------------------------------------------------------------------------
@@ -122,7 +163,13 @@ _DEFAULTS = {
 
 def _default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int, family: str) -> TritonConfig:
   base = _DEFAULTS[family]["tgmm" if op == "drhs" else "gmm"]
-  if scheme(dtype):
+  if scheme(dtype) and op == "drhs":
+    # fp8 training's drhs (tgmm_quantized): 128-token steps, one promotion a scale block.
+    # Deviceless for sm_90a (f16 mma.sync, as the forward) and sm_100a (fp8 tcgen05), jax 0.10.2:
+    # 128x128 tiles on 8 warps compile with no spill (218 and 230 registers); on 4 warps, or
+    # 128x256 on 8, they spill ~300 B a thread.
+    base = dataclasses.replace(base, block_m=quant.BLOCK, block_k=128, block_n=128, num_warps=8, num_stages=3)
+  elif scheme(dtype):
     # fp8 dots lower to mma.sync, not wgmma: jax's Triton lowering leaves the dot's
     # max_num_imprecise_acc at 0, and Triton keeps fp8 with full f32 accumulation off MMAv3.
     # mma.sync's fragments cost registers: on sm_90a 128x128 tiles on 8 warps compile with no
@@ -156,7 +203,7 @@ def _default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int
 
 
 def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None) -> TritonConfig:
-  rows, contraction, cols = op_dims(op, m, k, n)
+  rows, contraction, cols = dims(op, dtype, m, k, n)
   cfg = _default(op, dtype, rows, contraction, cols, g, gpu_family(device_kind))
   return cfg.clamped(rows, contraction, cols)
 
@@ -206,9 +253,9 @@ def worth_timing(cfg: TritonConfig, out_rows: int, out_cols: int) -> bool:
 
 
 def space(op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None) -> list[TritonConfig]:
-  rows, contraction, cols = op_dims(op, m, k, n)
-  if scheme(dtype) and op != "fwd":
-    return []  # quantized operands are forward only
+  rows, contraction, cols = dims(op, dtype, m, k, n)
+  if scheme(dtype) and not quantized_op(op, dtype):
+    return []  # quantized operands: the forward, and drhs of a training format
   if op == "drhs":
     grid = itertools.product(
       SPACE_TGMM_BLOCK_M,
