@@ -24,7 +24,8 @@ import numpy as np
 from kernels import lut as lut_mod
 from kernels import quant, registry, target
 from kernels.backend import KernelConfig
-from kernels.common import OPS, QUANT_DTYPES
+from kernels.common import OPS, QUANT_DTYPES, element_dtype
+from kernels.common import scheme as common_scheme
 
 logger = logging.getLogger("kernels")
 
@@ -259,13 +260,16 @@ def resolve(
   return out
 
 
-def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend: str = "auto") -> dict[str, Choice]:
+def explain(
+  lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend: str = "auto", quantize: str | None = None
+) -> dict[str, Choice]:
   """What `ragged_dot(lhs, rhs, group_sizes, transpose_rhs=..., backend=...)` would run with
   config=None: per op ("fwd", "dlhs", "drhs"), the backend, the config and its source.
 
   lhs_shape (m, k); rhs_shape (g, k, n), or (g, n, k) with transpose_rhs; dtype the
   operands' dtype, or their quantized format ('float8_e4m3fn:block128', see kernels.quant),
-  which runs "fwd" alone. Uses the active LUT, as ragged_dot does.
+  which runs "fwd" alone; with quantize (a training format, ragged_dot's quantize=), the
+  three ops of that format. Uses the active LUT, as ragged_dot does.
   """
   lhs_shape, rhs_shape = tuple(lhs_shape), tuple(rhs_shape)
   if len(lhs_shape) != 2 or len(rhs_shape) != 3:
@@ -280,12 +284,23 @@ def explain(lhs_shape, rhs_shape, dtype, *, transpose_rhs: bool = False, backend
       f"contraction mismatch: lhs_shape {lhs_shape} vs rhs_shape {rhs_shape} (transpose_rhs={transpose_rhs})"
     )
   name = lut_mod.canonical_dtype(dtype)
+  if quantize is not None:
+    name = quant.check_training_format(quantize)
   if _check_backend(backend) != "auto":
     registry.check_dtype(backend, name, name, name)
-  choices = resolve(None, backend, m, k, n, g, name, ops=("fwd",) if ":" in name else OPS)
+  choices = resolve(None, backend, m, k, n, g, name, ops=OPS if quantize or ":" not in name else ("fwd",))
   for c in choices.values():
     registry.check_dtype(c.backend, name, name, name)
+  if quantize is not None:
+    _check_trains(choices["drhs"].backend, name)
   return choices
+
+
+def _check_trains(backend: str, fmt: str) -> None:
+  """TypeError unless `backend` computes fmt's weight gradient."""
+  if registry.get(backend).grad_rhs_quantized is None:
+    able = [b for b in registry.NAMES if registry.get(b).grad_rhs_quantized is not None]
+    raise TypeError(f"backend {backend!r} runs {fmt} forward only; its weight gradient runs on {able}")
 
 
 _logged: set = set()
@@ -507,6 +522,8 @@ def ragged_dot(
   group_offset=None,
   lhs_scale=None,
   rhs_scale=None,
+  quantize: str | None = None,
+  rhs_quantized=None,
   backend: str = "auto",
   config: KernelConfig | Mapping[str, Any] | None = None,
   interpret: bool | None = None,
@@ -533,10 +550,42 @@ def ragged_dot(
     and per expert column, or [m, ceil(k/128)] and [g, ceil(k/128), ceil(n/128)] per 1x128
     and 128x128 block, in the [g, k, n] frame also with transpose_rhs. The result is that
     of the dequantized operands, in bfloat16 unless preferred_element_type says otherwise.
-    Forward only: differentiating it raises (train in bfloat16).
+    Forward only: differentiating it raises (use quantize= to train).
+  quantize: a training format (kernels.quant.TRAINING_FORMATS, "float8_e4m3fn:block128"):
+    lhs and rhs in a float dtype are quantized on each call as DeepSeek-V3 trains (1x128
+    activation blocks, 128x128 weight blocks), and the forward and both gradients run on fp8
+    kernels (dlhs: dout in 1x128 blocks times the weights' blocks transposed; drhs: lhs and
+    dout in 128-token blocks per group, kernels.quant.token_blocks). Differentiable in lhs and
+    rhs; the result is in lhs's dtype unless preferred_element_type says otherwise. With rhs
+    already quantized (float8_e4m3fn values and rhs_scale, as a checkpoint ships them) only
+    lhs is quantized, and the weights are constants: their cotangents are zeros and no drhs
+    runs (frozen fp8 experts, e.g. under adapters).
+  rhs_quantized: with quantize=, rhs quantized by kernels.quant.training_weights (values,
+    scales, and the values in the other layout), made once per optimizer step: fwd and dlhs
+    read it instead of quantizing rhs on every call (about 3 bytes moved a weight), and the
+    gradient still goes to rhs.
   """
   _check_shapes(lhs, rhs, group_sizes, transpose_rhs, group_offset)
   _check_backend(backend)
+  if quantize is not None:
+    return _trained(
+      lhs,
+      rhs,
+      group_sizes,
+      lhs_scale,
+      rhs_scale,
+      fmt=quantize,
+      precision=precision,
+      out_dtype=preferred_element_type,
+      transpose_rhs=transpose_rhs,
+      group_offset=group_offset,
+      backend=backend,
+      config=config,
+      interpret=interpret,
+      rhs_quantized=rhs_quantized,
+    )
+  if rhs_quantized is not None:
+    raise ValueError("rhs_quantized is fp8 training's copy of the weights: pass quantize= too")
   if lhs_scale is not None or rhs_scale is not None:
     return _quantized(
       lhs,
@@ -702,3 +751,289 @@ def _quantized(
       rhs_scale.astype(jnp.float32),
       plan,
     )
+
+
+# --- fp8 training (quantize=): the three matmuls of DeepSeek-V3's recipe -------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainPlan:
+  fmt: str
+  backends: tuple[str, ...]  # per op of `ops`
+  configs: tuple[KernelConfig | None, ...]
+  interpret: tuple[Any, ...]
+  ops: tuple[str, ...]  # OPS; frozen weights: fwd and dlhs
+  transpose_rhs: bool
+  out_dtype: str
+  grad_dtype: str  # dlhs's kernel output: lhs's dtype, or f32
+  rhs_dtype: str  # rhs's, its cotangent's (drhs's kernel outputs _kernel_out of it)
+  has_offset: bool
+  frozen: bool
+  cached: bool  # rhs_quantized: fwd and dlhs read the caller's fp8 copy of rhs
+  vma: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+  def of(self, op: str, group_offset) -> dict[str, Any]:
+    """train_op's keywords for `op`, but its operands and out_dtype."""
+    i = self.ops.index(op)
+    return dict(
+      fmt=self.fmt,
+      backend=self.backends[i],
+      config=self.configs[i],
+      interpret=self.interpret[i],
+      transpose_rhs=self.transpose_rhs,
+      group_offset=group_offset if self.has_offset else None,
+    )
+
+
+def train_op(
+  op: str,
+  a,
+  b,
+  group_sizes,
+  *,
+  fmt: str,
+  backend: str,
+  config=None,
+  out_dtype,
+  transpose_rhs: bool = False,
+  group_offset=None,
+  interpret=False,
+  rhs_scale=None,
+  rhs_other=None,
+  num_groups: int | None = None,
+):
+  """One op of fp8 training (ragged_dot's quantize=) on float operands, quantized by the
+  format's recipe, then run on `backend`: "fwd" a = lhs [m,k], b = rhs [g,k,n] ([g,n,k] with
+  transpose_rhs) -> [m,n]; "dlhs" a = dout [m,n], b = rhs -> [m,k]; "drhs" a = lhs, b = dout
+  -> [g,k,n] ([g,n,k]) for num_groups groups from group_offset (default: all of group_sizes).
+  rhs may come quantized, with its rhs_scale ([g,k,n] frame; fwd and dlhs), and rhs_other, its
+  values in the other layout, which a backend that reads fp8 weights k-major takes instead of
+  copying them (quant.training_weights). config None: the
+  active LUT's, else the backend's default. The custom_vjp runs these, and a sweep times and
+  checks them."""
+  dtype = element_dtype(quant.check_training_format(fmt))
+  if config is None and registry.get(backend).config_type is not None:  # the LUT's, else the default
+    rows, cols = a.shape[0], b.shape[1] if op == "drhs" else (b.shape[1] if transpose_rhs else b.shape[2])
+    g = (num_groups or group_sizes.shape[0]) if op == "drhs" else b.shape[0]
+    k = a.shape[1] if op != "dlhs" else (b.shape[2] if transpose_rhs else b.shape[1])
+    n = cols if op != "dlhs" else a.shape[1]
+    config = resolve(None, backend, rows, k, n, g, fmt, ops=(op,))[op].config
+  kw = dict(backend=backend, config=config, interpret=interpret)
+  rows_pass, tokens_pass = _activation_passes(backend, interpret)
+  if op == "drhs":
+    m = a.shape[0]
+    g = group_sizes.shape[0] if num_groups is None else num_groups
+    # lhs and dout in 128-token blocks of one group each (quant.token_blocks); the token axis
+    # holds the local groups only, so group_offset is spent here.
+    blocks = quant.token_blocks(group_sizes, m, group_offset, g)
+    a_t, a_s = tokens_pass(a, blocks, dtype)
+    b_t, b_s = tokens_pass(b, blocks, dtype)
+    grad = registry.get(kw.pop("backend")).grad_rhs_quantized
+    return grad(a_t, b_t, a_s, b_s, blocks.first, blocks.count, out_dtype=out_dtype, transpose_rhs=transpose_rhs, **kw)
+  if rhs_scale is None:
+    b, rhs_scale, rhs_other = quant.training_weights(
+      b, dtype, transpose_rhs=transpose_rhs, both_layouts=registry.get(backend).k_major_fp8
+    )
+  # a in 1x128 blocks along its contraction; dlhs reads the weights' 128x128 blocks transposed,
+  # as they are (no requantization).
+  aq, a_s = rows_pass(a, dtype)
+  rs, kernel_t = (rhs_scale, transpose_rhs) if op == "fwd" else (rhs_scale.swapaxes(1, 2), not transpose_rhs)
+  if registry.get(backend).k_major_fp8 and not kernel_t and rhs_other is not None:
+    b, kernel_t = rhs_other, True
+  return forward(
+    aq,
+    b,
+    group_sizes,
+    lhs_scale=a_s,
+    rhs_scale=rs,
+    out_dtype=out_dtype,
+    transpose_rhs=kernel_t,
+    group_offset=group_offset,
+    precision=None,
+    **kw,
+  )
+
+
+def _activation_passes(backend: str, interpret):
+  """(rows, tokens): fp8 training's activation quantizers. A kernel backend compiled for a
+  device with single-pass ones (registry.activation_quantizer) runs those; XLA's path, and
+  anything interpreted, runs kernels.quant's XLA passes. Both give the same values."""
+  dev = target.current()
+  fused = (
+    None
+    if interpret or not registry.get(backend).own_kernels
+    else registry.activation_quantizer(dev.platform, dev.device_kind)
+  )
+  if fused is None:
+    return (lambda x, dtype: quant.quantize(x, dtype, (1, quant.BLOCK))), quant.quantize_tokens
+  return fused.quantize_rows, fused.quantize_tokens
+
+
+def _train_forward(lhs, rhs, group_sizes, group_offset, rhs_scale, cached, plan: _TrainPlan):
+  if plan.frozen:
+    rq, rs, other = rhs, rhs_scale, None
+  elif cached is not None:  # the caller's fp8 copy of rhs (rhs_quantized)
+    rq, rs, other = quant.TrainingWeights(*cached)
+  else:  # quantized once, for the forward and the backward's dlhs, in the layouts they read
+    k_major = any(registry.get(plan.backends[plan.ops.index(op)]).k_major_fp8 for op in ("fwd", "dlhs"))
+    rq, rs, other = quant.training_weights(
+      rhs, element_dtype(plan.fmt), transpose_rhs=plan.transpose_rhs, both_layouts=k_major
+    )
+  kw = plan.of("fwd", group_offset)
+  out = train_op("fwd", lhs, rq, group_sizes, rhs_scale=rs, rhs_other=other, out_dtype=plan.out_dtype, **kw)
+  return out, (lhs, rq, rs, other, group_sizes, group_offset)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _train_call(lhs, rhs, group_sizes, group_offset, rhs_scale, cached, plan: _TrainPlan):
+  return _train_forward(lhs, rhs, group_sizes, group_offset, rhs_scale, cached, plan)[0]
+
+
+def _train_bwd(plan: _TrainPlan, residuals, dout):
+  with _scope():
+    return _train_backward(plan, residuals, dout)
+
+
+def _train_backward(plan: _TrainPlan, residuals, dout):
+  lhs, rq, rs, other, group_sizes, group_offset = residuals
+  m, k = lhs.shape
+  g = rq.shape[0]
+  n = rq.shape[1] if plan.transpose_rhs else rq.shape[2]
+  given = group_offset if plan.has_offset else None
+  group_sizes, offset = _observed("bwd", (m, k, n, g), plan.fmt, plan, group_sizes, given)
+  group_offset = offset if plan.has_offset else group_offset
+  dlhs = train_op(
+    "dlhs",
+    dout,
+    rq,
+    group_sizes,
+    rhs_scale=rs,
+    rhs_other=other,
+    out_dtype=plan.grad_dtype,
+    **plan.of("dlhs", group_offset),
+  )
+  dlhs = _summed_over(dlhs, plan.vma[0]).astype(lhs.dtype)
+  if plan.frozen:
+    return dlhs, jnp.zeros_like(rq), None, None, jnp.zeros_like(rs), None
+  # rhs_quantized's copy is a constant: the gradient goes to rhs, whose values it stands for.
+  cached_ct = None if not plan.cached else jax.tree.map(jnp.zeros_like, quant.TrainingWeights(rq, rs, other))
+  drhs = train_op(
+    "drhs", lhs, dout, group_sizes, num_groups=g, out_dtype=_kernel_out(plan.rhs_dtype), **plan.of("drhs", group_offset)
+  )
+  return dlhs, _summed_over(drhs, plan.vma[1]).astype(plan.rhs_dtype), None, None, None, cached_ct
+
+
+_train_call.defvjp(_train_forward, _train_bwd)
+
+
+def _kernel_out(dtype) -> str:
+  """A gradient kernel's output dtype for an operand of `dtype`: its own, or float32."""
+  name = jnp.dtype(dtype).name
+  return name if name in quant.OUTPUT_ROUNDOFF else "float32"
+
+
+def _float_operand(name: str, x) -> None:
+  if not jnp.issubdtype(x.dtype, jnp.floating) or jnp.dtype(x.dtype).name in QUANT_DTYPES:
+    raise TypeError(f"quantize= takes {name} in a float dtype (bfloat16, float16 or float32), got {x.dtype}")
+
+
+def _check_rhs_quantized(rhs_quantized, rhs, frozen: bool, fmt: str, transpose_rhs: bool, k: int, n: int):
+  """rhs_quantized as a quant.TrainingWeights with float32 scales, or a clear error."""
+  if frozen:
+    raise ValueError("rhs_quantized is the fp8 copy of float weights; with rhs_scale, rhs is already quantized")
+  if not isinstance(rhs_quantized, (tuple, list)) or len(rhs_quantized) not in (2, 3):
+    raise TypeError("rhs_quantized must be (values, scales[, other]), as kernels.quant.training_weights returns it")
+  values, scales, other = quant.TrainingWeights(*rhs_quantized)
+  values, scales = jnp.asarray(values), jnp.asarray(scales)
+  want = quant.scale_shapes(common_scheme(fmt), 1, k, n, rhs.shape[0])[1]
+  other_ok = other is None or (other.dtype == values.dtype and other.shape == values.shape[:1] + values.shape[:0:-1])
+  if (
+    jnp.dtype(values.dtype).name != element_dtype(fmt)
+    or values.shape != rhs.shape
+    or scales.shape != want
+    or not other_ok
+  ):
+    raise TypeError(
+      f"rhs_quantized takes {element_dtype(fmt)} values of rhs's shape {list(rhs.shape)}, scales {list(want)} "
+      f"and optionally the values in the other layout (quant.training_weights(rhs, {element_dtype(fmt)!r}, "
+      f"transpose_rhs={transpose_rhs})), got {values.dtype} {list(values.shape)} and {list(scales.shape)}"
+    )
+  return quant.TrainingWeights(values, scales.astype(jnp.float32), other)
+
+
+def _trained(
+  lhs,
+  rhs,
+  group_sizes,
+  lhs_scale,
+  rhs_scale,
+  *,
+  fmt,
+  precision,
+  out_dtype,
+  transpose_rhs,
+  group_offset,
+  backend,
+  config,
+  interpret,
+  rhs_quantized=None,
+):
+  del precision  # the format sets it
+  fmt = quant.check_training_format(fmt)
+  dtype = element_dtype(fmt)
+  if lhs_scale is not None:
+    raise ValueError("quantize= quantizes lhs itself: pass lhs in a float dtype, without lhs_scale")
+  _float_operand("lhs", lhs)
+  m, k = lhs.shape
+  g = rhs.shape[0]
+  n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
+  frozen = rhs_scale is not None
+  if frozen:
+    rhs_scale = jnp.asarray(rhs_scale)
+    want = quant.scale_shapes(common_scheme(fmt), m, k, n, g)[1]
+    if jnp.dtype(rhs.dtype).name != dtype or tuple(rhs_scale.shape) != want:
+      raise TypeError(
+        f"quantize={fmt!r} with rhs_scale takes rhs as {dtype} values and rhs_scale {list(want)} (the [g,k,n] "
+        f"frame), got rhs {rhs.dtype} and rhs_scale {list(rhs_scale.shape)}"
+      )
+    rhs_scale = rhs_scale.astype(jnp.float32)
+  else:
+    _float_operand("rhs", rhs)
+  if rhs_quantized is not None:
+    rhs_quantized = _check_rhs_quantized(rhs_quantized, rhs, frozen, fmt, transpose_rhs, k, n)
+  out_dtype = jnp.dtype(out_dtype or lhs.dtype)
+  if out_dtype.name not in quant.OUTPUT_ROUNDOFF:
+    raise TypeError(f"quantized ragged_dot outputs one of {tuple(quant.OUTPUT_ROUNDOFF)}, got {out_dtype.name}")
+  ops = OPS[:2] if frozen else OPS
+  choices = resolve(config, backend, m, k, n, g, fmt, ops=ops)
+  _log_choices(choices, m, k, n, g, fmt)
+  _log_misses(choices, m, k, n, g, fmt)
+  names = tuple(choices[op].backend for op in ops)
+  for op, name in zip(ops, names):
+    registry.check_dtype(name, dtype, dtype, fmt)
+    if op == "drhs":
+      _check_trains(name, fmt)
+  modes = tuple(default_interpret(name) if interpret is None else interpret for name in names)
+  dev = target.current()
+  for name, mode in zip(names, modes):
+    if not mode:
+      registry.check_device(name, dev.platform, dev.device_kind)
+  plan = _TrainPlan(
+    fmt,
+    names,
+    tuple(choices[op].config for op in ops),
+    modes,
+    ops,
+    bool(transpose_rhs),
+    out_dtype.name,
+    _kernel_out(lhs.dtype),
+    jnp.dtype(rhs.dtype).name,
+    group_offset is not None,
+    frozen,
+    rhs_quantized is not None,
+    (_vma(lhs), _vma(rhs)),
+  )
+  with _scope():
+    group_sizes, group_offset = _observed("fwd", (m, k, n, g), fmt, plan, group_sizes, group_offset)
+    offset = jnp.zeros((), jnp.int32) if group_offset is None else jnp.asarray(group_offset, jnp.int32)
+    return _train_call(lhs, rhs, group_sizes.astype(jnp.int32), offset, rhs_scale, rhs_quantized, plan)
