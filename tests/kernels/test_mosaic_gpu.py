@@ -418,7 +418,15 @@ def test_fp8_block128_config_rules():
   assert kernels.MosaicConfig(128, 256, 128).valid_for("fwd", fmt) is None
   for cfg in (kernels.MosaicConfig(256, 128, 128), kernels.MosaicConfig(256, 256, 128)):
     assert "64x256 or 64x128 or 64x64 consumer tiles" in cfg.valid_for("fwd", fmt)
-  assert "forward only" in kernels.MosaicConfig(128, 128, 128).valid_for("dlhs", fmt)
+  # fp8 training: dlhs is the forward's kernel and rule; drhs one tile (FP8_DRHS_TILE)
+  assert kernels.MosaicConfig(128, 128, 128).valid_for("dlhs", fmt) is None
+  assert "block scales only" in kernels.MosaicConfig(128, 256, 128).valid_for("dlhs", "float8_e4m3fn:channelwise")
+  assert kernels.MosaicConfig(128, 128, 128).valid_for("drhs", fmt) is None
+  assert "(128, 128, 128)" in kernels.MosaicConfig(64, 128, 128).valid_for("drhs", fmt)
+  assert "block scales only" in kernels.MosaicConfig(128, 128, 128).valid_for("drhs", "float8_e4m3fn:channelwise")
+  drhs = backend.space("drhs", fmt, 8192, 7168, 2048, H100)
+  assert drhs and all(c.fits("drhs", fmt, 8192, 7168, 2048, H100) for c in drhs)
+  assert backend.default("drhs", fmt, 8192, 7168, 2048, 8, H100).fits("drhs", fmt, 8192, 7168, 2048, H100)
   assert "at most 64x128" in kernels.MosaicConfig(128, 256, 256).valid_for("fwd", fmt)
   assert "block_k = 128" in kernels.MosaicConfig(128, 128, 256).valid_for("fwd", "float8_e4m3fn:channelwise")
   for cfg in (
@@ -444,7 +452,7 @@ def test_fp8_block128_config_rules():
   small = backend.default("fwd", fmt, 131072, 7168, 2048, 256, None)
   assert small.block_k == 128 and small.fits("fwd", fmt, 131072, 7168, 2048, None)
   assert all(c.fits("fwd", fmt, 131072, 7168, 2048, H100) for c in space)
-  assert backend.space("dlhs", fmt, 131072, 7168, 2048, H100) == []
+  assert backend.space("dlhs", "float8_e4m3fn:channelwise", 131072, 7168, 2048, H100) == []
   # A stage carries its [block_k / 128, block_m] f32 row scales beside the operands.
   cfg = kernels.MosaicConfig(128, 128, 128, 5)
   assert cfg.smem_bytes("fwd", fmt, 1, 1, 1) - cfg.smem_bytes("fwd", "float8_e4m3fn:channelwise", 1, 1, 1) == (

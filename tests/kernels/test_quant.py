@@ -122,8 +122,11 @@ def test_triton_config_rules_for_scales():
   assert cfg.fits("fwd", "float8_e4m3fn:channelwise", 8192, 4096, 14336, H100)
   assert not cfg.fits("dlhs", "float8_e4m3fn:channelwise", 8192, 4096, 14336, H100)  # forward only
   b = registry.get("pallas_gpu")
+  assert b.space("dlhs", "float8_e4m3fn:channelwise", 8192, 4096, 14336, H100) == []
+  # the training format's dlhs is the forward kernel over transposed weights: the forward's rule
+  dlhs = b.space("dlhs", "float8_e4m3fn:block128", 8192, 4096, 14336, H100)
+  assert dlhs and all(not quant.tile_violation("float8_e4m3fn:block128", c.block_k, c.block_n) for c in dlhs)
   for fmt in FP8:
-    assert b.space("dlhs", fmt, 8192, 4096, 14336, H100) == []
     space = b.space("fwd", fmt, 8192, 4096, 14336, H100)
     assert space and all(c.fits("fwd", fmt, 8192, 4096, 14336, H100) for c in space)
     assert (
@@ -238,10 +241,11 @@ def test_kernel_refuses_a_tile_its_scales_cannot_follow():
 
 
 def test_a_lut_refuses_a_quantized_gradient_entry():
+  """Gradient entries only for a training format (fp8 block128), not for a serving one."""
   entry = {
     "op": "dlhs",
     "backend": "xla",
-    "dtype": "float8_e4m3fn:block128",
+    "dtype": "float8_e4m3fn:channelwise",
     "m": 8,
     "k": 8,
     "n": 8,
@@ -251,6 +255,8 @@ def test_a_lut_refuses_a_quantized_gradient_entry():
   data = {"schema": kernels.lut.SCHEMA, "schema_version": kernels.lut.SCHEMA_VERSION, "device_kind": "cpu"}
   with pytest.raises(kernels.LutError, match="forward only"):
     kernels.Lut.from_dict({**data, "entries": [entry]})
+  trained = {**entry, "dtype": "float8_e4m3fn:block128"}
+  assert kernels.Lut.from_dict({**data, "entries": [trained]}).entries()[0].op == "dlhs"
 
 
 def test_a_lut_entry_is_keyed_by_format():
