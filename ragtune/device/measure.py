@@ -23,11 +23,11 @@ import numpy as np
 
 from kernels import quant, registry
 from kernels.common import element_dtype, itemsize, scheme
-from kernels.ragged_dot import forward, grad_lhs, grad_rhs
+from kernels.ragged_dot import forward, grad_lhs, grad_rhs, train_op
 from ragtune.device import reference as lax_reference
 from ragtune.device.numerics import TOLERANCE, NumericsResult, compare
 from ragtune.problems import limits
-from ragtune.problems.shapes import Problem
+from ragtune.problems.shapes import Problem, trained
 
 OpBuilder = Callable[[Problem, str, Any, bool], Callable[..., jax.Array]]
 
@@ -83,12 +83,15 @@ def _draw(
 def make_inputs(p: Problem, group_sizes=None, salt: str = "inputs") -> dict[str, jax.Array]:
   """Fresh random lhs, rhs, dout (never zeros), scaled so outputs stay O(1), drawn on the
   device in their own dtype a slice at a time (_draw): the same values for the same problem
-  and salt. A quantized format's operands come quantized, with their scales (quantized_inputs)."""
+  and salt. A quantized format's operands come quantized, with their scales (quantized_inputs);
+  a training format's dlhs and drhs take float ones (trained_inputs)."""
   key = jax.random.key(_seed(p, salt))
   keys = jax.random.split(key, 3)
   gs = np.asarray(p.group_sizes if group_sizes is None else group_sizes, np.int32)
   specs = draws(p)
   drawn = dict(zip(specs, _draw_all(keys[: len(specs)], tuple(specs.values()), DRAW_CHUNK)))
+  if trained(p.op, p.dtype):
+    return trained_inputs(p, drawn, keys[2], gs)
   if scheme(p.dtype):
     return quantized_inputs(p, drawn, keys[2], gs)
   return {**drawn, "group_sizes": jnp.asarray(gs)}
@@ -98,6 +101,13 @@ def draws(p: Problem) -> dict[str, tuple]:
   """The operands make_inputs draws: name -> _draw's arguments after the key. rhs is divided
   by sqrt(k), so the outputs' size does not grow with k."""
   rhs = (p.g, p.k, p.n)
+  if trained(p.op, p.dtype):  # the two operands of the op, in a model's float dtype
+    drawn = {
+      "lhs": ((p.m, p.k), TRAINED_DTYPE, 1.0, None, False),
+      "rhs": (rhs, TRAINED_DTYPE, float(np.sqrt(p.k)), None, False),
+      "dout": ((p.m, p.n), TRAINED_DTYPE, 1.0, None, False),
+    }
+    return {name: drawn[name] for name in (("dout", "rhs") if p.op == "dlhs" else ("lhs", "dout"))}
   if scheme(p.dtype):
     dtype, (lhs_block, rhs_block) = element_dtype(p.dtype), quant.operand_blocks(p.dtype)
     return {
@@ -137,11 +147,35 @@ def quantized_inputs(p: Problem, drawn: dict, key, gs: np.ndarray) -> dict[str, 
   }
 
 
+# A training format's dlhs and drhs take float operands, as a model trains in; ragged_dot's
+# quantize= quantizes them on each call (kernels.ragged_dot.train_op), weights [g, k, n].
+TRAINED_DTYPE = "bfloat16"
+
+
+def trained_inputs(p: Problem, drawn: dict, key, gs: np.ndarray) -> dict[str, jax.Array]:
+  """Float operands of a training format's dlhs or drhs, each row (and each group's weights)
+  times 2^v (v in [-3, 3]; weights 2^u, u in [-6, 6]): block scales that differ by row, token
+  block and expert, so a kernel that reads another block's scale is caught. Powers of two
+  are exact in bfloat16."""
+  ku, kv, kw = jax.random.split(key, 3)
+  spread = {
+    "lhs": jax.random.randint(kv, (p.m, 1), -3, 4),
+    "dout": jax.random.randint(kw, (p.m, 1), -3, 4),
+    "rhs": jax.random.randint(ku, (p.g, 1, 1), -6, 7),
+  }
+  out = {name: (a * jnp.exp2(spread[name].astype(jnp.float32))).astype(a.dtype) for name, a in drawn.items()}
+  if p.op == "dlhs":  # training's dlhs reads the weights the forward quantized (both layouts)
+    out["rhs"], out["rhs_scale"], out["rhs_other"] = quant.training_weights(out["rhs"], element_dtype(p.dtype))
+  return {**out, "group_sizes": jnp.asarray(gs)}
+
+
 def op_args(op: str, x: dict[str, jax.Array]) -> tuple:
   if "lhs_scale" in x:  # quantized operands: forward only
     return (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
   if op == "fwd":
     return (x["lhs"], x["rhs"], x["group_sizes"])
+  if op == "dlhs" and "rhs_scale" in x:  # fp8 training: the forward's quantized weights
+    return (x["dout"], x["rhs"], x["group_sizes"], x["rhs_scale"], x["rhs_other"])
   if op == "dlhs":
     return (x["dout"], x["rhs"], x["group_sizes"])
   return (x["lhs"], x["dout"], x["group_sizes"])
@@ -164,22 +198,77 @@ def _bound(squares, gamma):
   return gamma * jnp.sqrt(squares)
 
 
-def reference(op: str, x: dict[str, jax.Array], out_dtype=jnp.bfloat16) -> Expected:
+def reference(op: str, x: dict[str, jax.Array], out_dtype=jnp.bfloat16, fmt: str = "") -> Expected:
   """jax.lax.ragged_dot (or its vjp) in float32 at HIGHEST precision, on the device; for
   quantized operands that of the dequantized operands (kernels.quant.reference), with the
-  bound of kernels.quant.tolerance for an output in out_dtype. Computed group by group
-  (kernels.reference), so its memory is the operands' and its float32 output's, and its FLOPs
-  near the problem's, where lax's own lowering takes g times both; refused
-  (reference.DoesNotFit) where even that needs more than the device's memory."""
+  bound of kernels.quant.tolerance for an output in out_dtype; for a training format's dlhs
+  or drhs (fmt, the problem's format) that of the operands as train_op quantizes them
+  (trained_reference). Computed group by group (kernels.reference), so its memory is the
+  operands' and its float32 output's, and its FLOPs near the problem's, where lax's own
+  lowering takes g times both; refused (reference.DoesNotFit) where even that needs more than
+  the device's memory."""
   memory = limits.device_memory_bytes()
+  if trained(op, fmt):
+    return trained_reference(op, x, fmt, out_dtype, memory)
   if "lhs_scale" in x:
     layout = dict(transpose_rhs=QUANTIZED_RHS_NK)
     fmt = quant.check(x["lhs"], x["rhs"], x["lhs_scale"], x["rhs_scale"], **layout)
-    tol = quant.tolerance(fmt, x["lhs"].shape[1], out_dtype)
     args = (x["lhs"], x["rhs"], x["group_sizes"], x["lhs_scale"], x["rhs_scale"])
     value, squares = lax_reference.quantized(*args, memory=memory, **layout)
-    return Expected(value, _bound(squares, np.float32(tol.gamma)), tol.rtol)
+    return bounded(value, squares, fmt, x["lhs"].shape[1], out_dtype)
   return Expected(lax_reference.ragged_dot(op, x["lhs"], x["rhs"], x["dout"], x["group_sizes"], memory=memory))
+
+
+def bounded(value, squares, fmt: str, contraction, out_dtype) -> Expected:
+  """The rule a quantized result is judged by, elementwise: |out - ref| <= rtol |ref| +
+  gamma e (kernels.quant.tolerance of the contraction's length; e = sqrt(squares), the size
+  of the products each output sums). contraction: one length, or one per group of a drhs
+  (an array that broadcasts over [g, k, n])."""
+  gamma = np.vectorize(lambda c: quant.tolerance(fmt, int(c), out_dtype).gamma, otypes=[np.float32])(contraction)
+  rtol = quant.tolerance(fmt, 1, out_dtype).rtol  # the output's rounding, whatever the length
+  return Expected(value, _bound(squares, gamma), rtol)
+
+
+def trained_reference(op: str, x: dict[str, jax.Array], fmt: str, out_dtype, memory: int | None) -> Expected:
+  """A training format's dlhs or drhs, judged as its forward is: the float32 ragged_dot of the
+  operands quantized as kernels.ragged_dot.train_op quantizes them (the values and scales its
+  kernel gets), dequantized, and the bound of kernels.quant.tolerance over the contraction:
+  n for dlhs (dout in 1x128 blocks along n times the weights' 128x128 blocks, read
+  transposed), a group's 128-token blocks for drhs (lhs and dout in 128x1 blocks per group,
+  quant.token_blocks). A kernel that reads another block's values or scales is off by a share
+  of e far above gamma."""
+  gs = x["group_sizes"]
+  if op == "dlhs":
+    dq, rq, ds, rs = _quantized_dlhs(x["dout"], x["rhs"], x["rhs_scale"], fmt=fmt)
+    value, squares = lax_reference.quantized(dq, rq, gs, ds, rs, transpose_rhs=True, memory=memory)
+    return bounded(value, squares, fmt, x["dout"].shape[1], out_dtype)
+  g, k, n = gs.shape[0], x["lhs"].shape[1], x["dout"].shape[1]
+  count = jax.device_get(quant.token_blocks(gs, x["lhs"].shape[0], None, g).count)
+  a, b = _dequantized_tokens(x["lhs"], x["dout"], gs, fmt=fmt, g=g)
+  value, squares = lax_reference.token_contraction(a, b, count * quant.BLOCK, (g, k, n), memory=memory)
+  return bounded(value, squares, fmt, (count * quant.BLOCK)[:, None, None], out_dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("fmt",))
+def _quantized_dlhs(dout, rq, rs, *, fmt: str):
+  """train_op's dlhs operands: dout in 1x128 blocks along n, and the quantized weights read as
+  [g, n, k] (transpose_rhs), their scales in that frame."""
+  dq, ds = quant.quantize(dout, element_dtype(fmt), (1, quant.BLOCK))
+  return dq, rq, ds, rs.swapaxes(1, 2)
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "g"))
+def _dequantized_tokens(lhs, dout, group_sizes, *, fmt: str, g: int):
+  """train_op's drhs operands in float32, on the padded token axis (quant.token_blocks):
+  lhs [T, k] and dout [T, n], each 128x1 block's values times its scale."""
+  blocks = quant.token_blocks(group_sizes, lhs.shape[0], None, g)
+
+  def dequantized(x):
+    q, s = quant.quantize_tokens(x, blocks, element_dtype(fmt))  # [c, T], [T / 128, c]
+    c, t = q.shape
+    return (q.astype(jnp.float32).reshape(c, t // quant.BLOCK, quant.BLOCK) * s.T[:, :, None]).reshape(c, t).T
+
+  return dequantized(lhs), dequantized(dout)
 
 
 def out_dtype(p: Problem):
@@ -195,6 +284,11 @@ def build_op(p: Problem, backend: str, config, interpret: bool) -> Callable[...,
     out_dtype=out_dtype(p),
     interpret=interpret and registry.get(backend).config_type is not None,
   )
+  if trained(p.op, p.dtype):  # float operands, quantized as fp8 training does
+    kw = dict(fmt=p.dtype, **common)
+    if p.op == "dlhs":
+      return lambda d, b, gs, s, o: train_op("dlhs", d, b, gs, rhs_scale=s, rhs_other=o, **kw)
+    return lambda a, d, gs: train_op("drhs", a, d, gs, num_groups=p.g, **kw)
   if scheme(p.dtype):
     return lambda a, b, gs, ls, rs: forward(
       a, b, gs, lhs_scale=ls, rhs_scale=rs, transpose_rhs=QUANTIZED_RHS_NK, **common
@@ -231,13 +325,17 @@ def flops(p: Problem) -> float:
 def bytes_moved(p: Problem) -> float:
   """The bytes any implementation must move: fwd and dlhs read the weights of the groups
   that hold rows (an empty expert's need not be read); drhs writes every group's gradient."""
-  b = itemsize(p.dtype)  # quantized outputs are wider; their scales are small: a lower bound
+  # quantized outputs are wider; their scales are small: a lower bound. fp8 training's
+  # gradients read their float activations once, to quantize them.
+  b = itemsize(TRAINED_DTYPE if trained(p.op, p.dtype) else p.dtype)
   used = sum(1 for s in p.group_sizes if s > 0)
   io = {
     "fwd": used * p.k * p.n + p.m * p.k + p.m * p.n,
     "dlhs": used * p.k * p.n + p.m * p.n + p.m * p.k,
     "drhs": p.m * p.k + p.m * p.n + p.g * p.k * p.n,
   }[p.op]
+  if trained(p.op, p.dtype) and p.op == "dlhs":  # the weights come quantized (1 byte), the rest float
+    return float(used * p.k * p.n * itemsize(p.dtype) + b * (p.m * p.n + p.m * p.k))
   return float(b * io)
 
 

@@ -11,6 +11,7 @@ ragtune.device.xla_fit). Its float32 output stays on the device, where the check
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from kernels import quant
 from kernels import reference as kref
@@ -59,3 +60,14 @@ def quantized(
   quantized operands, on the device, in one loop."""
   prog = quant.reference_program(lhs, rhs, group_sizes, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
   return _run("quantized", prog, memory)
+
+
+def token_contraction(a, b, sizes, out_shape: tuple[int, int, int], *, memory: int | None = None):
+  """(sum, sum of squares) of a[rows of i]^T b[rows of i] into group i of out_shape [g, k, n],
+  float32 at HIGHEST, group i the next sizes[i] rows of a [T, k] and b [T, n]: fp8 training's
+  drhs of its dequantized token blocks (ragtune.device.measure), the squares error_scale's
+  before its root. Two runs of kernels.reference's drhs loop."""
+  shape = jax.ShapeDtypeStruct(out_shape, jnp.float32)  # the loop reads only its shape
+  value = _run("drhs", kref.ragged_dot_program("drhs", a, shape, b, sizes), memory)
+  squares = _run("drhs", kref.ragged_dot_program("drhs", a * a, shape, b * b, sizes), memory)
+  return value, squares

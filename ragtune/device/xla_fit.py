@@ -21,11 +21,11 @@ import re
 
 import jax
 
-from kernels import registry
+from kernels import quant, registry
 from kernels.common import itemsize, scheme
 from ragtune.device import measure
 from ragtune.device.reference import program_bytes
-from ragtune.problems.shapes import Problem
+from ragtune.problems.shapes import Problem, trained
 
 # How XLA compiled jax.lax.ragged_dot, told from the compiled HLO text (xla_path).
 XLA_PATHS = {
@@ -102,6 +102,11 @@ def dense_bytes(p: Problem) -> int:
   analysis of a deviceless H100 build is within 6% of it; XLA:CPU widens bf16 to f32, twice it."""
   m, k, n, g = p.m, p.k, p.n, p.g
   b = itemsize(p.dtype)
+  if trained(p.op, p.dtype):  # bf16 operands and output, their 8-bit copies, dequantized to f32 and masked
+    if p.op == "dlhs":
+      return 2 * (m * n + g * k * n + m * k) + (1 + 4) * (m * n + g * k * n) + 4 * g * m * n
+    tokens = quant.BLOCK * quant.num_token_blocks(m, g)
+    return 2 * (m * k + m * n + g * k * n) + (1 + 4) * tokens * (k + n) + 4 * (g + 1) * tokens * (k + n)
   if scheme(p.dtype):
     wide = 2 if scheme(p.dtype) == "channelwise" else 4
     dequantized = 0 if wide == 2 else 4 * (m * k + g * k * n)

@@ -530,17 +530,25 @@ def compile_fn(
 
 
 def op_arg_shapes(op: str, m: int, k: int, n: int, g: int, dtype: str) -> list[tuple[tuple[int, ...], Any]]:
-  """The operands of one op of the forward problem (m, k, n, g), as measure.op_args orders them."""
-  dt = jnp.dtype(common.element_dtype(dtype))
-  gs = ((g,), jnp.int32)
-  if common.scheme(dtype):  # quantized operands in measure's layout, and their float32 scales (kernels.quant)
-    from ragtune.device.measure import QUANTIZED_RHS_NK
+  """The operands of one op of the forward problem (m, k, n, g), as measure.op_args orders them
+  (a training format's dlhs and drhs: float ones, quantized in the op, but dlhs's weights,
+  which the forward quantized)."""
+  from ragtune.device.measure import QUANTIZED_RHS_NK, TRAINED_DTYPE
+  from ragtune.problems.shapes import trained
 
+  dt = jnp.dtype(TRAINED_DTYPE if trained(op, dtype) else common.element_dtype(dtype))
+  gs = ((g,), jnp.int32)
+  if common.scheme(dtype) and not trained(op, dtype):
+    # quantized operands in measure's layout, and their float32 scales (kernels.quant)
     ls, rs = quant.scale_shapes(common.scheme(dtype), m, k, n, g)
     rhs = (g, n, k) if QUANTIZED_RHS_NK else (g, k, n)
     return [((m, k), dt), (rhs, dt), gs, (ls, jnp.float32), (rs, jnp.float32)]
   if op == "fwd":
     return [((m, k), dt), ((g, k, n), dt), gs]
+  if op == "dlhs" and trained(op, dtype):  # float dout, the forward's quantized weights (measure.trained_inputs)
+    q = jnp.dtype(common.element_dtype(dtype))
+    _, rs = quant.scale_shapes(common.scheme(dtype), m, k, n, g)
+    return [((m, n), dt), ((g, k, n), q), gs, (rs, jnp.float32), ((g, n, k), q)]
   if op == "dlhs":
     return [((m, n), dt), ((g, k, n), dt), gs]
   return [((m, k), dt), ((m, n), dt), gs]
@@ -577,16 +585,25 @@ def compile_ragged_dot(
   backend: str = "auto",
   config=None,
   vjp: bool = True,
+  train: bool = False,
 ) -> CompileReport:
   """Compile `kernels.ragged_dot` as a model calls it (forward, and with vjp its two
   gradients) for `target`; config=None takes the LUT or the target's defaults. A quantized
-  format (common.QUANT_FORMATS) compiles the forward with its scales."""
-  if common.scheme(dtype):
+  format (common.QUANT_FORMATS) compiles the forward with its scales, as a serving model
+  calls it; with train, a training format (common.TRAINING_FORMATS) compiles as a model trains
+  in it: bfloat16 operands through ragged_dot(quantize=), forward and (with vjp) both
+  gradients, each an fp8 kernel."""
+  if common.scheme(dtype) and not train:
     return _compile_quantized(target, m, k, n, g, dtype, backend=backend, config=config)
-  dt = jnp.dtype(dtype)
+  from ragtune.device.measure import TRAINED_DTYPE
+
+  if train:
+    quant.check_training_format(dtype)
+  dt = jnp.dtype(TRAINED_DTYPE if train else dtype)
+  quantize = dtype if train else None
 
   def fn(lhs, rhs, gs, dout):
-    f = lambda a, b: kernels.ragged_dot(a, b, gs, backend=backend, config=config, interpret=False)
+    f = lambda a, b: kernels.ragged_dot(a, b, gs, quantize=quantize, backend=backend, config=config, interpret=False)
     if not vjp:
       return f(lhs, rhs)
     out, pull = jax.vjp(f, lhs, rhs)
@@ -596,7 +613,7 @@ def compile_ragged_dot(
   mesh, dev = _mesh(t.platform, t.spec)
   with jax.set_mesh(mesh):
     try:
-      plan = {op: (c.backend, c.config) for op, c in resolve(config, backend, m, k, n, g, dt).items()}
+      plan = {op: (c.backend, c.config) for op, c in resolve(config, backend, m, k, n, g, dtype).items()}
     except (TypeError, ValueError) as e:  # a backend the target lacks, or a bad config
       return CompileReport(t.name, dev.device_kind, _classify(e), _first_lines(e), 0.0)
   own = {op: cfg for op, (b, cfg) in plan.items() if kernels.registry.get(b).smem_at_launch}

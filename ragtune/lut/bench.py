@@ -41,7 +41,7 @@ from ragtune.device.xla_fit import XLA_PATHS
 from ragtune.errors import RagtuneError, install_hint
 from ragtune.filekind import BENCH_CSV_COLUMNS
 from ragtune.problems import limits
-from ragtune.problems.shapes import GroupDist, Problem
+from ragtune.problems.shapes import GroupDist, Problem, trained
 from ragtune.records import report
 from ragtune.run import estimate
 
@@ -325,8 +325,11 @@ def bf16_variant(p: Problem, x: dict[str, jax.Array], bench: Bench) -> Variant:
   name = registry.auto_backend(dev.platform, dev.device_kind, "bfloat16") if bench.on_device else bench.backends[0]
   q = dataclasses.replace(_as_bf16(p), backend=name)
   cfg = registry.default_config(name, q.op, q.dtype, q.m, q.k, q.n, q.g, device_kind=bench.device_kind)
-  rhs = x["rhs"].swapaxes(1, 2) if measure.QUANTIZED_RHS_NK else x["rhs"]
-  args = (x["lhs"].astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), x["group_sizes"])
+  if trained(p.op, p.dtype):  # float operands already: the same op unquantized, what fp8 training replaces
+    args = measure.op_args(p.op, x)
+  else:
+    rhs = x["rhs"].swapaxes(1, 2) if measure.QUANTIZED_RHS_NK else x["rhs"]
+    args = (x["lhs"].astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), x["group_sizes"])
   fn = measure.build_op(q, name, cfg, default_interpret(name))
   return Variant(BF16, (name, ("bfloat16", cfg)), f"{name}: {_short(cfg)}", fn, args, checked=False)
 
@@ -343,7 +346,7 @@ def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]
     label = f"{b} default" + (" [interpret]" if interpret else "")
     out.append(Variant(label, (b, cfg), _short(cfg), measure.build_op(p, b, cfg, interpret), args))
   out.append(Variant(XLA, (registry.REFERENCE, None), "", measure.build_op(p, registry.REFERENCE, None, False), args))
-  if bench.tokamax is not None:
+  if bench.tokamax is not None and not trained(p.op, p.dtype):  # tokamax has no fp8 training recipe
     impl = "implementation=" + ("auto" if bench.on_device else "xla")
     tok = tokamax_op(bench.tokamax, p.op, bench.on_device, quantized=bool(scheme(p.dtype)))
     out.append(Variant(TOKAMAX, ("tokamax", None), impl, tok, args))
@@ -385,7 +388,7 @@ def bench_problem(p: Problem, bench: Bench) -> list[Row]:
   passed together, in one timer run. A variant whose program needs more than the device's
   memory (XLA's dense fallback, ragtune.device.xla_fit) is not run: its row says so."""
   x = measure.make_inputs(p)
-  ref = measure.reference(p.op, x)
+  ref = measure.reference(p.op, x, measure.out_dtype(p), p.dtype)
   vs = variants(p, x, bench)
   rows = {v.label: Row(p.source, p.shape_label, p.op, p.dtype, v.label, v.config) for v in vs}
   ready = {}

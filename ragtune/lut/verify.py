@@ -112,7 +112,7 @@ def check_draw(e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -
     x = fresh_inputs(p, seed)
     out = _compiled[key](*measure.op_args(e.op, x))
     # A quantized format is judged by its dequantized reference and bound (kernels.quant).
-    res = measure.check(p, out, measure.reference(e.op, x))
+    res = measure.check(p, out, measure.reference(e.op, x, measure.out_dtype(p), p.dtype))
     return DrawResult(
       name, list(p.group_sizes), res, "" if res.passed else res.summary(), res.status, time.perf_counter() - t0
     )

@@ -11,6 +11,7 @@ from kernels import reference as kref
 from kernels.common import itemsize, scheme
 from kernels.lut import shape_text
 from ragtune.errors import RagtuneError
+from ragtune.problems.shapes import trained
 
 INT32_MAX = 2**31 - 1
 
@@ -48,14 +49,23 @@ def step_elements(elements: int, row: int) -> int:
 def held(op: str, dtype: str, m: int, k: int, n: int, g: int) -> dict[str, int]:
   """Bytes one problem's check holds on the device at each stage. "draw": the inputs as drawn
   (lhs, rhs and dout in the problem's dtype; a quantized format's 8-bit lhs and rhs and
-  float32 scales) and a draw's slice; "reference": the inputs, the float32 reference (and a
-  quantized format's float32 bound) and its loop's tile and group weights in float32
-  (kernels.reference); "check": the inputs, the reference, the kernel's output and the
+  float32 scales; a training format's dlhs and drhs, bf16 ones) and a draw's slice;
+  "reference": the inputs, the float32 reference (and a quantized format's float32 bound,
+  and a training format's quantized operands) and its loop's tile and group weights in
+  float32 (kernels.reference); "check": the inputs, the reference, the kernel's output and the
   check's slices. The kernel's own temporaries are its compiled program's (xla_fit)."""
   fmt = scheme(dtype)
   out = list(operand_elements(op, m, k, n, g).values())[-1]
   out_cols = {"fwd": n, "dlhs": k, "drhs": n}[op]
-  if fmt:
+  if trained(op, dtype):
+    # bf16 operands, and the reference's quantized copies: dlhs dout and the weights in 8 bits
+    # (quantized from a float32 copy: not measured, taken whole); drhs lhs and dout on the
+    # padded token axis in float32, and their squares
+    tokens = quant.BLOCK * quant.num_token_blocks(m, g)
+    copies = m * n + 5 * g * k * n + 4 * m * n // quant.BLOCK if op == "dlhs" else 2 * 4 * tokens * (k + n)
+    inputs, reference, output = 2 * (m * k + g * k * n + m * n), copies + 2 * 4 * out, 2 * out
+    loop = 4 * (4 * k * n + 3 * kref.ROWS_MAX * (k + n))
+  elif fmt:
     scales = sum(math.prod(s) for s in quant.scale_shapes(fmt, m, k, n, g))
     inputs, reference, output = m * k + g * k * n + 4 * scales, 2 * 4 * out, 2 * out  # a bf16 output
     loop = 4 * (4 * k * n + 3 * kref.ROWS_MAX * (k + n))  # a tile and a group dequantized, and squared

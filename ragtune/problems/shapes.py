@@ -28,7 +28,10 @@ A model entry is laid out over ep x tp ranks and tuned as one rank's local probl
   fused_gate_up: the up projection computes gate and up at once, n = 2 x intermediate.
 
 Quantized operands (dtype float8_e4m3fn or int8, with `scales`) are tuned as the format
-"<dtype>:<scales>" (common.QUANT_FORMATS), the key of their LUT entries, and forward only.
+"<dtype>:<scales>" (common.QUANT_FORMATS), the key of their LUT entries, and forward only,
+but for a training format (kernels.common.TRAINING_FORMATS: ragged_dot's quantize=), whose
+dlhs and drhs are tuned too where an entry (or the file) lists them. An entry without its own
+ops takes the file's, [fwd] by default: a serving file's rows stay forward only.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from pydantic import (
 )
 
 from kernels import registry
-from kernels.common import DTYPES, FORMATS, OPS, QUANT_DTYPES
+from kernels.common import DTYPES, FORMATS, OPS, QUANT_DTYPES, TRAINING_FORMATS
 from kernels.lut import shape_text
 from kernels.registry import NAMES as BACKENDS
 from ragtune.errors import RagtuneError, read_text
@@ -276,6 +279,25 @@ class ModelSpec(BaseModel):
     return MoePreset(self.hidden, self.intermediate, self.experts, self.top_k)
 
 
+def trained(op: str, dtype: str) -> bool:
+  """Whether `op` of format `dtype` is a gradient of fp8 training (ragged_dot's quantize=):
+  dlhs or drhs of a training format, run on float operands that kernels.ragged_dot.train_op
+  quantizes as the recipe does. A training format's fwd is tuned as a serving forward, on
+  operands that come quantized: the same kernel and LUT entry."""
+  return op != "fwd" and dtype in TRAINING_FORMATS
+
+
+def forward_only(fmt: str, ops: list[str]) -> str:
+  """Why a format cannot be tuned for `ops`, or "": a quantized format other than a
+  training format runs the forward alone (kernels.ragged_dot differentiates none)."""
+  if ":" not in fmt or fmt in TRAINING_FORMATS or ops == ["fwd"]:
+    return ""
+  return (
+    f"{fmt} operands are tuned forward only (ops: [fwd]), got {ops}; "
+    f"dlhs and drhs are tuned for the training formats {', '.join(TRAINING_FORMATS)}"
+  )
+
+
 def operand_format(dtype: str, scales: str | None) -> str:
   """The format a (dtype, scales) pair tunes as; ValueError when one needs the other."""
   if dtype in QUANT_DTYPES and scales is None:
@@ -324,14 +346,12 @@ class ShapeSet(BaseModel):
   @model_validator(mode="after")
   def _formats_complete(self):
     """Each entry's dtype and scales make a format (an entry's own dtype brings its own
-    scales; one it inherits, the file's), and quantized ones are tuned forward only."""
-    quantized = None
+    scales; one it inherits, the file's), and quantized ones are tuned forward only, but for
+    a training format's dlhs and drhs (forward_only)."""
     for i, entry in enumerate(self.shapes):
       own = entry.op_list()
-      if own is not None and own != ["fwd"] and ":" in _format(entry, self):
-        raise At(
-          ("shapes", i, "ops"), f"{_format(entry, self)} operands are tuned forward only (ops: [fwd]), got {own}"
-        )
+      if own is not None and (why := forward_only(_format(entry, self), own)):
+        raise At(("shapes", i, "ops"), why)
     for key in ("shapes", "models"):
       for i, entry in enumerate(getattr(self, key)):
         try:
@@ -339,16 +359,13 @@ class ShapeSet(BaseModel):
         except ValueError as e:  # the key at fault: the entry's own, else the file's dtype
           own = entry.dtype is not None or entry.scales is not None
           raise At((key, i, "scales" if entry.scales is not None else "dtype") if own else ("dtype",), str(e)) from None
-        quantized = quantized or (fmt if ":" in fmt else None)
         if ":" in fmt and not any(fmt in registry.get(b).dtypes for b in self.backends):
           computes = [b for b in BACKENDS if fmt in registry.get(b).dtypes]
           raise At((key, i), f"{fmt} is computed by {', '.join(computes)}; backends lists {', '.join(self.backends)}")
-    if (
-      quantized
-      and self.ops != ["fwd"]
-      and any(":" in _format(e, self) for e in [*self.models, *(s for s in self.shapes if s.ops is None)])
-    ):
-      raise At(("ops",), f"{quantized} operands are tuned forward only (ops: [fwd]), got {self.ops}")
+    inherit = [*self.models, *(s for s in self.shapes if s.ops is None)]
+    why = next((w for e in inherit if (w := forward_only(_format(e, self), self.ops))), "")
+    if why:
+      raise At(("ops",), why)
     return self
 
   @model_validator(mode="after")
@@ -613,14 +630,25 @@ def _shape_rows(spec: ShapeSet) -> list[_Row]:
   return rows + [row for mdl in spec.models for row in _model_rows(mdl, spec)]
 
 
+def _untunable(b, op: str, row: _Row) -> str:
+  """Why a training format's gradient is not tuned on backend b, or "": its default config
+  does not fit the problem (Lut.query would take no entry of it; the op runs its default)."""
+  if not trained(op, row.dtype) or b.config_type is None:
+    return ""
+  cfg = b.default_config(op, row.dtype, row.m, row.k, row.n, row.g, None)
+  if cfg.fits(op, row.dtype, row.m, row.k, row.n, None):
+    return ""
+  return f"{b.name} tunes no {op} of {row.dtype} (a LUT entry would never be taken; it runs its default)"
+
+
 def expand(
   spec: ShapeSet, *, ops: list[str] | None = None, backends: list[str] | None = None, skipped: list | None = None
 ) -> list[Problem]:
   """Shapes x ops x backends, each with concrete group sizes (an entry's own ops, those of
   `ops` among them when it is given, else the file's); duplicates dropped, and the
   (op, backend) pairs that cannot compute a row's format: a quantized format's ops other
-  than fwd, and backends without it. Each of those goes to `skipped` as (backend, format,
-  why), for a notice."""
+  than fwd (but a training format's), and backends without it or its weight gradient. Each
+  of those goes to `skipped` as (backend, format, why), for a notice."""
   chosen = ops
   ops = ops or spec.ops
   backends = backends or spec.backends
@@ -640,9 +668,13 @@ def expand(
     for op in row_ops:
       for backend in backends:
         why = ""
-        if ":" in row.dtype:  # a quantized format: forward only, on the backends that have it
-          why = "quantized operands are forward only" if op != "fwd" else ""
-          why = why or ("" if row.dtype in registry.get(backend).dtypes else f"{backend} computes no {row.dtype}")
+        if ":" in row.dtype:  # a quantized format: forward only (but a training format), where computed
+          b = registry.get(backend)
+          why = "quantized operands are forward only" if forward_only(row.dtype, [op]) else ""
+          why = why or ("" if row.dtype in b.dtypes else f"{backend} computes no {row.dtype}")
+          if not why and op == "drhs" and b.grad_rhs_quantized is None:
+            why = f"{backend} runs {row.dtype} forward only"
+          why = why or _untunable(b, op, row)
         if why:
           if skipped is not None:
             skipped.append((op, backend, row.dtype, why))

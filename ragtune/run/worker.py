@@ -68,7 +68,7 @@ class _Problem:
     self.x = measure.make_inputs(p)
     self.args = measure.op_args(p.op, self.x)
     self.memory = limits.device_memory_bytes()
-    self.ref = measure.reference(p.op, self.x)
+    self.ref = measure.reference(p.op, self.x, measure.out_dtype(p), p.dtype)
     self.builder = load_builder(opts["builder"])
 
 

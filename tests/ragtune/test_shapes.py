@@ -56,6 +56,7 @@ def test_shipped_shape_files_load():
       "decode": {"pallas_gpu"},
       "fp8_smoke": {"pallas_gpu"},
       "fp8": {"pallas_gpu", "mosaic_gpu", "xla"},
+      "fp8_train": {"pallas_gpu", "mosaic_gpu", "xla"},
     }
     assert swept == expected.get(f.stem, gpu), f
     assert all(p.dtype in kernels.registry.get(p.backend).dtypes for p in probs), f
