@@ -85,7 +85,7 @@ def step_bytes(target: str, m: int, k: int, n: int, g: int, cached: bool) -> tup
   gs = sds((g,), jnp.int32)
 
   def step(x, w, sizes, dout, *copy):
-    kw = dict(quantize=FMT, rhs_quantized=copy or None)
+    kw = dict(quantize=FMT, rhs_quantized=quant.TrainingWeights(*copy, False) if copy else None)
     out, vjp = jax.vjp(lambda a, b: kernels.ragged_dot(a, b, sizes, **kw), x, w)
     return out, vjp(dout)
 

@@ -115,13 +115,14 @@ for name, m, k, n, g in PROBLEMS:
   def step(**kw):
     def f(a, b, d, *extra):
       if extra:
-        kw["rhs_quantized"] = extra
+        kw["rhs_quantized"] = quant.TrainingWeights(*extra, False)
       out, vjp = jax.vjp(lambda a, b: kernels.ragged_dot(a, b, gs, **kw), a, b)
       return (out, *vjp(d))
 
     return f
 
-  cached = jax.jit(lambda w: quant.quantize_weights(w, F8))(w)
+  tw = jax.jit(lambda w: quant.training_weights(w, F8))(w)
+  cached = (tw.values, tw.scales, tw.other)
   on = {op: c.backend for op, c in kernels.explain(x.shape, w.shape, w.dtype, quantize=FMT, backend=BACKEND).items()}
   say(name, "fp8 backends:", on)
   runs = [
@@ -141,13 +142,17 @@ for name, m, k, n, g in PROBLEMS:
     ),
     (
       "fwd",
-      lambda a, q, s: train_op("fwd", a, q, gs, fmt=FMT, backend=on["fwd"], out_dtype=jnp.bfloat16, rhs_scale=s),
+      lambda a, q, s, o: train_op(
+        "fwd", a, q, gs, fmt=FMT, backend=on["fwd"], out_dtype=jnp.bfloat16, rhs_scale=s, rhs_other=o
+      ),
       (x, *cached),
       1,
     ),
     (
       "dlhs",
-      lambda d, q, s: train_op("dlhs", d, q, gs, fmt=FMT, backend=on["dlhs"], out_dtype=jnp.bfloat16, rhs_scale=s),
+      lambda d, q, s, o: train_op(
+        "dlhs", d, q, gs, fmt=FMT, backend=on["dlhs"], out_dtype=jnp.bfloat16, rhs_scale=s, rhs_other=o
+      ),
       (dout, *cached),
       1,
     ),

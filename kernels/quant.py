@@ -21,6 +21,7 @@ section 3.3); vLLM's fp8 w8a8 MoE kernels take the channelwise (per-token x per-
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -118,6 +119,8 @@ def quantize(x: jax.Array, dtype: str, block: tuple[int | None, ...]) -> tuple[j
   128x128 block). A block's amax maps to the dtype's largest value (QMAX); an all-zero block
   gets scale 1; scale = amax * float32(1 / QMAX). Round to nearest: float8 by its cast, int8
   by rounding and clipping."""
+  if dtype not in QMAX:
+    raise ValueError(f"quantize takes an element dtype of {tuple(QMAX)}, got {dtype!r}")
   qmax = QMAX[dtype]
   x = x.astype(jnp.float32)
   blocks = tuple(size if b is None else b for size, b in zip(x.shape, block))
@@ -303,32 +306,47 @@ def quantize_weights(w: jax.Array, dtype: str, *, transpose_rhs: bool = False) -
   return q, s.swapaxes(1, 2) if transpose_rhs else s
 
 
-class TrainingWeights(NamedTuple):
-  """Weights quantized for fp8 training (training_weights): values in the weights' layout,
-  scales in the [g,k,n] frame, and `other`, the same values in the other layout ([g,n,k] of
-  [g,k,n] weights), or None. What ragged_dot's rhs_quantized takes."""
+@functools.partial(
+  jax.tree_util.register_dataclass, data_fields=["values", "scales", "other"], meta_fields=["transpose_rhs"]
+)
+@dataclasses.dataclass(frozen=True)
+class TrainingWeights:
+  """Weights quantized for fp8 training (training_weights), what ragged_dot's rhs_quantized
+  takes: values in the weights' layout ([g,n,k] with transpose_rhs), scales in the [g,k,n]
+  frame, `other` the same values in the other layout, or None. transpose_rhs is kept (a static
+  field) because square block grids make the two frames' scales the same shape."""
 
   values: jax.Array
   scales: jax.Array
-  other: jax.Array | None = None
+  other: jax.Array | None
+  transpose_rhs: bool
 
 
-def training_weights(w: jax.Array, dtype: str, *, transpose_rhs: bool = False, both_layouts: bool = True):
-  """w [g,k,n] (or [g,n,k]) in 128x128 blocks, as fp8 training's fwd and dlhs read them: a
-  kernel that reads fp8 weights k-major only (Backend.k_major_fp8) takes [g,n,k] for the
-  forward and [g,k,n] for dlhs, and with both_layouts both come from one pass (XLA writes them
-  in one fusion: on DeepSeek-V3 up's weights of 8 experts 712 MB moved, where one layout and a
-  copy of it move 830 MB, read from the program built for an H100)."""
-  q, s = quantize_weights(w, dtype, transpose_rhs=transpose_rhs)
-  return TrainingWeights(q, s, q.swapaxes(1, 2) if both_layouts else None)
+def training_weights(
+  w: jax.Array, dtype: str = "float8_e4m3fn", *, transpose_rhs: bool = False, both_layouts: bool = True
+) -> TrainingWeights:
+  """w [g,k,n] (or [g,n,k] with transpose_rhs) in 128x128 blocks, as fp8 training's fwd and
+  dlhs read it; dtype the element dtype or the training format. A backend that reads fp8
+  weights k-major only (Backend.k_major_fp8: mosaic_gpu) takes [g,n,k] for the forward and
+  [g,k,n] for dlhs, and with both_layouts both come from one pass (XLA writes them in one
+  fusion: on DeepSeek-V3 up's weights of 8 experts 712 MB moved, where one layout and a copy of
+  it move 830 MB, read from the program built for an H100). Where the backends read either
+  layout (pallas_gpu, xla), both_layouts=False saves the second copy's byte a weight."""
+  q, s = quantize_weights(w, element_dtype(dtype), transpose_rhs=transpose_rhs)
+  return TrainingWeights(q, s, q.swapaxes(1, 2) if both_layouts else None, bool(transpose_rhs))
 
 
 def check_training_format(fmt: str) -> str:
   """fmt, or a ValueError naming the formats ragged_dot trains in."""
   if fmt not in TRAINING_FORMATS:
+    why = (
+      "; channelwise scales cannot be carried through dlhs (its contraction is over n, along which a per-column "
+      "weight scale varies)"
+      if scheme(str(fmt)) == "channelwise"
+      else ""
+    )
     raise ValueError(
       f"quantize= takes one of {TRAINING_FORMATS} (DeepSeek-V3's recipe: 1x128 activation and 128x128 weight "
-      f"blocks), got {fmt!r}; channelwise scales cannot be carried through dlhs (its contraction is over n, "
-      "along which a per-column weight scale varies)"
+      f"blocks), got {fmt!r}{why}"
     )
   return fmt

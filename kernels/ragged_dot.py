@@ -560,8 +560,8 @@ def ragged_dot(
     already quantized (float8_e4m3fn values and rhs_scale, as a checkpoint ships them) only
     lhs is quantized, and the weights are constants: their cotangents are zeros and no drhs
     runs (frozen fp8 experts, e.g. under adapters).
-  rhs_quantized: with quantize=, rhs quantized by kernels.quant.training_weights (values,
-    scales, and the values in the other layout), made once per optimizer step: fwd and dlhs
+  rhs_quantized: with quantize=, rhs quantized by kernels.quant.training_weights (with the
+    call's transpose_rhs), made once per optimizer step: fwd and dlhs
     read it instead of quantizing rhs on every call (about 3 bytes moved a weight), and the
     gradient still goes to rhs.
   """
@@ -831,9 +831,8 @@ def train_op(
     grad = registry.get(kw.pop("backend")).grad_rhs_quantized
     return grad(a_t, b_t, a_s, b_s, blocks.first, blocks.count, out_dtype=out_dtype, transpose_rhs=transpose_rhs, **kw)
   if rhs_scale is None:
-    b, rhs_scale, rhs_other = quant.training_weights(
-      b, dtype, transpose_rhs=transpose_rhs, both_layouts=registry.get(backend).k_major_fp8
-    )
+    tw = quant.training_weights(b, dtype, transpose_rhs=transpose_rhs, both_layouts=registry.get(backend).k_major_fp8)
+    b, rhs_scale, rhs_other = tw.values, tw.scales, tw.other
   # a in 1x128 blocks along its contraction; dlhs reads the weights' 128x128 blocks transposed,
   # as they are (no requantization).
   aq, a_s = rows_pass(a, dtype)
@@ -873,12 +872,11 @@ def _train_forward(lhs, rhs, group_sizes, group_offset, rhs_scale, cached, plan:
   if plan.frozen:
     rq, rs, other = rhs, rhs_scale, None
   elif cached is not None:  # the caller's fp8 copy of rhs (rhs_quantized)
-    rq, rs, other = quant.TrainingWeights(*cached)
+    rq, rs, other = cached.values, cached.scales, cached.other
   else:  # quantized once, for the forward and the backward's dlhs, in the layouts they read
     k_major = any(registry.get(plan.backends[plan.ops.index(op)]).k_major_fp8 for op in ("fwd", "dlhs"))
-    rq, rs, other = quant.training_weights(
-      rhs, element_dtype(plan.fmt), transpose_rhs=plan.transpose_rhs, both_layouts=k_major
-    )
+    tw = quant.training_weights(rhs, plan.fmt, transpose_rhs=plan.transpose_rhs, both_layouts=k_major)
+    rq, rs, other = tw.values, tw.scales, tw.other
   kw = plan.of("fwd", group_offset)
   out = train_op("fwd", lhs, rq, group_sizes, rhs_scale=rs, rhs_other=other, out_dtype=plan.out_dtype, **kw)
   return out, (lhs, rq, rs, other, group_sizes, group_offset)
@@ -916,7 +914,9 @@ def _train_backward(plan: _TrainPlan, residuals, dout):
   if plan.frozen:
     return dlhs, jnp.zeros_like(rq), None, None, jnp.zeros_like(rs), None
   # rhs_quantized's copy is a constant: the gradient goes to rhs, whose values it stands for.
-  cached_ct = None if not plan.cached else jax.tree.map(jnp.zeros_like, quant.TrainingWeights(rq, rs, other))
+  cached_ct = (
+    None if not plan.cached else jax.tree.map(jnp.zeros_like, quant.TrainingWeights(rq, rs, other, plan.transpose_rhs))
+  )
   drhs = train_op(
     "drhs", lhs, dout, group_sizes, num_groups=g, out_dtype=_kernel_out(plan.rhs_dtype), **plan.of("drhs", group_offset)
   )
@@ -938,27 +938,31 @@ def _float_operand(name: str, x) -> None:
 
 
 def _check_rhs_quantized(rhs_quantized, rhs, frozen: bool, fmt: str, transpose_rhs: bool, k: int, n: int):
-  """rhs_quantized as a quant.TrainingWeights with float32 scales, or a clear error."""
+  """rhs_quantized with float32 scales, or a clear error."""
   if frozen:
     raise ValueError("rhs_quantized is the fp8 copy of float weights; with rhs_scale, rhs is already quantized")
-  if not isinstance(rhs_quantized, (tuple, list)) or len(rhs_quantized) not in (2, 3):
-    raise TypeError("rhs_quantized must be (values, scales[, other]), as kernels.quant.training_weights returns it")
-  values, scales, other = quant.TrainingWeights(*rhs_quantized)
-  values, scales = jnp.asarray(values), jnp.asarray(scales)
-  want = quant.scale_shapes(common_scheme(fmt), 1, k, n, rhs.shape[0])[1]
-  other_ok = other is None or (other.dtype == values.dtype and other.shape == values.shape[:1] + values.shape[:0:-1])
-  if (
-    jnp.dtype(values.dtype).name != element_dtype(fmt)
-    or values.shape != rhs.shape
-    or scales.shape != want
-    or not other_ok
-  ):
-    raise TypeError(
-      f"rhs_quantized takes {element_dtype(fmt)} values of rhs's shape {list(rhs.shape)}, scales {list(want)} "
-      f"and optionally the values in the other layout (quant.training_weights(rhs, {element_dtype(fmt)!r}, "
-      f"transpose_rhs={transpose_rhs})), got {values.dtype} {list(values.shape)} and {list(scales.shape)}"
+  make = f"kernels.quant.training_weights(rhs, {fmt!r}, transpose_rhs={transpose_rhs})"
+  if not isinstance(rhs_quantized, quant.TrainingWeights):
+    raise TypeError(f"rhs_quantized takes what {make} returns, got {type(rhs_quantized).__name__}")
+  tw = rhs_quantized
+  if tw.transpose_rhs != transpose_rhs:
+    raise ValueError(
+      f"rhs_quantized was made with transpose_rhs={tw.transpose_rhs}, the call has {transpose_rhs}: {make}"
     )
-  return quant.TrainingWeights(values, scales.astype(jnp.float32), other)
+  want = quant.scale_shapes(common_scheme(fmt), 1, k, n, rhs.shape[0])[1]
+  other = rhs.shape[:1] + rhs.shape[:0:-1]
+  if (
+    jnp.dtype(tw.values.dtype).name != element_dtype(fmt)
+    or tw.values.shape != rhs.shape
+    or tw.scales.shape != want
+    or (tw.other is not None and (tw.other.dtype != tw.values.dtype or tw.other.shape != other))
+  ):
+    got = [None if t is None else f"{t.dtype}{list(t.shape)}" for t in (tw.values, tw.scales, tw.other)]
+    raise TypeError(
+      f"rhs_quantized takes {element_dtype(fmt)} values {list(rhs.shape)}, scales {list(want)} and values in the "
+      f"other layout {list(other)} or None ({make}); got {got}"
+    )
+  return quant.TrainingWeights(tw.values, tw.scales.astype(jnp.float32), tw.other, transpose_rhs)
 
 
 def _trained(
@@ -991,10 +995,11 @@ def _trained(
   if frozen:
     rhs_scale = jnp.asarray(rhs_scale)
     want = quant.scale_shapes(common_scheme(fmt), m, k, n, g)[1]
-    if jnp.dtype(rhs.dtype).name != dtype or tuple(rhs_scale.shape) != want:
+    floating = jnp.issubdtype(rhs_scale.dtype, jnp.floating)
+    if jnp.dtype(rhs.dtype).name != dtype or tuple(rhs_scale.shape) != want or not floating:
       raise TypeError(
-        f"quantize={fmt!r} with rhs_scale takes rhs as {dtype} values and rhs_scale {list(want)} (the [g,k,n] "
-        f"frame), got rhs {rhs.dtype} and rhs_scale {list(rhs_scale.shape)}"
+        f"quantize={fmt!r} with rhs_scale takes rhs as {dtype} values and a float32 rhs_scale {list(want)} (the "
+        f"[g,k,n] frame), got rhs {rhs.dtype} and rhs_scale {rhs_scale.dtype}{list(rhs_scale.shape)}"
       )
     rhs_scale = rhs_scale.astype(jnp.float32)
   else:

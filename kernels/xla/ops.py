@@ -127,6 +127,10 @@ def gmm_quantized(
 
 
 def tgmm_quantized(a_t, b_t, a_scale, b_scale, count, *, out_dtype):
+  return common.broadcast_vmap(lambda *a: _tgmm_quantized(*a, out_dtype=out_dtype), a_t, b_t, a_scale, b_scale, count)
+
+
+def _tgmm_quantized(a_t, b_t, a_scale, b_scale, count, *, out_dtype):
   """drhs of a training format (kernels.Backend.grad_rhs_quantized): each 128-token block
   dequantized to f32, then a ragged contraction over the padded token axis at HIGHEST, the
   groups' runs of blocks its groups (consecutive from block 0, as quant.token_blocks lays them

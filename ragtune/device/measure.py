@@ -165,7 +165,8 @@ def trained_inputs(p: Problem, drawn: dict, key, gs: np.ndarray) -> dict[str, ja
   }
   out = {name: (a * jnp.exp2(spread[name].astype(jnp.float32))).astype(a.dtype) for name, a in drawn.items()}
   if p.op == "dlhs":  # training's dlhs reads the weights the forward quantized (both layouts)
-    out["rhs"], out["rhs_scale"], out["rhs_other"] = quant.training_weights(out["rhs"], element_dtype(p.dtype))
+    tw = quant.training_weights(out["rhs"], p.dtype)
+    out["rhs"], out["rhs_scale"], out["rhs_other"] = tw.values, tw.scales, tw.other
   return {**out, "group_sizes": jnp.asarray(gs)}
 
 

@@ -324,13 +324,24 @@ def test_weights_quantized_once_per_step():
     out, vjp = jax.vjp(lambda a, b: kernels.ragged_dot(a, b, gs, quantize=FMT, backend="xla", **kw), x, w)
     return (out, *vjp(dout))
 
-  for cached in (both, both[:2]):  # with the other layout, and without
+  one = quant.training_weights(w, FMT, both_layouts=False)
+  assert one.other is None
+  for cached in (both, one):  # with the other layout, and without
     for got, want in zip(run(rhs_quantized=cached), run()):
       np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)), np.asarray(want.astype(jnp.float32)))
   grads = jax.grad(
     lambda c: kernels.ragged_dot(x, w, gs, quantize=FMT, backend="xla", rhs_quantized=c).astype(jnp.float32).sum()
   )(both)
-  assert not any(np.asarray(t.astype(jnp.float32)).any() for t in grads)
+  assert not any(np.asarray(t.astype(jnp.float32)).any() for t in jax.tree.leaves(grads))
+  # The frame is checked: weights stored [g, n, k] with a copy made for [g, k, n] (square block
+  # grids, k = n = 256, give both frames' scales one shape), and a bare tuple.
+  w_nk = w[:, :256, :256].swapaxes(1, 2)
+  with pytest.raises(ValueError, match="made with transpose_rhs=False"):
+    kernels.ragged_dot(
+      x[:, :256], w_nk, gs, quantize=FMT, transpose_rhs=True, rhs_quantized=quant.training_weights(w_nk, FMT)
+    )
+  with pytest.raises(TypeError, match="takes what kernels.quant.training_weights"):
+    kernels.ragged_dot(x, w, gs, quantize=FMT, rhs_quantized=(both.values, both.scales))
 
 
 def test_bad_calls_say_what_to_do():
@@ -410,3 +421,19 @@ def test_the_docs_training_snippets_run():
     exec(compile(code, "docs/quantization.md", "exec"), scope)
   assert scope["dx"].shape == (512, 256) and scope["dw"].shape == (4, 256, 384)
   assert np.isfinite(float(scope["loss"])) and scope["y"].shape == (512, 384)
+
+
+def test_vmap_of_the_training_gradient():
+  """jax.vmap of jax.grad through quantize= (XLA's path) is each example's gradient."""
+  x, w, dout, _ = _problem(8, m=64, k=128, n=136, sizes=(30, 20))
+  xs, ws = jnp.stack([x, x[::-1]]), jnp.stack([w, w * 2])
+  gss = jnp.asarray([[30, 20], [10, 40]], jnp.int32)
+
+  def loss(a, b, gs):
+    return jnp.sum(kernels.ragged_dot(a, b, gs, quantize=FMT, backend="xla").astype(jnp.float32) ** 2)
+
+  batched = jax.vmap(jax.grad(loss, argnums=(0, 1)))(xs, ws, gss)
+  for i in range(2):
+    one = jax.grad(loss, argnums=(0, 1))(xs[i], ws[i], gss[i])
+    for got, want in zip(batched, one):
+      np.testing.assert_allclose(np.asarray(got[i], np.float32), np.asarray(want, np.float32), rtol=1e-2, atol=1e-2)
