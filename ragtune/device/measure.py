@@ -244,8 +244,8 @@ def trained_reference(op: str, x: dict[str, jax.Array], fmt: str, out_dtype, mem
     value, squares = lax_reference.quantized(dq, rq, gs, ds, rs, transpose_rhs=True, memory=memory)
     return bounded(value, squares, fmt, x["dout"].shape[1], out_dtype)
   g, k, n = gs.shape[0], x["lhs"].shape[1], x["dout"].shape[1]
-  count = jax.device_get(quant.token_blocks(gs, x["lhs"].shape[0], None, g).count)
-  a, b = _dequantized_tokens(x["lhs"], x["dout"], gs, fmt=fmt, g=g)
+  a, b, count = _dequantized_tokens(x["lhs"], x["dout"], gs, fmt=fmt, g=g)
+  count = jax.device_get(count)
   value, squares = lax_reference.token_contraction(a, b, count * quant.BLOCK, (g, k, n), memory=memory)
   return bounded(value, squares, fmt, (count * quant.BLOCK)[:, None, None], out_dtype)
 
@@ -261,7 +261,9 @@ def _quantized_dlhs(dout, rq, rs, *, fmt: str):
 @functools.partial(jax.jit, static_argnames=("fmt", "g"))
 def _dequantized_tokens(lhs, dout, group_sizes, *, fmt: str, g: int):
   """train_op's drhs operands in float32, on the padded token axis (quant.token_blocks):
-  lhs [T, k] and dout [T, n], each 128x1 block's values times its scale."""
+  lhs [T, k] and dout [T, n], each 128x1 block's values times its scale; and each group's
+  count of blocks. One program: eager ops dispatched while an interpreted kernel is still in
+  flight deadlocked XLA:CPU (jax 0.12's Mosaic GPU interpreter, verify's worker)."""
   blocks = quant.token_blocks(group_sizes, lhs.shape[0], None, g)
 
   def dequantized(x):
@@ -269,7 +271,7 @@ def _dequantized_tokens(lhs, dout, group_sizes, *, fmt: str, g: int):
     c, t = q.shape
     return (q.astype(jnp.float32).reshape(c, t // quant.BLOCK, quant.BLOCK) * s.T[:, :, None]).reshape(c, t).T
 
-  return dequantized(lhs), dequantized(dout)
+  return dequantized(lhs), dequantized(dout), blocks.count
 
 
 def out_dtype(p: Problem):

@@ -110,7 +110,9 @@ def check_draw(e: kernels.Entry, name: str, sizes, seed: int, interpret: bool) -
     if key not in _compiled:
       _compiled[key] = jax.jit(measure.build_op(p, e.backend, e.config, interpret))
     x = fresh_inputs(p, seed)
-    out = _compiled[key](*measure.op_args(e.op, x))
+    # done before the reference is dispatched: XLA:CPU can deadlock between an interpreted
+    # kernel still in flight and new executions (jax 0.12, fp8 drhs's eager token blocks)
+    out = jax.block_until_ready(_compiled[key](*measure.op_args(e.op, x)))
     # A quantized format is judged by its dequantized reference and bound (kernels.quant).
     res = measure.check(p, out, measure.reference(e.op, x, measure.out_dtype(p), p.dtype))
     return DrawResult(

@@ -123,28 +123,43 @@ def test_kernels_compile_for_h100(fn, shapes, name):
     assert not report.xla_kernels, report.thunks
 
 
-# f32 division (div.rn, div.full, div.approx; a reciprocal) and conversion to e4m3 in PTX
-_ARITHMETIC = re.compile(r"\b(div\.\w+\.f32|rcp\.\w+\.f32|cvt\.[\w.]*e4m3\w*\.f32)\b")
+# f32 division (div.rn, div.full, div.approx; a reciprocal) and conversion to e4m3 in PTX, and
+# in SASS: MUFU.RCP (a reciprocal), FCHK (IEEE division's range check before its slow path),
+# F2FP...E4M3 (the conversion).
+_PTX = re.compile(r"\b(div\.\w+\.f32|rcp\.\w+\.f32|cvt\.[\w.]*e4m3\w*\.f32)\b")
+_SASS = re.compile(r"\b(MUFU\.RCP|FCHK|F2FP\.[\w.]*E4M3[\w.]*)\b")
 
 
 @needs_compiler(gpu_compile_missing(), "deviceless compile tests")
 def test_divides_and_converts_as_xla_on_h100(tmp_path):
   """The kernels' f32 division and e4m3 conversion are the instructions XLA's own
-  quant.quantize compiles to for an H100 (div.full.f32 and cvt.rn.satfinite.e4m3x2.f32 with
-  jaxlib 0.10): with the same scale the values are then bit-identical on the GPU too, as the
-  interpreter shows they are on the CPU."""
+  quant.quantize compiles to for an H100: with the same scale the values are then
+  bit-identical on the GPU too, as the interpreter shows they are on the CPU. In PTX where
+  XLA dumps it (jaxlib 0.10: div.full.f32 and cvt.rn.satfinite.e4m3x2.f32), and in the
+  machine code on every jax (a reciprocal, no IEEE division's FCHK, the same conversion)."""
+
+  from jax.experimental import serialize_executable
   from jax.sharding import NamedSharding, PartitionSpec
 
   from ragtune import provenance
-  from ragtune.deviceless import aot
+  from ragtune.deviceless import aot, machine_code
 
   mesh, _ = aot.target_mesh("h100")
   options = {"xla_gpu_cuda_data_dir": cuda} if (cuda := provenance.cuda_data_dir()) else {}
-  found = {}
+  tool = machine_code.find_tool("cuobjdump")
+  ptx, sass = {}, {}
   for what, fn in (("xla", lambda x: quant.quantize(x, E4M3, (1, B))), ("pallas", lambda x: qk.quantize_rows(x))):
     x = jax.ShapeDtypeStruct((256, 512), jnp.bfloat16, sharding=NamedSharding(mesh, PartitionSpec()))
     dump = tmp_path / what
     with jax.set_mesh(mesh):
-      jax.jit(fn).lower(x).compile(compiler_options={"xla_dump_to": str(dump), **options})
-    found[what] = {d for p in dump.glob("*.ptx") for d in _ARITHMETIC.findall(p.read_text())}
-  assert any(d.startswith("div") for d in found["xla"]) and found["pallas"] == found["xla"], found
+      compiled = jax.jit(fn).lower(x).compile(compiler_options={"xla_dump_to": str(dump), **options})
+    ptx[what] = {d for p in dump.glob("*.ptx") for d in _PTX.findall(p.read_text())}
+    sass[what] = set()
+    for i, cubin in enumerate(machine_code.cubins(serialize_executable.serialize(compiled)[0])):
+      path = tmp_path / f"{what}{i}.cubin"
+      path.write_bytes(cubin)
+      sass[what] |= set(_SASS.findall(machine_code._run(tool, "-sass", str(path))))
+  assert "MUFU.RCP" in sass["xla"] and "FCHK" not in sass["xla"] and sass["pallas"] == sass["xla"], sass
+  assert any(op.startswith("F2FP") for op in sass["xla"]), sass
+  if ptx["xla"]:  # jaxlib 0.12 dumps no PTX here
+    assert any(d.startswith("div") for d in ptx["xla"]) and ptx["pallas"] == ptx["xla"], ptx
