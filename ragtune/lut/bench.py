@@ -325,7 +325,9 @@ def bf16_variant(p: Problem, x: dict[str, jax.Array], bench: Bench) -> Variant:
   name = registry.auto_backend(dev.platform, dev.device_kind, "bfloat16") if bench.on_device else bench.backends[0]
   q = dataclasses.replace(_as_bf16(p), backend=name)
   cfg = registry.default_config(name, q.op, q.dtype, q.m, q.k, q.n, q.g, device_kind=bench.device_kind)
-  if trained(p.op, p.dtype):  # float operands already: the same op unquantized, what fp8 training replaces
+  if trained(p.op, p.dtype) and p.op == "dlhs":  # float dout; the weights as the forward's values, in bf16
+    args = (x["dout"], x["rhs"].astype(jnp.bfloat16), x["group_sizes"])
+  elif trained(p.op, p.dtype):  # float operands already: the same op unquantized, what fp8 training replaces
     args = measure.op_args(p.op, x)
   else:
     rhs = x["rhs"].swapaxes(1, 2) if measure.QUANTIZED_RHS_NK else x["rhs"]

@@ -300,17 +300,22 @@ def test_bench_ragged_dot_times_pallas_interpret_beside_xla(capsys):
 
 def test_a_quantized_problem_has_a_bf16_row_of_the_same_shape(tmp_path, monkeypatch):
   """Beside the fp8 kernels, XLA's dequantized path, tokamax and dense: our bf16 kernel on
-  the same values, unscaled, so unchecked against the quantized reference, and run."""
+  the same values, unscaled, so unchecked against the quantized reference, and run; for the
+  training format's fwd, dlhs and drhs alike."""
   monkeypatch.chdir(tmp_path)
-  spec = "dtype: float8_e4m3fn\nscales: block128\nops: [fwd]\nshapes:\n  - {m: 40, k: 256, n: 128, g: 2}\n"
+  spec = "dtype: float8_e4m3fn\nscales: block128\nops: [fwd, dlhs, drhs]\nshapes:\n  - {m: 40, k: 256, n: 128, g: 2}\n"
   (tmp_path / "q.yaml").write_text(spec)
   r = runner.invoke(app, ["bench", "q.yaml", "--csv", "b.csv"])
   assert r.exit_code == 0, r.output
-  rows = {row["variant"]: row for row in csv.DictReader((tmp_path / "b.csv").open())}
-  bf16 = rows[bench.BF16]
-  assert bf16["status"] == "ok" and bf16["rel_error"] == "" and bf16["config"].startswith("pallas_gpu: block_m=")
-  assert bf16["dtype"] == rows[bench.XLA]["dtype"] == "float8_e4m3fn:block128"
-  assert float(rows[bench.XLA]["rel_error"]) < 0.02
+  by_op = {}
+  for row in csv.DictReader((tmp_path / "b.csv").open()):
+    by_op.setdefault(row["op"], {})[row["variant"]] = row
+  assert set(by_op) == {"fwd", "dlhs", "drhs"}
+  for op, rows in by_op.items():
+    bf16 = rows[bench.BF16]
+    assert bf16["status"] == "ok" and bf16["rel_error"] == "" and bf16["config"].startswith("pallas_gpu: block_m="), op
+    assert bf16["dtype"] == rows[bench.XLA]["dtype"] == "float8_e4m3fn:block128"
+    assert float(rows[bench.XLA]["rel_error"]) < 0.02, op
 
 
 @pytest.mark.parametrize("stopped_in", [1, 2])
