@@ -12,7 +12,9 @@ import os
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol
 
+from kernels import gpus
 from kernels.common import gpu_family, op_dims
+from kernels.target import GPU_PLATFORMS
 
 
 class KernelConfig(Protocol):
@@ -125,8 +127,9 @@ class Backend:
           problem; configs with equal keys run the same kernel the same way.
   dtypes: the lhs/rhs dtypes (after promotion) it computes in.
   platforms: the jax platforms it runs compiled on; elsewhere it is interpreted.
-  families: the GPU families (common.gpu_family) its kernels compile for; empty: every
-          device of its platforms. Compiling for another raises a clear error.
+  families: the GPU archs (kernels.gpus.ARCHS, by compute capability) its kernels compile
+          for; empty: every device of its platforms. Compiling for another raises a clear
+          error, as does an fp8 format on an arch without fp8 tensor cores (kernels.gpus).
   wide_indexing: addresses operands past 2**31 elements.
   auto_priority: backend="auto" falls back to the highest-priority backend that runs
           compiled on the platform; 0: never a fallback.
@@ -210,35 +213,37 @@ class Backend:
       raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; valid: {sorted(fields)}")
     return cls(**d)
 
-  def refusal(self, platform: str, device_kind: str) -> str:
-    """Why this backend's kernels cannot compile for the device, or "" when they can."""
+  def refusal(self, platform: str, device_kind: str, fmt: str | None = None) -> str:
+    """Why this backend's kernels cannot compile for the device (for operands of `fmt`, a format
+    of common.FORMATS, when given), or "" when they can. The GPU rules are kernels.gpus'."""
     if why := self.unavailable():
       return f"backend {self.name!r} is not available: {why}"
-    if self.families and platform in self.platforms and gpu_family(device_kind) not in self.families:
-      return (
-        f"backend {self.name!r} compiles for {'/'.join(self.families)} GPUs only, not "
-        f"{device_kind!r} ({gpu_family(device_kind)})"
-      )
+    if platform not in self.platforms or platform not in GPU_PLATFORMS:
+      return ""
+    if self.families and gpu_family(device_kind) not in self.families:
+      archs = gpus.arch_names(self.families)
+      return f"backend {self.name!r} compiles for {archs} GPUs only, not {gpus.describe(device_kind)}"
+    fp8 = fmt is not None and gpus.peak_class(fmt) == "fp8"
+    if fp8 and self.own_kernels and (why := gpus.fp8_refusal(device_kind)):
+      return f"backend {self.name!r} cannot compute {fmt}: {why}"
     return ""
 
-  def check_device(self, platform: str, device_kind: str, alternatives: tuple[str, ...] = ()) -> None:
+  def check_device(
+    self, platform: str, device_kind: str, alternatives: tuple[str, ...] = (), fmt: str | None = None
+  ) -> None:
     """Raise ValueError with refusal() when this backend's kernels cannot compile for the
     device; the message names `alternatives`."""
     hint = f"use backend={' or '.join(repr(a) for a in alternatives)}" if alternatives else "use another backend"
-    if why := self.refusal(platform, device_kind):
+    if why := self.refusal(platform, device_kind, fmt):
       raise ValueError(f"{why}; {hint}")
 
   def priority(self, dtype: str | None = None) -> int:
     """Its rank as "auto"'s fallback for operands of `dtype` (None: 16-bit)."""
     return self.format_priority.get(dtype, self.auto_priority)
 
-  def runs_on(self, platform: str, device_kind: str) -> bool:
-    """Whether it runs compiled on this device."""
-    try:
-      self.check_device(platform, device_kind)
-    except ValueError:
-      return False
-    return platform in self.platforms
+  def runs_on(self, platform: str, device_kind: str, fmt: str | None = None) -> bool:
+    """Whether it runs compiled on this device (on operands of `fmt`, when given)."""
+    return platform in self.platforms and not self.refusal(platform, device_kind, fmt)
 
   def check_dtype(self, lhs_dtype, rhs_dtype, compute_dtype: str, alternatives: tuple[str, ...] = ()) -> None:
     """TypeError unless it computes in `compute_dtype`; the message names `alternatives`."""

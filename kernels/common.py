@@ -1,8 +1,8 @@
-"""What every backend shares: ops and their dims, dtypes, GPU families and their shared
+"""What every backend shares: ops and their dims, dtypes, GPU archs (kernels.gpus) and their shared
 memory, TPU chips and their memories, group metadata (which rows each tile covers) and a
 vmap helper.
 
-This module imports only jax and numpy: the backend folders and the registry build on it.
+This module imports only jax, numpy and kernels.gpus: the backend folders and the registry build on it.
 
 Group metadata. Row ranges of groups and the map from launched tiles to (segment, row block).
 
@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels import gpus
+
 OPS = ("fwd", "dlhs", "drhs")
 
 
@@ -56,32 +58,16 @@ FORMATS = DTYPES + QUANT_FORMATS
 # fp8 kernels (kernels.quant). The others are forward only.
 TRAINING_FORMATS = ("float8_e4m3fn:block128",)
 
-# Shared memory one thread block may use (the opt-in maximum), by device family. Sources:
-# NVIDIA's CUDA C++ Programming Guide, "Compute Capabilities" table (sm_90: 227 KB, sm_80:
-# 163 KB, sm_86/sm_89/sm_120: 99 KB). A LUT entry is only ever used on its own device kind,
-# so each device gets its own bound.
-GPU_SMEM_BYTES = {"hopper": 227 * 1024, "blackwell": 227 * 1024, "ampere": 163 * 1024}
-# Any other GPU (L4, L40S, A10, RTX 30xx/40xx/50xx, and the CPU host that tests the
-# pipeline in interpret mode): the smallest bound of the sm_80+ parts Triton targets.
-GPU_SMEM_BYTES_SAFE = 99 * 1024
-_FAMILIES = (
-  ("hopper", ("h100", "h200", "h800", "h20", "gh200")),
-  ("blackwell", ("b100", "b200", "gb200", "b300", "gb300")),
-  ("ampere", ("a100", "a800", "a30")),
-)
-
 
 def gpu_family(device_kind: str | None) -> str:
-  """'hopper', 'blackwell', 'ampere' or 'other' for a jax device_kind string."""
-  kind = (device_kind or "").lower()
-  for family, names in _FAMILIES:
-    if any(name in kind for name in names):
-      return family
-  return "other"
+  """The arch (kernels.gpus.ARCHS: 'ampere', 'ada', 'hopper', 'blackwell', ...; 'other' when
+  unknown) of a jax device_kind."""
+  return gpus.arch(device_kind).name
 
 
 def gpu_smem_limit(device_kind: str | None) -> int:
-  return GPU_SMEM_BYTES.get(gpu_family(device_kind), GPU_SMEM_BYTES_SAFE)
+  """Shared memory one block may opt into on a device of this kind (kernels.gpus)."""
+  return gpus.arch(device_kind).smem_per_block
 
 
 # Registers of a warp-specialized CTA. Every thread starts with the launch count; setmaxnreg
@@ -89,8 +75,7 @@ def gpu_smem_limit(device_kind: str | None) -> int:
 # registers above its new count back to the CTA's pool, and .inc waits until the pool holds
 # what it asks for. The pool is what the CTA was launched with, launch registers x threads,
 # so a plan that asks for more waits forever: a deadlock, which no interpreter shows.
-# 32-bit registers per SM on sm_80 to sm_100 (CUDA C++ Programming Guide, compute capabilities).
-REGISTER_FILE = 64 * 1024
+REGISTER_FILE = gpus.REGISTERS_PER_SM
 WARPGROUP = 128  # threads
 SETMAXNREG_RANGE = (24, 256)  # a setmaxnreg count is a multiple of 8 in this range (PTX ISA)
 

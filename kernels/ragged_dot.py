@@ -246,7 +246,7 @@ def resolve(
     else:
       e = table.query(op, m, k, n, g, dtype) if table is not None else None
       miss = table.nearest_rejected(op, m, k, n, g, dtype) if table is not None and e is None else None
-      if e is not None and not registry.get(e.backend).runs_on(dev.platform, dev.device_kind):
+      if e is not None and not registry.get(e.backend).runs_on(dev.platform, dev.device_kind, dtype):
         # e.g. a Hopper-only backend's entry when compiling for Blackwell
         e, miss = None, lut_mod.Rejection(e, f"{e.backend} does not run on {dev.device_kind!r}")
       if e is not None:
@@ -628,7 +628,7 @@ def ragged_dot(
   if compiled:
     dev = target.current()
     for name in compiled:
-      registry.check_device(name, dev.platform, dev.device_kind)
+      registry.check_device(name, dev.platform, dev.device_kind, compute_dtype.name)
   plan = _Plan(
     names,
     choices["fwd"].config,
@@ -729,7 +729,7 @@ def _quantized(
   mode = default_interpret(choice.backend) if interpret is None else interpret
   if not mode:
     dev = target.current()
-    registry.check_device(choice.backend, dev.platform, dev.device_kind)
+    registry.check_device(choice.backend, dev.platform, dev.device_kind, fmt)
   plan = _QuantPlan(
     choice.backend,
     choice.config,
@@ -819,7 +819,7 @@ def train_op(
     n = cols if op != "dlhs" else a.shape[1]
     config = resolve(None, backend, rows, k, n, g, fmt, ops=(op,))[op].config
   kw = dict(backend=backend, config=config, interpret=interpret)
-  rows_pass, tokens_pass = _activation_passes(backend, interpret)
+  rows_pass, tokens_pass = _activation_passes(backend, fmt, interpret)
   if op == "drhs":
     m = a.shape[0]
     g = group_sizes.shape[0] if num_groups is None else num_groups
@@ -853,7 +853,7 @@ def train_op(
   )
 
 
-def _activation_passes(backend: str, interpret):
+def _activation_passes(backend: str, fmt: str, interpret):
   """(rows, tokens): fp8 training's activation quantizers. A kernel backend compiled for a
   device with single-pass ones (registry.activation_quantizer) runs those; XLA's path, and
   anything interpreted, runs kernels.quant's XLA passes. Both give the same values."""
@@ -861,7 +861,7 @@ def _activation_passes(backend: str, interpret):
   fused = (
     None
     if interpret or not registry.get(backend).own_kernels
-    else registry.activation_quantizer(dev.platform, dev.device_kind)
+    else registry.activation_quantizer(dev.platform, dev.device_kind, fmt)
   )
   if fused is None:
     return (lambda x, dtype: quant.quantize(x, dtype, (1, quant.BLOCK))), quant.quantize_tokens
@@ -1022,7 +1022,7 @@ def _trained(
   dev = target.current()
   for name, mode in zip(names, modes):
     if not mode:
-      registry.check_device(name, dev.platform, dev.device_kind)
+      registry.check_device(name, dev.platform, dev.device_kind, fmt)
   plan = _TrainPlan(
     fmt,
     names,

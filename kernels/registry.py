@@ -74,7 +74,7 @@ def auto_backend(platform: str, device_kind: str, dtype: str | None = None) -> s
   ranked = [
     b
     for b in REGISTRY.values()
-    if b.priority(dtype) > 0 and b.runs_on(platform, device_kind) and (dtype is None or dtype in b.dtypes)
+    if b.priority(dtype) > 0 and b.runs_on(platform, device_kind, dtype) and (dtype is None or dtype in b.dtypes)
   ]
   if not ranked:
     return REFERENCE
@@ -92,17 +92,24 @@ def check_dtype(name: str, lhs_dtype, rhs_dtype, compute_dtype: str) -> None:
   b.check_dtype(lhs_dtype, rhs_dtype, compute_dtype, others)
 
 
-def check_device(name: str, platform: str, device_kind: str) -> None:
-  """ValueError unless backend `name` compiles for this device, naming those that run there."""
-  others = tuple(b.name for b in REGISTRY.values() if b.name != name and b.runs_on(platform, device_kind))
-  get(name).check_device(platform, device_kind, others)
+def check_device(name: str, platform: str, device_kind: str, fmt: str | None = None) -> None:
+  """ValueError unless backend `name` compiles for this device (on operands of `fmt`, a format
+  of common.FORMATS, when given), naming those that run there."""
+  others = tuple(
+    b.name
+    for b in REGISTRY.values()
+    if b.name != name and b.runs_on(platform, device_kind, fmt) and (fmt is None or fmt in b.dtypes)
+  )
+  get(name).check_device(platform, device_kind, others, fmt)
 
 
-def activation_quantizer(platform: str, device_kind: str) -> Backend | None:
-  """The backend whose single-pass quantizers (Backend.quantize_rows) compile for this device,
-  or None: fp8 training's activation passes then run in XLA (kernels.quant). XLA's take a
+def activation_quantizer(platform: str, device_kind: str, fmt: str) -> Backend | None:
+  """The backend whose single-pass quantizers (Backend.quantize_rows) compile for this device
+  and the training format `fmt`, or None: fp8 training's activation passes then run in XLA (kernels.quant). XLA's take a
   reduce and a convert, reading their input twice (docs/quantization.md)."""
-  return next((b for b in REGISTRY.values() if b.quantize_rows is not None and b.runs_on(platform, device_kind)), None)
+  return next(
+    (b for b in REGISTRY.values() if b.quantize_rows is not None and b.runs_on(platform, device_kind, fmt)), None
+  )
 
 
 def megablox_backend() -> str | None:

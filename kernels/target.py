@@ -13,6 +13,8 @@ import dataclasses
 
 import jax
 
+from kernels import gpus
+
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
@@ -37,4 +39,6 @@ def current() -> Target:
     return Target(platform, dev.device_kind, dev.num_cores)
   d = jax.devices()[0]
   platform = "gpu" if d.platform in GPU_PLATFORMS else d.platform
+  if platform == "gpu":  # a GPU with no facts file is then placed by its compute capability
+    gpus.note_capability(d.device_kind, getattr(d, "compute_capability", None))
   return Target(platform, d.device_kind, getattr(d, "core_count", None) if platform == "gpu" else None)

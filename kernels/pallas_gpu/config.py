@@ -159,10 +159,13 @@ _DEFAULTS = {
   "ampere": {"gmm": TritonConfig(128, 64, 128, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
   "other": {"gmm": TritonConfig(128, 32, 128, 8, 3, group_m=16), "tgmm": TritonConfig(32, 64, 128, 4, 3)},
 }
+# Every other arch (kernels.gpus: ada, ampere-ga10x, blackwell-rtx; an unknown GPU) has 99 KB a
+# block, what "other" is sized for.
+_SMALL_SMEM = "other"
 
 
 def _default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int, family: str) -> TritonConfig:
-  base = _DEFAULTS[family]["tgmm" if op == "drhs" else "gmm"]
+  base = _DEFAULTS.get(family, _DEFAULTS[_SMALL_SMEM])["tgmm" if op == "drhs" else "gmm"]
   if scheme(dtype) and op == "drhs":
     # fp8 training's drhs (tgmm_quantized): 128-token steps, one promotion a scale block.
     # Deviceless for sm_90a (f16 mma.sync, as the forward) and sm_100a (fp8 tcgen05), jax 0.10.2:

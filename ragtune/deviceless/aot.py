@@ -1,7 +1,7 @@
 """Deviceless compile: XLA's real GPU or TPU compiler, run on a CPU-only host for a named device.
 
 GPU: `jax.experimental.topologies.get_topology_desc(platform="cuda", target_config=...)` gives
-a compile-only GPU from a text GpuTargetConfigProto (the device facts in ragtune/deviceless/targets/).
+a compile-only GPU from a text GpuTargetConfigProto (made from a named GPU's facts, kernels/gpu_facts/).
 Under `jax.set_mesh` of that device, `jax.jit(f).lower(...).compile()` runs XLA's GPU
 pipeline, the Triton and Mosaic GPU custom calls, and ptxas: every compile error,
 shared-memory overflow and register spill the device would see, with nothing run. Needs the
@@ -35,15 +35,15 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from kernels import common, quant
+from kernels import common, gpus, quant
+from kernels.lut import device_slug
 from kernels.ragged_dot import resolve
 from ragtune import provenance
-from ragtune.deviceless import machine_code
+from ragtune.deviceless import gpu_proto, machine_code
 from ragtune.errors import RagtuneError, install_hint
 
-TARGETS_DIR = Path(__file__).parent / "targets"
-# Target names -> device facts files. A path to any GpuTargetConfigProto text file works too.
-TARGETS = {"h100": "h100_sxm.txtpb", "h200": "h200.txtpb", "b200": "b200.txtpb"}
+# GPU targets: the named GPUs of kernels.gpus (h100, a100, l40s, ...), or the slug of one of
+# their device kinds (nvidia-a100-sxm4-40gb); a path to any GpuTargetConfigProto text file too.
 # TPU target names -> one host's chips, the smallest topology every supported libtpu accepts:
 # libtpu 0.0.42 (jax 0.10) refuses 1x1 names ("not divisible by ... chips_per_host_bounds
 # 2x2x1"), which 0.0.50 (jax 0.12) accepts, and the mesh takes one device of either. libtpu
@@ -222,16 +222,25 @@ class Target:
 
 
 def target_names() -> list[str]:
-  return [*TARGETS, *TPU_TOPOLOGIES]
+  return [*gpus.gpus(), *TPU_TOPOLOGIES]
+
+
+def _gpu_variant(name: str) -> tuple[gpus.Gpu, gpus.Variant] | None:
+  """The named GPU and variant of a target name: a GPU's name (its first variant) or the slug
+  of one of its device kinds."""
+  if name in gpus.gpus():
+    g = gpus.gpu(name)
+    return g, g.variants[0]
+  return next(((g, v) for g in gpus.gpus().values() for v in g.variants if device_slug(v.device_kind) == name), None)
 
 
 def resolve_target(target: str) -> Target:
-  """A target name (h100, h200, b200, v4, v5e, v5p, v6e, v7x), a TPU topology name of a known
-  chip under its name or libtpu's (v5e:4x4, v7x:2x2x2, tpu7x:2x2x2), or a GpuTargetConfigProto
-  file."""
+  """A target name (a named GPU of kernels.gpus: h100, a100, l40s, ...; the slug of one of their
+  device kinds; or a TPU: v4, v5e, v5p, v6e, v7x), a TPU topology name of a known chip under its
+  name or libtpu's (v5e:4x4, v7x:2x2x2, tpu7x:2x2x2), or a GpuTargetConfigProto file."""
   low = target.lower()
-  if low in TARGETS:
-    return Target(low, "gpu", (TARGETS_DIR / TARGETS[low]).read_text())
+  if (found := _gpu_variant(low)) is not None:
+    return Target(low, "gpu", gpu_proto.proto_text(*found))
   chip_name, _, topology = low.partition(":")
   for chip in common.CHIPS:
     prefix = TPU_TOPOLOGIES[chip.name].partition(":")[0]
@@ -246,7 +255,7 @@ def resolve_target(target: str) -> Target:
 
 
 def target_text(target: str) -> tuple[str, str]:
-  """(name, GpuTargetConfigProto text) of a GPU target name (h100, h200, b200) or file path."""
+  """(name, GpuTargetConfigProto text) of a GPU target name (h100, a100, ...) or file path."""
   t = resolve_target(target)
   if t.platform != "gpu":
     raise RagtuneError(f"--target {target}: a TPU has no GpuTargetConfigProto")
@@ -258,9 +267,10 @@ def target_for_kind(device_kind: str) -> str | None:
   c = common.chip(device_kind)
   if c is not None:
     return c.name
-  return next(
-    (name for name, file in TARGETS.items() if proto_device_kind((TARGETS_DIR / file).read_text()) == device_kind), None
-  )
+  g = gpus.by_kind(device_kind)
+  if g is None:
+    return None
+  return g.name if g.device_kind == device_kind else device_slug(device_kind)
 
 
 def proto_device_kind(text: str) -> str | None:
@@ -301,7 +311,9 @@ def _mesh(platform: str, spec: str):
     ) from None
   except Exception as e:  # a bad proto text: one line from the parser
     raise AotUnavailable(f"GPU target config rejected: {str(e).splitlines()[0][:300]}") from None
-  return topologies.make_mesh(topo, (1,), ("x",)), topo.devices[0]
+  dev = topo.devices[0]
+  gpus.note_capability(dev.device_kind, getattr(dev, "compute_capability", None))  # a file's GPU of no facts
+  return topologies.make_mesh(topo, (1,), ("x",)), dev
 
 
 def target_mesh(target: str):
@@ -565,7 +577,7 @@ def compile_op(target: str, backend: str, op: str, dtype: str, m: int, k: int, n
   t = resolve_target(target)
   _, dev = _mesh(t.platform, t.spec)
   try:
-    kernels.registry.check_device(backend, t.platform, dev.device_kind)
+    kernels.registry.check_device(backend, t.platform, dev.device_kind, dtype)
   except ValueError as e:
     return CompileReport(t.name, dev.device_kind, UNSUPPORTED, str(e), 0.0)
   b = kernels.registry.get(backend)

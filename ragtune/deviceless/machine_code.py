@@ -39,9 +39,9 @@ _ELF_MAGIC = b"\x7fELF"
 
 # Instructions that say how a kernel computes and moves data (SASS names, as cuobjdump 13
 # prints them). HGMMA: Hopper's wgmma on 16-bit inputs (QGMMA on fp8, IGMMA on int8); HMMA:
-# mma.sync. Blackwell (sm_100): UTCHMMA is tcgen05.mma on 16-bit inputs (UTCQMMA on 8-bit
-# floats, kind::f8f6f4; UTCIMMA on int8) (UTCHMMA.2CTA:
-# cta_group::2, a CTA pair's MMA), UTCBAR tcgen05.commit, LDTM/STTM tcgen05.ld/st (tensor
+# mma.sync on 16-bit inputs (QMMA on fp8, sm_89 and sm_120; IMMA on int8). Blackwell (sm_100):
+# UTCHMMA is tcgen05.mma on 16-bit inputs (UTCQMMA on 8-bit floats, kind::f8f6f4; UTCIMMA on
+# int8) (UTCHMMA.2CTA: cta_group::2, a CTA pair's MMA), UTCBAR tcgen05.commit, LDTM/STTM tcgen05.ld/st (tensor
 # memory to and from registers), UTCATOMSWS tensor memory's allocator (.FIND_AND_SET:
 # tcgen05.alloc). UTMALDG/UTMASTG: TMA loads/stores; LDGSTS: cp.async; STL/LDL: local memory
 # (spills) traffic; USETMAXREG: setmaxnreg, warp specialization's move of registers between
@@ -54,6 +54,8 @@ INSTRUCTIONS = (
   "UTCQMMA",
   "UTCIMMA",
   "HMMA",
+  "QMMA",
+  "IMMA",
   "UTCBAR",
   "LDTM",
   "STTM",
@@ -69,9 +71,10 @@ INSTRUCTIONS = (
 WGMMA_OPS = ("HGMMA", "QGMMA", "IGMMA")  # wgmma, by input width
 TCGEN05_OPS = ("UTCHMMA", "UTCQMMA", "UTCIMMA")  # tcgen05.mma, by input width
 _MMA_OPS = (*WGMMA_OPS, *TCGEN05_OPS)  # the asynchronous MMAs whose loops are the main loops
+MMA_SYNC_OPS = ("HMMA", "QMMA", "IMMA")  # mma.sync, by input width
 # The inputs an MMA takes when its modifiers name none: HMMA's and HGMMA's SASS default, f16;
 # a tcgen05 MMA's class, from its opcode (its descriptor names the exact type).
-_UNNAMED_INPUTS = {"HMMA": "f16", "HGMMA": "f16", "UTCQMMA": "f8f6f4", "UTCIMMA": "i8"}
+_UNNAMED_INPUTS = {"HMMA": "f16", "HGMMA": "f16", "UTCQMMA": "f8f6f4", "UTCIMMA": "i8", "IMMA": "i8"}
 
 
 class MachineCodeError(RuntimeError):
@@ -188,7 +191,7 @@ class KernelCode(SassFacts):
     for op, kind in (
       *((op, "wgmma") for op in WGMMA_OPS),
       *((op, "tcgen05.2cta" if self.cta_pair else "tcgen05") for op in TCGEN05_OPS),
-      ("HMMA", "mma.sync"),
+      *((op, "mma.sync") for op in MMA_SYNC_OPS),
     ):
       if self.counts.get(op):
         return kind
@@ -503,7 +506,7 @@ def sass_facts(sass: str) -> dict[str, SassFacts]:
       hgmma_n=max((int(s.group(2)) for s in shapes if s), default=0),
       tmem_alloc=any(ins.op == "UTCATOMSWS" and ".FIND_AND_SET" in ins.mods for ins in instrs),
       cta_pair=any(ins.op in TCGEN05_OPS and ".2CTA" in ins.mods for ins in instrs),
-      mma_inputs=_mma_inputs([(ins.op, ins.mods) for ins in instrs if ins.op in (*_MMA_OPS, "HMMA")]),
+      mma_inputs=_mma_inputs([(ins.op, ins.mods) for ins in instrs if ins.op in (*_MMA_OPS, *MMA_SYNC_OPS)]),
       setmaxnreg_dec=_setmaxnreg_counts(instrs, dealloc=True),
       setmaxnreg_inc=_setmaxnreg_counts(instrs, dealloc=False),
       fma_under_wgmma=under,

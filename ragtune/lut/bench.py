@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import pandas as pd
 
 import kernels
-from kernels import registry, target
+from kernels import gpus, registry, target
 from kernels.common import scheme
 from kernels.lut import shape_text
 from kernels.ragged_dot import Choice, default_interpret, resolve
@@ -287,10 +287,16 @@ def tokamax_op(
   return call
 
 
+def computes_here(backend: str, fmt: str, bench: Bench) -> bool:
+  """Whether `backend` computes `fmt` on the bench's device (on a CPU host: interpreted, anywhere)."""
+  b = registry.get(backend)
+  return fmt in b.dtypes and (not bench.on_device or b.runs_on(target.current().platform, bench.device_kind, fmt))
+
+
 def lut_choice(p: Problem, bench: Bench) -> Choice:
   """What kernels.ragged_dot runs for p.op with the bench's LUT: backend="auto" on a device;
   on a CPU host, where auto runs XLA, the first GPU backend's LUT entry (or heuristic)."""
-  computes = [b for b in bench.backends if p.dtype in registry.get(b).dtypes] or [registry.REFERENCE]
+  computes = [b for b in bench.backends if computes_here(b, p.dtype, bench)] or [registry.REFERENCE]
   with kernels.use_lut(bench.lut):
     return resolve(None, "auto" if bench.on_device else computes[0], p.m, p.k, p.n, p.g, p.dtype, ops=(p.op,))[p.op]
 
@@ -341,8 +347,8 @@ def variants(p: Problem, x: dict[str, jax.Array], bench: Bench) -> list[Variant]
   args = measure.op_args(p.op, x)
   out = []
   for b in bench.backends:
-    if p.dtype not in registry.get(b).dtypes:
-      continue  # a backend without this dtype
+    if not computes_here(b, p.dtype, bench):
+      continue  # a backend without this dtype, or without it on this GPU (fp8 below sm_89)
     cfg = registry.default_config(b, p.op, p.dtype, p.m, p.k, p.n, p.g, device_kind=bench.device_kind)
     interpret = default_interpret(b)
     label = f"{b} default" + (" [interpret]" if interpret else "")
@@ -504,6 +510,17 @@ def plan(
   return Plan(problems, start(table, sorted({p.dtype for p in problems}), samples), lut_file, csv)
 
 
+def datasheet_line(device_kind: str, dtypes: list[str]) -> str:
+  """The datasheet's peaks of a named GPU (kernels.gpus) beside the measured ceilings; "" for a
+  GPU with no facts file."""
+  g = gpus.by_kind(device_kind)
+  if g is None:
+    return ""
+  tf = [f"{d} {t:.4g} TF/s" for d in dtypes if (t := gpus.peaks(device_kind, d)[0])]
+  bw = gpus.peaks(device_kind)[1]
+  return f"datasheet ({g.title}, dense tensor cores): matmul {', '.join(tf) or '-'}; memory {bw:.4g} GB/s"
+
+
 def header(bench: Bench, lut_file: Path | None) -> list[str]:
   """What ran where: device, versions, the LUT, tokamax, the ceilings or why nothing is timed."""
   d = jax.devices()[0]
@@ -515,6 +532,8 @@ def header(bench: Bench, lut_file: Path | None) -> list[str]:
   if bench.on_device:
     peaks = ", ".join(f"{dt} {tf:.4g} TF/s" for dt, tf in bench.peaks.items())
     lines.append(f"ceilings, measured now: matmul {peaks}; copy {bench.copy_gbps:.4g} GB/s")
+    if sheet := datasheet_line(bench.device_kind, list(bench.peaks)):
+      lines.append(sheet)
   else:
     lines.append(
       "CPU host: the Pallas kernels are interpreted, and shapes too big for that are shrunk (m/256, k/32, "

@@ -181,8 +181,8 @@ def on_device(problems: list, platform: str, device_kind: str, say: Say) -> list
   left. Off its hardware (interpreted on a CPU) every backend stays."""
   keep, left_out = [], {}
   for p in problems:
-    if why := kernels.registry.get(p.backend).refusal(platform, device_kind):
-      left_out.setdefault(p.backend, [why, 0])[1] += 1
+    if why := kernels.registry.get(p.backend).refusal(platform, device_kind, p.dtype):
+      left_out.setdefault((p.backend, why), [why, 0])[1] += 1
     else:
       keep.append(p)
   notices = [f"{why}: its {count(n, 'problem')} left out" for why, n in left_out.values()]

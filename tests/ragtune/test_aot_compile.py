@@ -253,11 +253,11 @@ def test_b200_pallas_gpu_compiles_and_mosaic_gpu_is_refused_clearly():
   _assert_clean(r, smem_limit=gpu_smem_limit(B200), mma="tcgen05", kernels_expected=3)
   r = aot.compile_ragged_dot("b200", m, k, n, g, BF16, backend="mosaic_gpu")
   assert r.outcome == aot.UNSUPPORTED
-  assert "hopper GPUs only" in r.error and "pallas_gpu" in r.error
+  assert "hopper (9.0) GPUs only" in r.error and "pallas_gpu" in r.error
   # The same through kernels.ragged_dot itself: one clear ValueError, not the compiler's.
   mesh, _ = aot.target_mesh("b200")
   S = jax.ShapeDtypeStruct
-  with jax.set_mesh(mesh), pytest.raises(ValueError, match="hopper GPUs only"):
+  with jax.set_mesh(mesh), pytest.raises(ValueError, match=r"hopper \(9\.0\) GPUs only"):
     jax.eval_shape(
       lambda a, b, s: kernels.ragged_dot(a, b, s, backend="mosaic_gpu", interpret=False),
       S((64, 128), jnp.bfloat16),
