@@ -30,12 +30,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from kernels import gpus  # noqa: E402
 from ragtune.device import numerics  # noqa: E402
 
 DSV3_DRHS = 256 * 7168 * 2048  # output elements of DeepSeek-V3 prefill's drhs
 BYTES_READ = 4 + 4 + 2  # a float32 reference read twice (scale, comparison), a bf16 output once
-# HBM bandwidth (bytes/s): NVIDIA's H100 SXM and H200 product pages (3.35 and 4.8 TB/s).
-HBM = {"H100 SXM": 3.35e12, "H200": 4.8e12}
+# HBM bandwidth (bytes/s), from the GPUs' facts files (kernels/gpu_facts/: NVIDIA's product pages).
+HBM = {gpus.gpu(n).title: gpus.peaks(gpus.gpu(n).device_kind)[1] * 1e9 for n in ("h100", "h200")}
 
 
 def _best(fn, repeat: int) -> float:

@@ -1,5 +1,10 @@
 """An analytic model of grouped-matmul speed on one H100 SXM (or B200): a model, not a measurement.
 
+The machine's figures (dense BF16 peak, SMs, memory bandwidth, L2) are the facts files' of
+kernels/gpu_facts/, so `--device` takes any named Hopper (h100, h100-pcie, h200, gh200, h20)
+or datacenter Blackwell (b200, gb200, b300). On the H20, whose tensor rate is capped far under
+its SMs x clock, the clock the peak implies (0.46 GHz) understates its shared memory's pace.
+
 For each anchor problem's forward pass and each kernel design it adds up what bounds the
 kernel, from published hardware figures and the kernel's own tiles and launch order, with no
 term fitted to a timing:
@@ -38,7 +43,7 @@ Terms, per kernel (bf16 in and out):
    (mosaic v2) or another resident program computes meanwhile (2+ programs per SM).
 4. Waves: the 132 SMs take cells in turn, so the compute time is ceil(cells / 132) cell times.
 5. HBM: the bytes benchmarks/l2_traffic.py's LRU model fetches for the kernel's launch order
-   with a 50 MB L2 (reads and output writes), at 3.35 TB/s (H100 SXM, same datasheet),
+   with a 50 MiB L2 (reads and output writes), at 3.35 TB/s (H100 SXM, same datasheet),
    overlapped with the compute: time = max(compute, HBM).
 
 With --dtype float8_e4m3fn each design runs on fp8 operands: MMA at twice the 16-bit rate
@@ -111,7 +116,7 @@ the machine's):
 3. Per-tile overhead: none; the TMA warp runs ahead into the next cell and the accumulator is
    double-buffered in TMEM, so a cell's epilogue overlaps the next cell's MMAs.
 4. Waves: ceil(cells / 148) (a pair: ceil(cells / 74)) cell times.
-5. HBM: l2_traffic.py's LRU replay with a 126 MB L2 (--l2 63 for one die's half) at 8 TB/s.
+5. HBM: l2_traffic.py's LRU replay with a 126.5 MiB L2 (--l2 66 for one die's half) at 8 TB/s.
 
 Predicted TF/s = 2 m k n / time. What it leaves out, so it is an upper bound for every
 kernel: the cost of issuing loads and waiting on barriers from the MMA warps, register
@@ -138,16 +143,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import l2_traffic as l2  # noqa: E402
 
+from kernels import gpus  # noqa: E402
 from kernels.mosaic_gpu import config as mosaic  # noqa: E402
 from kernels.mosaic_gpu import gmm as mosaic_gmm  # noqa: E402
 from kernels.pallas_gpu import config as triton  # noqa: E402
 
-PEAK_FLOPS = 989.4e12  # H100 SXM dense BF16
-SMS = 132
-CLOCK_HZ = 1.83e9
 SMEM_BYTES_PER_CLK = 128
-HBM_BYTES_S = 3.35e12
-L2_BYTES = 50 * 10**6
 WGMMA_M = mosaic.WGMMA_M
 ANCHORS = [p for p in l2.PROBLEMS if p.op == "fwd"]
 
@@ -165,19 +166,23 @@ class Gpu:
   l2_bytes: int
 
 
-H100 = Gpu("H100 SXM", PEAK_FLOPS, SMS, CLOCK_HZ, SMEM_BYTES_PER_CLK, HBM_BYTES_S, L2_BYTES)
-_b200 = l2.DEVICES["b200"]
-B200_MMA_FLOP_PER_CLK = 8192  # an SM's dense 16-bit tcgen05 FLOPs a clock: twice Hopper's 4096 (docstring)
-B200 = Gpu(
-  "B200",
-  _b200.tflops * 1e12,
-  _b200.sms,
-  _b200.tflops * 1e12 / (_b200.sms * B200_MMA_FLOP_PER_CLK),  # 1.86 GHz, implied by the peak
-  128,
-  _b200.hbm_tbs * 1e12,
-  int(_b200.l2_mb[0] * 10**6),
-)
-GPUS = {"h100": H100, "b200": B200}
+# Dense 16-bit tensor-core FLOPs an SM issues a clock, by arch (docstring): the model's clock is
+# the datasheet peak over SMs x this, the clock the peak implies.
+MMA_FLOP_PER_CLK = {"hopper": 4096, "blackwell": 8192}
+
+
+def gpu_figures(name: str) -> Gpu:
+  """The model's machine: a named GPU's facts (kernels/gpu_facts/<name>.toml, its first product)."""
+  g = gpus.gpu(name)
+  peak = g.tflops["bf16"] * 1e12
+  clock = peak / (g.sms * MMA_FLOP_PER_CLK[g.arch.name])
+  return Gpu(g.title, peak, g.sms, clock, SMEM_BYTES_PER_CLK, g.variants[0].memory_bytes_per_s, g.l2_bytes)
+
+
+# Every named Hopper and datacenter Blackwell GPU: the archs whose kernels the designs model.
+GPUS = {name: gpu_figures(name) for name, g in gpus.gpus().items() if g.arch.name in MMA_FLOP_PER_CLK}
+H100, B200 = GPUS["h100"], GPUS["b200"]
+PEAK_FLOPS = H100.peak_flops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -419,7 +424,10 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--quick", action="store_true", help="m / 8 on every problem")
   ap.add_argument("--only", default="", help="substring of the problem names to run")
   ap.add_argument(
-    "--device", default="h100", choices=sorted(GPUS), help="h100: five designs; b200: the tcgen05 kernels"
+    "--device",
+    default="h100",
+    choices=sorted(GPUS),
+    help="a Hopper (h100, h200, h20, ...): five designs; a Blackwell (b200, gb200, b300): the tcgen05 kernels",
   )
   ap.add_argument("--l2", type=float, default=None, help="L2 MB for the HBM replay (default: the device's whole L2)")
   ap.add_argument(
@@ -434,12 +442,13 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--phase", default="in-phase", choices=PHASES, help="block128: how the consumers' promotions fall")
   args = ap.parse_args(argv)
   gpu = GPUS[args.device]
+  hopper = gpus.gpu(args.device).arch.name == "hopper"
   l2_bytes = gpu.l2_bytes if args.l2 is None else int(args.l2 * 10**6)
   problems = [p for p in ANCHORS if args.only.lower() in p.name.lower()]
   if args.quick:
     problems = [dataclasses.replace(p, m=max(p.g, p.m // 8)) for p in problems]
-  if args.dtype == BLOCK128 and args.device != "h100":
-    ap.error("--dtype float8_e4m3fn:block128 models the Hopper kernels: --device h100")
+  if args.dtype == BLOCK128 and not hopper:
+    ap.error("--dtype float8_e4m3fn:block128 models the Hopper kernels: --device h100 (or another Hopper)")
   fp8 = args.dtype.startswith("float8_e4m3fn")
   peak = (
     f"{gpu.peak_flops * FP8_RATE / 1e12:.1f} TF/s dense fp8" if fp8 else f"{gpu.peak_flops / 1e12:.1f} TF/s dense bf16"
@@ -450,13 +459,13 @@ def main(argv: list[str] | None = None) -> int:
     f"HBM {gpu.hbm_bytes_s / 1e12:.2f} TB/s, L2 {l2_bytes / 1e6:.0f} MB (l2_traffic's LRU), "
     f"fill {args.fill_us:g} us a cell when not hidden"
   )
-  tile, cw = ("WG tile", 20) if args.device == "h100" else ("CTA MMA", 21)  # a tcgen05 pair's config is 21 wide
+  tile, cw = ("WG tile", 20) if hopper else ("CTA MMA", 21)  # a tcgen05 pair's config is 21 wide
   cw = 21 if args.dtype == BLOCK128 else cw
   l2._table(
     f"| {'problem':<22} | {'kernel':<14} | {'config':<{cw}} | {tile} | cells  | waste   | MMA ms | smem | +writes | "
     f"fill ms | HBM GB, ratio | HBM ms | bound | TF/s | TF/s +writes | L2 B/clk | narrow | x dense |"
   )
-  pick = {"h100": designs, "b200": blackwell_designs}[args.device]
+  pick = designs if hopper else blackwell_designs
   if args.dtype == BLOCK128:
     pick = block128_designs
   for p in problems:

@@ -42,9 +42,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from kernels import registry
+from kernels import gpus, registry
 from kernels.backend import KernelConfig
-from kernels.common import FORMATS, OPS, TRAINING_FORMATS, not_utf8, op_dims, op_order
+from kernels.common import FORMATS, OPS, TRAINING_FORMATS, canonical_kind, not_utf8, op_dims, op_order
 
 SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
@@ -86,6 +86,34 @@ class LutError(ValueError):
 def device_slug(device_kind: str) -> str:
   """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
   return re.sub(r"[^a-z0-9]+", "-", device_kind.lower()).strip("-") or "unknown"
+
+
+def serves(lut_kind: str, device_kind: str) -> bool:
+  """Whether a LUT tuned on `lut_kind` is used on a device of `device_kind` without force: its
+  own kind (a TPU under either spelling), or a GPU of the same compute capability and SM
+  count (kernels.gpus.serves: A100 80 GB and 40 GB, SXM and PCIe; H100 SXM, H200 and GH200),
+  where every config compiles and launches the same and only the speeds may differ."""
+  return canonical_kind(lut_kind) == canonical_kind(device_kind) or gpus.serves(lut_kind, device_kind)
+
+
+def serving_kinds(device_kind: str) -> list[str]:
+  """The device kinds whose LUTs serve `device_kind`: its own first, then the other products
+  of its GPU, then other GPUs of its compute capability and SM count."""
+  own = gpus.by_kind(device_kind)
+  others = [v.device_kind for g in gpus.gpus().values() for v in g.variants if v.device_kind != device_kind]
+  others = [k for k in others if gpus.serves(k, device_kind)]
+  return [device_kind, *sorted(others, key=lambda k: gpus.by_kind(k) is not own)]
+
+
+def _refusal_detail(lut_kind: str, device_kind: str) -> str:
+  """Why a named GPU's LUT does not serve another named GPU, in parentheses; "" otherwise."""
+  a, b = gpus.by_kind(lut_kind), gpus.by_kind(device_kind)
+  if a is None or b is None:
+    return ""
+  fact = lambda g: f"{g.capability[0]}.{g.capability[1]}, {g.sms} SMs"
+  return (
+    f" (a LUT serves a GPU of its own compute capability and SM count: {a.title} is {fact(a)}, {b.title} {fact(b)})"
+  )
 
 
 def current_device_kind() -> str:
@@ -410,36 +438,51 @@ _warned: set[str] = set()
 def locate_lut(path: str | os.PathLike | None, device_kind: str) -> Path | None:
   """The LUT file for a device of `device_kind`.
 
-  path: a LUT file, or a folder holding ``<device-slug>.json``. When None: the env var
-  RAGTUNE_LUT (read the same way), then the LUT bundled in ``kernels/luts/``; None if
-  neither names one. Raises LutError for a path that holds no LUT for this device.
+  path: a LUT file, or a folder holding ``<device-slug>.json``, or that of a device kind that
+  serves this one (serving_kinds). When None: the env var RAGTUNE_LUT (read the same way),
+  then the LUTs bundled in ``kernels/luts/``; None if neither names one. Raises LutError for a
+  path that holds no LUT for this device.
   """
   if path is None and os.environ.get(ENV_VAR):
     path = os.environ[ENV_VAR]
+  names = [f"{device_slug(k)}.json" for k in serving_kinds(device_kind)]
   if path is None:
-    bundled = BUNDLED_DIR / f"{device_slug(device_kind)}.json"
-    return bundled if bundled.is_file() else None
+    return next((BUNDLED_DIR / name for name in names if (BUNDLED_DIR / name).is_file()), None)
   path = Path(path)
   if path.is_dir():
-    cand = path / f"{device_slug(device_kind)}.json"
-    if cand.is_file():
+    cand = next((path / name for name in names if (path / name).is_file()), None)
+    if cand is not None:
       return cand
     found = sorted(p.name for p in path.glob("*.json"))
     raise LutError(
-      f"{path}: no LUT for device {device_kind!r} (looked for {cand.name}; found {found or 'no .json files'})"
+      f"{path}: no LUT for device {device_kind!r} (looked for {', '.join(names)}; found {found or 'no .json files'})"
     )
   if not path.exists():
     raise LutError(f"{path}: no such LUT file or folder")
   return path
 
 
+# The (LUT kind, device kind) pairs already said to serve each other in this process.
+_served: set[tuple[str, str]] = set()
+
+
 def _read_lut(file: Path, kind: str, force: bool) -> Lut:
-  """The LUT in `file` (as locate_lut found it), refused when made for another device kind."""
+  """The LUT in `file` (as locate_lut found it), refused when made for a device kind that does
+  not serve this one (serves), unless force."""
   lut = Lut.from_file(file)
-  if lut.device_kind != kind and not force:
+  if lut.device_kind == kind:
+    return lut
+  if serves(lut.device_kind, kind):
+    if (lut.device_kind, kind) not in _served:
+      _served.add((lut.device_kind, kind))
+      logger.info(
+        "%s: LUT tuned on %r serves this %r (same compute capability and SMs)", lut.source, lut.device_kind, kind
+      )
+    return lut
+  if not force:
     raise LutError(
-      f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}; "
-      f"pass force=True to use it anyway"
+      f"{lut.source}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r}"
+      f"{_refusal_detail(lut.device_kind, kind)}; pass force=True to use it anyway"
     )
   return lut
 

@@ -103,11 +103,13 @@ def plan_table(rows: list[PlanRow]) -> Table:
   source; where a deviceless compile rejected any, how many of each problem's space (never
   timed: a listed sweep takes the next candidates instead)."""
   pruned = any(r.rejected for r in rows)  # by a deviceless compile (plan --target)
+  floor = any(r.floor_s is not None for r in rows)  # a named GPU's datasheet (kernels.gpus)
   t = _table(
     "plan",
     ("op", "backend", "dtype", SHAPE, "candidates")
     + (("compile-rejected",) if pruned else ())
-    + ("rows done", "rows to do", "est. time", "per candidate", "from"),
+    + ("rows done", "rows to do", "est. time", "per candidate", "from")
+    + (("floor (model)",) if floor else ()),
   )
   for r in rows:
     p, e = r.problem, r.estimate
@@ -123,6 +125,7 @@ def plan_table(rows: list[PlanRow]) -> Table:
       duration(e.seconds) if e.seconds is not None and r.todo else "-",
       duration(e.per_candidate_s) if e.per_candidate_s is not None and r.todo else "-",
       e.source,
+      *((f"{r.floor_s * 1e3:.3g} ms" if r.floor_s is not None else "-",) if floor else ()),
     )
   return t
 
@@ -135,8 +138,16 @@ def plan_summary(rows: list[PlanRow], model: CostModel, slowest: int = 3) -> lis
   total = sum(r.estimate.seconds for r in known)
   by_rows = sum(1 for r in known if r.estimate.source == "rows")
   head = f"{words.count(len(rows), 'problem')}, {todo} measurements to do (candidates and the 2 baselines per problem)"
+  floor = (
+    [
+      "  floor (model) = the larger of FLOPs / the GPU's datasheet dense tensor-core peak and bytes / its memory "
+      "bandwidth (kernels/gpu_facts/): no kernel runs faster"
+    ]
+    if any(r.floor_s is not None for r in rows)
+    else []
+  )
   if not todo:
-    return [head]
+    return [head, *floor]
   sources = [f"{len(known) - by_rows} from {model.describe()}"] if len(known) > by_rows else []
   sources += [f"{by_rows} from the median time of their recorded rows"] if by_rows else []
   sources += [f"{len(unknown)} unknown ({unknown[0].estimate.note})"] if unknown else []
@@ -151,7 +162,7 @@ def plan_summary(rows: list[PlanRow], model: CostModel, slowest: int = 3) -> lis
     if len(known) > 1
   ]
   hint = gpu_sized_hint(model, total)
-  return lines + ([hint] if hint else [])
+  return lines + floor + ([hint] if hint else [])
 
 
 def _mib(n: int | None) -> str:

@@ -288,9 +288,10 @@ def tokamax_op(
 
 
 def computes_here(backend: str, fmt: str, bench: Bench) -> bool:
-  """Whether `backend` computes `fmt` on the bench's device (on a CPU host: interpreted, anywhere)."""
+  """Whether `backend` (one of the bench's) computes `fmt` on the bench's device (on a CPU host:
+  interpreted, anywhere)."""
   b = registry.get(backend)
-  return fmt in b.dtypes and (not bench.on_device or b.runs_on(target.current().platform, bench.device_kind, fmt))
+  return fmt in b.dtypes and not (bench.on_device and b.refusal(target.current().platform, bench.device_kind, fmt))
 
 
 def lut_choice(p: Problem, bench: Bench) -> Choice:

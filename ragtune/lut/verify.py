@@ -323,7 +323,6 @@ def select(
   """The LUT (file or results folder; by default this device's results folder, or the
   target's) and its entries of these ops and shapes. A LUT for another chip than a
   --target's is refused unless force."""
-  from kernels.common import canonical_kind
   from ragtune.candidates import prune
   from ragtune.problems import shapes as shapes_mod
   from ragtune.run import devices
@@ -336,7 +335,7 @@ def select(
   lut = load_lut_for_verify(
     target, info["device_kind"], force=force or bool(compile_for), skipped=skipped, cut=cut, default=given is None
   )
-  if compile_for and not force and canonical_kind(lut.device_kind) != canonical_kind(info["device_kind"]):
+  if compile_for and not force and not kernels.lut.serves(lut.device_kind, info["device_kind"]):
     raise RagtuneError(
       f"{target}: LUT was tuned on {lut.device_kind!r} but --target {compile_for} compiles for "
       f"{info['device_kind']!r} (use --force to compile it for that device anyway)"

@@ -13,7 +13,7 @@ times. It is a model: docs/commands.md (plan) says how far off it was.
 
 On a device the kernels run compiled: a candidate costs its compile, check and profile (a
 nominal figure) plus RUNS runs at its roofline at the ceilings a sweep measured there
-(ceilings.json), when there are some.
+(ceilings.json), when there are some, else at the datasheet peaks of a named GPU (kernels.gpus).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import platform
 import time
 from pathlib import Path
 
-from kernels import registry
+from kernels import gpus, registry
 from kernels.backend import Backend
 from ragtune.device import ceilings, measure
 from ragtune.errors import RagtuneError
@@ -220,11 +220,11 @@ class CostModel:
     return BASELINE_COMPILE * self.cal.compile_s + work / self.cal.matmul_flops
 
   def _roofline_s(self, p: Problem) -> float | None:
-    """A run's time at the device's recorded ceilings; None where none are recorded."""
-    tf, bw = ceilings.peaks(self.ceil, self.device_kind, None, p.dtype)
-    if not tf or not bw:
-      return None
-    return max(measure.flops(p) / (tf * 1e12), measure.bytes_moved(p) / (bw * 1e9))
+    """A run's time at the device's recorded ceilings, else at its datasheet's peaks (a named
+    GPU: kernels.gpus); None where neither is known."""
+    return roofline_s(p, *ceilings.peaks(self.ceil, self.device_kind, None, p.dtype)) or datasheet_floor_s(
+      p, self.device_kind
+    )
 
   def source(self, p: Problem) -> str:
     if self.interpret:
@@ -257,8 +257,22 @@ class CostModel:
       return f"unknown ({self.note})"
     return (
       f"nominal: {DEVICE_CANDIDATE_S:g}s a candidate to compile, check and profile, plus {RUNS} runs at the "
-      "roofline of the ceilings in ceilings.json where a sweep measured them"
+      "roofline of the ceilings in ceilings.json where a sweep measured them, else of the GPU's datasheet"
     )
+
+
+def roofline_s(p: Problem, tflops: float | None, gbps: float | None) -> float | None:
+  """A model: the larger of p's FLOPs over `tflops` and the bytes any implementation moves
+  (measure.bytes_moved) over `gbps`; None when either is unknown."""
+  if not tflops or not gbps:
+    return None
+  return max(measure.flops(p) / (tflops * 1e12), measure.bytes_moved(p) / (gbps * 1e9))
+
+
+def datasheet_floor_s(p: Problem, device_kind: str | None) -> float | None:
+  """p's roofline at a named GPU's datasheet peaks (kernels.gpus: the dense tensor-core TF/s of
+  its format, the memory bandwidth): no kernel runs faster. None for a GPU with no facts file."""
+  return roofline_s(p, *gpus.peaks(device_kind, p.dtype))
 
 
 # An interpreted plan longer than this is of problems sized for a GPU (shapes/smoke.yaml's

@@ -14,7 +14,7 @@ from ragtune.errors import RagtuneError
 from ragtune.problems.shapes import Problem
 from ragtune.records.store import Record, ResultsStore, candidate_id, make_row, row_id
 from ragtune.run import devices
-from ragtune.run.estimate import CostModel, Estimate, duration
+from ragtune.run.estimate import CostModel, Estimate, datasheet_floor_s, duration
 from ragtune.run.options import SweepOptions
 from ragtune.words import count
 
@@ -166,6 +166,7 @@ class PlanRow:
   done: int
   todo: int
   estimate: Estimate
+  floor_s: float | None = None  # the problem at the GPU's datasheet peaks (estimate.datasheet_floor_s): a model
 
 
 def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = None) -> list[PlanRow]:
@@ -195,7 +196,7 @@ def plan(problems: list[Problem], opts: SweepOptions, model: CostModel | None = 
       est = Estimate(median * count + base, median, "rows", per_candidate_s=median)
     else:
       est = model.problem(p, [c for c in task.configs.values() if c not in task.history], count, baselines)
-    out.append(PlanRow(p, task.planned, task.rejected, n_done, n_todo, est))
+    out.append(PlanRow(p, task.planned, task.rejected, n_done, n_todo, est, datasheet_floor_s(p, opts.device_kind)))
   return out
 
 
