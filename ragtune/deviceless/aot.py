@@ -375,7 +375,7 @@ def _classify(e: Exception) -> str:
     return NO_FIT
   if "register spilling" in msg or "spill" in msg.lower():
     return SPILL
-  if "compiles for" in msg and "GPUs only" in msg:
+  if ("compiles for" in msg and "GPUs only" in msg) or "has no fp8 tensor cores" in msg:  # Backend.refusal's
     return UNSUPPORTED
   return ERROR
 
