@@ -6,7 +6,7 @@ The one place for what differs between NVIDIA GPUs:
   https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#compute-capabilities).
   Backends name the archs they compile for (Backend.families); defaults and search spaces
   keep to its shared memory.
-- GPUS: one facts file a GPU in kernels/gpu_facts/ (SMs, L2, clock, memory and its
+- gpus(): the named GPUs, one facts file each in kernels/gpu_facts/ (SMs, L2, clock, memory and its
   bandwidth, dense tensor-core peaks, the device_kind strings jax reports for each variant,
   and a source for each figure). ragtune compiles for them by name (--target) and takes their
   datasheet peaks for its models.

@@ -158,9 +158,13 @@ _DEFAULTS = {
   "blackwell": {"gmm": TritonConfig(128, 64, 256, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
   "ampere": {"gmm": TritonConfig(128, 64, 128, 8, 3, group_m=16), "tgmm": TritonConfig(64, 128, 128, 8, 3)},
   "other": {"gmm": TritonConfig(128, 32, 128, 8, 3, group_m=16), "tgmm": TritonConfig(32, 64, 128, 4, 3)},
+  # sm_120 (deviceless, jax 0.10.2 and 0.12): ptxas keeps 8-warp 128x128 tiles near 128
+  # registers, and "other"'s gmm spilled 8 B a thread in dlhs at Mixtral's shape (jax 0.12), a
+  # 64-deep 2-stage one 16 B in fwd (0.10.2); on 4 warps the tile takes ~240 registers, clean.
+  "blackwell-rtx": {"gmm": TritonConfig(128, 32, 128, 4, 3, group_m=16), "tgmm": TritonConfig(32, 64, 128, 4, 3)},
 }
-# Every other arch (kernels.gpus: ada, ampere-ga10x, blackwell-rtx; an unknown GPU) has 99 KB a
-# block, what "other" is sized for.
+# Every other arch (kernels.gpus: ada, ampere-ga10x; an unknown GPU) has 99 KB a block, what
+# "other" is sized for.
 _SMALL_SMEM = "other"
 
 
@@ -180,7 +184,9 @@ def _default(op: str, dtype: str, rows: int, contraction: int, cols: int, g: int
     # holds a second tile, 64-deep: 240), where 128x256 tiles spill. 128 columns also keep a
     # tile within one block-scale column (quant.tile_violation).
     steps = (128, 3) if scheme(dtype) == "channelwise" else (64, 4)
-    base = dataclasses.replace(base, block_n=min(base.block_n, quant.BLOCK), block_k=steps[0], num_stages=steps[1])
+    base = dataclasses.replace(
+      base, block_n=min(base.block_n, quant.BLOCK), block_k=steps[0], num_stages=steps[1], num_warps=8
+    )
   elif dtype == "float32":  # twice the bytes per element: halve the contraction step
     base = (
       dataclasses.replace(base, block_m=base.block_m // 2)

@@ -28,6 +28,7 @@ from rich.markup import escape
 from rich.progress import Progress
 
 import kernels
+from kernels import gpus
 from ragtune import paths, stop
 from ragtune.errors import RagtuneError
 from ragtune.filekind import Kind
@@ -37,6 +38,10 @@ from ragtune.run.options import DEFAULT_BUILDER, DEFAULT_TIMEOUT_S
 from ragtune.run.resume import SweepFlags
 from ragtune.run.shard import EmptyShard
 from ragtune.words import count
+
+# The --target names: the named GPUs (kernels/gpu_facts/, docs/gpu.md) and the TPUs.
+GPU_TARGETS = ", ".join(gpus.gpus())
+TPU_TARGETS = "v4, v5e, v5p, v6e, v7x"
 
 # The click that Typer runs on: newer Typer carries its own copy (typer._click), older Typer uses click.
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -673,8 +678,8 @@ def plan(
     typer.Option(
       "--target",
       metavar="DEVICE",
-      help="Compile every candidate deviceless for this GPU or TPU first (h100, h200, b200, a "
-      "GpuTargetConfigProto file; v4, v5e, v5p, v6e, v7x), in parallel; a sweep on that device then "
+      help=f"Compile every candidate deviceless for this GPU or TPU first ({GPU_TARGETS}, a "
+      f"GpuTargetConfigProto file; {TPU_TARGETS}), in parallel; a sweep on that device then "
       "skips what fails, spills or overflows shared memory, VMEM or HBM. Needs the gpu-compile "
       "or the tpu extra.",
     ),
@@ -801,7 +806,7 @@ def verify(
     typer.Option(
       "--target",
       metavar="DEVICE",
-      help="Compile each entry deviceless for this device (v4, v5e, v5p, v6e, v7x, h100, h200, b200; "
+      help=f"Compile each entry deviceless for this device ({GPU_TARGETS}; {TPU_TARGETS}; "
       "auto: the LUT file's own) with XLA's real compiler instead of running it: a LUT for a "
       "device this host lacks. Checks that each compiles and fits (VMEM, HBM, shared memory), "
       "not its numbers or speed.",
@@ -854,7 +859,8 @@ def compile_cmd(
     typer.Option(
       "--target",
       metavar="DEVICE",
-      help="A GPU (h100, h200, b200, or a GpuTargetConfigProto file) or a TPU (v4, v5e, v5p, v6e, v7x).",
+      help=f"A GPU ({GPU_TARGETS}, the LUT slug of one of their products, or a GpuTargetConfigProto "
+      f"file) or a TPU ({TPU_TARGETS}).",
     ),
   ] = "h100",
   backend: Backends = None,

@@ -125,9 +125,16 @@ def plan_table(rows: list[PlanRow]) -> Table:
       duration(e.seconds) if e.seconds is not None and r.todo else "-",
       duration(e.per_candidate_s) if e.per_candidate_s is not None and r.todo else "-",
       e.source,
-      *((f"{r.floor_s * 1e3:.3g} ms" if r.floor_s is not None else "-",) if floor else ()),
+      *((_short_time(r.floor_s),) if floor else ()),
     )
   return t
+
+
+def _short_time(s: float | None) -> str:
+  """A kernel's time: '2.66 ms', '229 us'; '-' when unknown."""
+  if s is None:
+    return "-"
+  return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} us"
 
 
 def plan_summary(rows: list[PlanRow], model: CostModel, slowest: int = 3) -> list[str]:

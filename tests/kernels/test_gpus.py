@@ -181,3 +181,34 @@ def test_datasheet_peaks_by_format():
   assert gpus.peaks("NVIDIA H100 80GB HBM3", BLOCK128)[0] == 1978.9
   assert gpus.peaks("NVIDIA A100-SXM4-40GB", BLOCK128) == (None, 1555.0)  # no fp8 tensor cores
   assert gpus.peaks("cpu") == (None, None)
+
+
+def _doc_cells(g: gpus.Gpu) -> list[str]:
+  """docs/gpu.md's "Which GPUs" row of a named GPU, all but its last (deviceless) column."""
+  kind = g.device_kind
+  fp8 = g.tflops.get("fp8")
+  return [
+    f"{g.title} (`{g.name}`)",
+    "<br>".join(f"`{device_slug(v.device_kind)}`" for v in g.variants),
+    f"{g.capability[0]}.{g.capability[1]}",
+    g.arch.name,
+    f"{g.arch.smem_per_block // 1024} KiB",
+    ", ".join(b.name for b in registry.REGISTRY.values() if b.own_kernels and b.runs_on("gpu", kind)),
+    f"{registry.auto_backend('gpu', kind)} / {registry.auto_backend('gpu', kind, BLOCK128)}",
+    f"{g.tflops['bf16']:g} / {f'{fp8:g}' if fp8 else '-'}",
+    " / ".join(f"{v.memory_bytes_per_s / 1e9:,.0f}" for v in g.variants),
+  ]
+
+
+def test_the_docs_table_of_named_gpus_says_what_the_facts_and_rules_say():
+  text = (gpus.FACTS_DIR.parent.parent / "docs" / "gpu.md").read_text()
+  rows = {
+    cells[0]: cells
+    for line in text.splitlines()
+    if line.startswith("| ") and "(`" in line
+    for cells in [[c.strip() for c in line.strip().strip("|").split(" | ")]]
+  }
+  for g in gpus.gpus().values():
+    want = _doc_cells(g)
+    assert want[0] in rows, f"docs/gpu.md has no row for {g.name}"
+    assert rows[want[0]][: len(want)] == want, g.name
