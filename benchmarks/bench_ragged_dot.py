@@ -44,7 +44,9 @@ def main(argv=None):
 
   on_device = jax.default_backend() != "cpu"
   dev = kernels.target.current()
-  backend = kernels.registry.auto_backend(dev.platform, dev.device_kind) if args.backend == "auto" else args.backend
+  fmt = args.dtype if ":" in args.dtype else None  # a quantized format: a backend that computes it here
+  auto = kernels.registry.auto_backend(dev.platform, dev.device_kind, fmt)
+  backend = auto if args.backend == "auto" else args.backend
   if args.backend == "auto" and backend == kernels.registry.REFERENCE:
     backend = kernels.registry.tunable()[0]  # a CPU host: still time a Pallas kernel (interpreted), not XLA against XLA
   interpret = default_interpret(backend)

@@ -157,6 +157,9 @@ class Backend:
           not (it then runs nowhere and is never "auto"'s fallback).
   deprecated() -> why: "" unless what its kernels are written in is deprecated upstream in
           this jax (it still runs; `explain` says so).
+  aot_target(device_kind, capability): told of each GPU an ahead-of-time compile targets (a
+          compile-only device: its kind and compute capability, "8.9"), for a compiler that
+          cannot read them off that device by itself; None: nothing to tell.
   default_source(device_kind) -> how `default` chose for that device, as `explain` names
           it: "heuristic", or "compile-verified" (tiles chosen by a stated rule and compiled
           for that device by the tests, not timed).
@@ -189,6 +192,7 @@ class Backend:
   interpreter_threads: int = 0
   unavailable: Callable[[], str] = lambda: ""
   deprecated: Callable[[], str] = lambda: ""
+  aot_target: Callable[[str, str | None], None] | None = None
   default_source: Callable[[str | None], str] = lambda device_kind: "heuristic"
 
   @property

@@ -106,7 +106,7 @@ def register_split(warpgroups: int, producer: int, consumers: int) -> int:
 
 
 # --- TPU chips ----------------------------------------------------------------------------
-# Device facts, as GPU_SMEM_BYTES above: which TPU a jax device_kind is, and its memories.
+# Device facts, as kernels.gpus has a GPU's: which TPU a jax device_kind is, and its memories.
 
 MIB, GIB = 1 << 20, 1 << 30
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,7 +62,7 @@ class Arch:
 
 
 ARCHS = (
-  Arch("ampere", ((8, 0), (8, 7)), 163 * KIB, 164 * KIB, 2048, 64, "mma.sync", False),  # A100, A30, Orin
+  Arch("ampere", ((8, 0),), 163 * KIB, 164 * KIB, 2048, 64, "mma.sync", False),  # A100, A30
   Arch("ampere-ga10x", ((8, 6),), 99 * KIB, 100 * KIB, 1536, 128, "mma.sync", False),  # A10, A40, RTX 30xx
   Arch("ada", ((8, 9),), 99 * KIB, 100 * KIB, 1536, 128, "mma.sync", True),  # L4, L40S, RTX 40xx
   Arch("hopper", ((9, 0),), 227 * KIB, 228 * KIB, 2048, 128, "wgmma", True),
@@ -71,7 +72,7 @@ ARCHS = (
 # A GPU of no known capability (and the CPU host that interprets the kernels): the careful one.
 OTHER = Arch("other", (), 99 * KIB, 100 * KIB, 1536, 128, "mma.sync", False)
 ARCH_NAMES = tuple(a.name for a in ARCHS) + (OTHER.name,)
-# Device kinds no facts file lists, placed by fragments of their names (lower case).
+# Device kinds no facts file lists, placed by words of their names (lower case): "NVIDIA H800".
 NAME_FAMILIES = (
   ("hopper", ("h100", "h200", "h800", "h20", "gh200")),
   ("blackwell", ("b100", "b200", "gb200", "b300", "gb300")),
@@ -165,8 +166,14 @@ def _gpu(path: Path) -> Gpu:
   bad = set(d["tflops"]) - set(PEAK_CLASSES)
   if bad or "bf16" not in d["tflops"]:
     raise FactsError(where(f"tflops: takes {PEAK_CLASSES} (bf16 at least), got {sorted(d['tflops'])}"))
-  if not d["variants"]:
-    raise FactsError(where("variants: none"))
+  if not isinstance(d["sources"], dict) or not d["variants"]:
+    raise FactsError(where("sources must be a table and variants a non-empty array of tables"))
+  try:
+    variants = tuple(
+      Variant(v["device_kind"], int(v["memory_bytes"]), float(v["memory_bytes_per_s"])) for v in d["variants"]
+    )
+  except (KeyError, TypeError, ValueError) as e:
+    raise FactsError(where(f"variants: each needs device_kind, memory_bytes and memory_bytes_per_s ({e})")) from None
   return Gpu(
     name=d["name"],
     title=d["title"],
@@ -175,9 +182,7 @@ def _gpu(path: Path) -> Gpu:
     l2_bytes=int(d["l2_bytes"]),
     clock_ghz=float(d["clock_ghz"]),
     tflops={k: float(v) for k, v in d["tflops"].items()},
-    variants=tuple(
-      Variant(v["device_kind"], int(v["memory_bytes"]), float(v["memory_bytes_per_s"])) for v in d["variants"]
-    ),
+    variants=variants,
     sources=dict(d["sources"]),
     notes=d.get("notes", ""),
   )
@@ -188,9 +193,10 @@ def gpus() -> dict[str, Gpu]:
   """Name -> Gpu, every facts file, in order of compute capability then name."""
   found = sorted((_gpu(p) for p in FACTS_DIR.glob("*.toml")), key=lambda g: (g.capability, g.name))
   kinds = [v.device_kind for g in found for v in g.variants]
-  dup = sorted({k for k in kinds if kinds.count(k) > 1})
+  names = [g.name for g in found]
+  dup = sorted({k for k in kinds if kinds.count(k) > 1} | {n for n in names if names.count(n) > 1})
   if dup:
-    raise FactsError(f"{FACTS_DIR}: device kinds in more than one file: {dup}")
+    raise FactsError(f"{FACTS_DIR}: device kinds or names in more than one file: {dup}")
   return {g.name: g for g in found}
 
 
@@ -218,7 +224,10 @@ def note_capability(device_kind: str, capability: tuple[int, int] | str | None) 
   file lists is then placed by it, and a WARNING says so, once per kind and process."""
   if not device_kind or capability in (None, "") or by_kind(device_kind) is not None:
     return
-  cc = parse_capability(capability) if isinstance(capability, str) else tuple(capability)
+  try:
+    cc = parse_capability(capability) if isinstance(capability, str) else tuple(capability)
+  except ValueError:  # not an NVIDIA compute capability (a ROCm device's "gfx942")
+    return
   if _seen.get(device_kind) == cc:
     return
   _seen[device_kind] = cc
@@ -250,9 +259,9 @@ def arch(device_kind: str | None) -> Arch:
   cc = capability(device_kind)
   if cc is not None:
     return arch_of_capability(cc)
-  kind = (device_kind or "").lower()
+  words = set(re.findall(r"[a-z0-9]+", (device_kind or "").lower()))
   for family, fragments in NAME_FAMILIES:
-    if any(f in kind for f in fragments):
+    if words & set(fragments):
       return next(a for a in ARCHS if a.name == family)
   return OTHER
 
@@ -283,6 +292,11 @@ def fp8_refusal(device_kind: str | None) -> str:
   a = arch(device_kind)
   if a.fp8:
     return ""
+  if a is OTHER:
+    return (
+      f"{describe(device_kind)} has no fp8 tensor cores that ragtune knows of (its compute capability is "
+      "unknown here; 8.9 and newer have them)"
+    )
   return f"{describe(device_kind)} has no fp8 tensor cores (compute capability 8.9 and newer have them)"
 
 
@@ -305,7 +319,7 @@ def peaks(device_kind: str | None, fmt: str = "bfloat16") -> tuple[float | None,
 def serves(lut_kind: str, device_kind: str) -> bool:
   """Whether a LUT tuned on `lut_kind` may serve a device of `device_kind`: both named, of one
   compute capability and as many SMs. Every config then compiles, fits and launches the same
-  (a persistent kernel's grid is the SM count); only the memory and clock differ, which move
-  the best config, not whether it runs."""
+  (a persistent kernel's grid is the SM count); memory, L2 and clock may differ, which move the
+  best config, not whether it runs."""
   a, b = by_kind(lut_kind), by_kind(device_kind)
   return a is not None and b is not None and a.capability == b.capability and a.sms == b.sms

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels import gpus, quant, registry, target
 from kernels import lut as lut_mod
-from kernels import quant, registry, target
 from kernels.backend import KernelConfig
 from kernels.common import OPS, QUANT_DTYPES, element_dtype
 from kernels.common import scheme as common_scheme
@@ -171,7 +171,9 @@ def _no_tunable_backend(platform: str, device_kind: str, fmt: str | None) -> str
   """Why backend="auto" runs XLA's op and asks no LUT: no backend with configs compiles here
   (for this quantized format, when one is given)."""
   if fmt is not None and registry.auto_backend(platform, device_kind) != registry.REFERENCE:
-    return f"auto on {device_kind!r}: no backend with configs computes {fmt} here, so XLA's op runs"
+    why = gpus.fp8_refusal(device_kind) if platform == "gpu" and gpus.peak_class(fmt) == "fp8" else ""
+    because = f" ({why})" if why else ""
+    return f"auto on {device_kind!r}: no backend with configs computes {fmt} here{because}, so XLA's op runs"
   return (
     f"auto on {device_kind!r}: no backend with configs runs compiled here, so XLA's op runs and no LUT "
     f"is asked; backend= one of {', '.join(registry.tunable())} runs interpreted with its LUT entries"

@@ -36,9 +36,18 @@ def current() -> Target:
   dev = None if mesh is None or mesh.empty else getattr(mesh, "abstract_device", None)
   if dev is not None and dev.device_kind:
     platform = "gpu" if dev.platform in GPU_PLATFORMS else dev.platform
+    if platform == "gpu":  # a mesh of this host's GPUs: theirs (a deviceless target's is noted by ragtune)
+      _note(next((d for d in jax.devices() if d.device_kind == dev.device_kind), None))
     return Target(platform, dev.device_kind, dev.num_cores)
   d = jax.devices()[0]
   platform = "gpu" if d.platform in GPU_PLATFORMS else d.platform
-  if platform == "gpu":  # a GPU with no facts file is then placed by its compute capability
-    gpus.note_capability(d.device_kind, getattr(d, "compute_capability", None))
+  if platform == "gpu":
+    _note(d)
   return Target(platform, d.device_kind, getattr(d, "core_count", None) if platform == "gpu" else None)
+
+
+def _note(d) -> None:
+  """A CUDA device's compute capability, by which a GPU with no facts file is placed
+  (kernels.gpus.note_capability); a ROCm device's ("gfx942") names no NVIDIA arch."""
+  if d is not None and d.platform in ("gpu", "cuda"):
+    gpus.note_capability(d.device_kind, getattr(d, "compute_capability", None))

@@ -16,7 +16,7 @@ import jax
 from kernels.backend import PALLAS_CALL_COST, Backend
 from kernels.pallas_gpu import config
 from kernels.pallas_gpu.config import TritonConfig
-from kernels.pallas_gpu.upstream import deprecated
+from kernels.pallas_gpu.upstream import aot_target, deprecated
 
 TRITON_MODULE = "jax.experimental.pallas.triton"
 
@@ -82,4 +82,5 @@ BACKEND = Backend(
   interpret_cost=PALLAS_CALL_COST,
   unavailable=unavailable,
   deprecated=deprecated,
+  aot_target=aot_target,
 )

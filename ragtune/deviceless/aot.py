@@ -314,33 +314,10 @@ def _mesh(platform: str, spec: str):
   dev = topo.devices[0]
   capability = getattr(dev, "compute_capability", None)
   gpus.note_capability(dev.device_kind, capability)  # a file's GPU of no facts
-  _tell_triton_the_capability(dev.device_kind, capability)
+  for b in kernels.registry.REGISTRY.values():
+    if b.aot_target is not None:
+      b.aot_target(dev.device_kind, capability)
   return topologies.make_mesh(topo, (1,), ("x",)), dev
-
-
-def _tell_triton_the_capability(device_kind: str, capability: str | None) -> None:
-  """jax 0.12's Pallas Triton lowering takes an ahead-of-time GPU's compute capability from a
-  table of product names (jax._src.pallas.triton.gpu_info) and refuses a name outside it
-  ("No supported GPU devices found": NVIDIA L40S, NVIDIA H20), where a real device of that
-  kind compiles from its own capability. Give it the target's, as the device would. jax 0.10
-  reads the mesh's device instead and has no such table."""
-  try:
-    from jax._src.pallas.triton import gpu_info
-  except ImportError:
-    return
-  lookup = getattr(gpu_info, "gpu_version_from_device_kind", None)
-  if (
-    not capability
-    or lookup is None
-    or lookup(device_kind) is not None
-    or not hasattr(gpu_info, "_get_device_arch_name")
-  ):
-    return
-  if not hasattr(gpu_info, "_ragtune_targets"):
-    known, jax_own = {}, gpu_info._get_device_arch_name
-    gpu_info._ragtune_targets = known
-    gpu_info._get_device_arch_name = lambda kind: known.get(kind) or jax_own(kind)
-  gpu_info._ragtune_targets[device_kind] = str(capability)
 
 
 def target_mesh(target: str):

@@ -195,7 +195,7 @@ def find_lut(path: Path | None, device_kind: str, results_dir: Path) -> tuple[ke
     )
     found = kernels.lut.locate_lut(path, device_kind)
   lut = kernels.Lut.from_file(found)
-  if lut.device_kind != device_kind:
+  if not kernels.lut.serves(lut.device_kind, device_kind):
     raise RagtuneError(f"{found}: LUT was tuned on {lut.device_kind!r} but this device is {device_kind!r}")
   return lut, found
 
@@ -517,7 +517,8 @@ def datasheet_line(device_kind: str, dtypes: list[str]) -> str:
   g = gpus.by_kind(device_kind)
   if g is None:
     return ""
-  tf = [f"{d} {t:.4g} TF/s" for d in dtypes if (t := gpus.peaks(device_kind, d)[0])]
+  # by the peak each runs at (float32 has none of its own here: it is left out)
+  tf = [f"{d} {t:.4g} TF/s" for d in dtypes if d != "float32" and (t := gpus.peaks(device_kind, d)[0])]
   bw = gpus.peaks(device_kind)[1]
   return f"datasheet ({g.title}, dense tensor cores): matmul {', '.join(tf) or '-'}; memory {bw:.4g} GB/s"
 

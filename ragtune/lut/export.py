@@ -186,7 +186,7 @@ def load(*, force=False, activate=True):
 
   lut = kernels.Lut.from_dict(LUT, source=__file__)
   here = kernels.lut.current_device_kind()
-  if lut.device_kind != here and not force:
+  if not kernels.lut.serves(lut.device_kind, here) and not force:
     raise kernels.LutError(f"{{__file__}}: LUT was tuned on {{lut.device_kind!r}} but this device is {{here!r}}")
   if activate:
     kernels.lut.set_active_lut(lut)

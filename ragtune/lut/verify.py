@@ -269,7 +269,7 @@ def load_lut_for_verify(
       lut = kernels.Lut.from_file(lut_path)
     except kernels.LutError as e:
       raise RagtuneError(str(e)) from None
-  if lut.device_kind != kind and not force:
+  if not kernels.lut.serves(lut.device_kind, kind) and not force:
     raise RagtuneError(
       f"{target}: LUT was tuned on {lut.device_kind!r} but this device is {kind!r} "
       "(use --force to check its numerics here anyway)"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import kernels
+from kernels import gpus
 from ragtune.errors import RagtuneError
 from ragtune.problems import limits
 from ragtune.run import child
@@ -32,9 +33,9 @@ def report_devices() -> None:
     memory = limits.device_memory_bytes()
   except RagtuneError as e:
     return channel.send(("error", str(e)))
-  channel.send(
-    ("devices", {"platform": d[0].platform, "count": len(d), "device_kind": d[0].device_kind, "memory_bytes": memory})
-  )
+  cc = getattr(d[0], "compute_capability", None)  # places a GPU with no facts file (kernels.gpus)
+  fields = {"platform": d[0].platform, "count": len(d), "device_kind": d[0].device_kind, "memory_bytes": memory}
+  channel.send(("devices", {**fields, "compute_capability": cc if isinstance(cc, str) else None}))
 
 
 @functools.cache
@@ -56,6 +57,8 @@ def probe_devices() -> dict[str, Any]:
     if msg[0] != "devices":
       tail = " | ".join(probe.stderr_lines()[-3:])
       raise RagtuneError(f"could not list this host's devices in a child process: {tail}")
+    if msg[1]["platform"] in ("gpu", "cuda"):
+      gpus.note_capability(msg[1]["device_kind"], msg[1].get("compute_capability"))
     return msg[1]
 
 

@@ -229,7 +229,9 @@ class CostModel:
   def source(self, p: Problem) -> str:
     if self.interpret:
       return "model"
-    return "nominal" if self._roofline_s(p) is None else "roofline"
+    if roofline_s(p, *ceilings.peaks(self.ceil, self.device_kind, None, p.dtype)) is not None:
+      return "roofline"
+    return "datasheet" if datasheet_floor_s(p, self.device_kind) is not None else "nominal"
 
   def baselines_s(self, p: Problem, baselines: list[str]) -> float | None:
     """Seconds of these baseline rows ("baseline:xla", "baseline:dense") of p."""

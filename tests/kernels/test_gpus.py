@@ -122,9 +122,13 @@ def test_a_gpu_with_no_facts_file_is_placed_by_its_compute_capability_once(caplo
   # a kind with a facts file keeps its file's facts, whatever a device says
   gpus.note_capability("NVIDIA L4", "9.0")
   assert gpus.arch("NVIDIA L4").name == "ada"
-  # no capability and no facts: fragments of the name, else the careful arch
+  # no capability and no facts: words of the name, else the careful arch (an RTX A3000 is no A30)
   assert gpus.arch("NVIDIA H800").name == "hopper" and gpus.how_placed("NVIDIA H800") == "name"
-  assert gpus.arch("NVIDIA Tesla T4").name == "other"
+  assert gpus.arch("NVIDIA Tesla T4").name == gpus.arch("NVIDIA RTX A3000 Laptop GPU").name == "other"
+  assert "its compute capability is unknown here" in gpus.fp8_refusal("NVIDIA Tesla T4")
+  # a ROCm device's capability names no NVIDIA arch: nothing recorded, nothing raised
+  gpus.note_capability("AMD Instinct MI300X (test)", "gfx942")
+  assert gpus.arch("AMD Instinct MI300X (test)") is gpus.OTHER
 
 
 PROBLEMS = {"mixtral": (8192, 4096, 14336, 8), "dsv3_decode": (512, 7168, 2048, 256), "small": (96, 64, 80, 4)}

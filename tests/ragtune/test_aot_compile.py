@@ -1,6 +1,6 @@
 """The GPU kernels compiled by XLA's real GPU compiler, deviceless, on this CPU host.
 
-ragtune.deviceless.aot compiles for a named GPU (its facts in ragtune/deviceless/targets/) all the way to machine
+ragtune.deviceless.aot compiles for a named GPU (its facts in kernels/gpu_facts/) all the way to machine
 code: Triton and Mosaic GPU lowering, LLVM and ptxas. These tests read the cubins:
 registers, spills, shared memory, and which instructions the kernels are built from. They
 say nothing of speed or of runtime races; see test_gpu_compiled.py for a real GPU.

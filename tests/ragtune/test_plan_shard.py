@@ -366,8 +366,8 @@ def test_a_device_sweeps_the_backends_that_compile_for_it():
   kept = prepare.on_device(problems, "gpu", "NVIDIA H100 80GB HBM3", said.append)
   assert [p.backend for p in kept] == ["pallas_gpu", "mosaic_gpu"]
   assert said == [
-    "notice: backend 'mosaic_blackwell' compiles for blackwell (10.x) GPUs only, not 'NVIDIA H100 80GB HBM3' (9.0, hopper): "
-    "its 1 problem left out"
+    "notice: backend 'mosaic_blackwell' compiles for blackwell (10.x) GPUs only, "
+    "not 'NVIDIA H100 80GB HBM3' (9.0, hopper): its 1 problem left out"
   ]
   assert [p.backend for p in prepare.on_device(problems, "gpu", "NVIDIA B200", said.append)] == [
     "pallas_gpu",
