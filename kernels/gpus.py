@@ -71,7 +71,6 @@ ARCHS = (
 )
 # A GPU of no known capability (and the CPU host that interprets the kernels): the careful one.
 OTHER = Arch("other", (), 99 * KIB, 100 * KIB, 1536, 128, "mma.sync", False)
-ARCH_NAMES = tuple(a.name for a in ARCHS) + (OTHER.name,)
 # Device kinds no facts file lists, placed by words of their names (lower case): "NVIDIA H800".
 NAME_FAMILIES = (
   ("hopper", ("h100", "h200", "h800", "h20", "gh200")),
@@ -207,9 +206,15 @@ def gpu(name: str) -> Gpu:
     raise ValueError(f"no GPU named {name!r}; known: {', '.join(gpus())}") from None
 
 
+@functools.cache
+def _by_kind() -> dict[str, Gpu]:
+  return {v.device_kind: g for g in gpus().values() for v in g.variants}
+
+
 def by_kind(device_kind: str | None) -> Gpu | None:
-  """The named GPU one of whose variants jax names `device_kind`, or None."""
-  return next((g for g in gpus().values() if g.variant(device_kind or "")), None)
+  """The named GPU one of whose variants jax names `device_kind`, or None. A dict lookup: the
+  search space asks it of every candidate (fits -> common.gpu_smem_limit)."""
+  return _by_kind().get(device_kind or "")
 
 
 # --- a device kind's arch -----------------------------------------------------------------
