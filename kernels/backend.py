@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Protocol
 
 from kernels import gpus
-from kernels.common import gpu_family, op_dims
+from kernels.common import gpu_family, op_dims, tpu_format_refusal
 from kernels.target import GPU_PLATFORMS
 
 
@@ -219,10 +219,15 @@ class Backend:
 
   def refusal(self, platform: str, device_kind: str, fmt: str | None = None) -> str:
     """Why this backend's kernels cannot compile for the device (for operands of `fmt`, a format
-    of common.FORMATS, when given), or "" when they can. The GPU rules are kernels.gpus'."""
+    of common.FORMATS, when given), or "" when they can. The GPU rules are kernels.gpus', a
+    TPU's 8-bit matmuls common.TpuChip's."""
     if why := self.unavailable():
       return f"backend {self.name!r} is not available: {why}"
-    if platform not in self.platforms or platform not in GPU_PLATFORMS:
+    if platform not in self.platforms:
+      return ""
+    if platform == "tpu" and fmt is not None and self.own_kernels and (why := tpu_format_refusal(device_kind, fmt)):
+      return f"backend {self.name!r} cannot compute {fmt}: {why}"
+    if platform not in GPU_PLATFORMS:
       return ""
     if self.families and gpu_family(device_kind) not in self.families:
       archs = gpus.arch_names(self.families)

@@ -123,26 +123,52 @@ class TpuChip:
     https://cloud.google.com/tpu/docs/system-architecture-tpu-vm). A v7x chip's two
     TensorCores are two jax devices (no megacore), each with half its 192 GiB
     (https://cloud.google.com/tpu/docs/tpu7x).
+  mxu: how the MXU takes 8-bit operands of each element dtype (kernels.quant), as libtpu's
+    Mosaic compiler lowers a Pallas dot of them (the matmul data format of its LLO; libtpu
+    0.0.42 and 0.0.50): NATIVE at the MXU's 8-bit rate (int8 on v5e, v5p and v6e, twice
+    their bf16 rate; fp8 on v7x, twice its bf16 rate: Cloud TPU's v5e, v5p, v6e and tpu7x
+    pages), TO_BF16 converted to bfloat16 on the way in (exact for e4m3 and int8; bf16's
+    rate, half the bytes read). A dtype missing is one Mosaic refuses ("Unsupported matmul
+    RHS type"), as v4 refuses both.
   """
 
   name: str  # the --target name
   device_kinds: tuple[str, ...]  # jax's device_kind strings; the first is libtpu's compile-only client's
   scoped_vmem: int
   hbm: int
+  mxu: tuple[tuple[str, str], ...] = ()
 
+  def mxu_path(self, dtype: str) -> str:
+    """NATIVE, TO_BF16, or "" (no matmul of it) for an operand element dtype."""
+    return dict(self.mxu).get(dtype, "")
+
+
+NATIVE, TO_BF16 = "native", "to bf16"
+_INT8_MXU = (("int8", NATIVE), ("float8_e4m3fn", TO_BF16))
 
 CHIPS = (
   TpuChip("v4", ("TPU v4",), 16 * MIB, 32 * GIB),
-  TpuChip("v5e", ("TPU v5 lite", "TPU v5e"), 16 * MIB, 16 * GIB),
-  TpuChip("v5p", ("TPU v5", "TPU v5p"), 16 * MIB, 95 * GIB),
-  TpuChip("v6e", ("TPU v6 lite", "TPU v6e"), 32 * MIB, 32 * GIB),
-  TpuChip("v7x", ("TPU7x",), 32 * MIB, 96 * GIB),  # jax and libtpu spell its kind one way only
+  TpuChip("v5e", ("TPU v5 lite", "TPU v5e"), 16 * MIB, 16 * GIB, _INT8_MXU),
+  TpuChip("v5p", ("TPU v5", "TPU v5p"), 16 * MIB, 95 * GIB, _INT8_MXU),
+  TpuChip("v6e", ("TPU v6 lite", "TPU v6e"), 32 * MIB, 32 * GIB, _INT8_MXU),
+  # jax and libtpu spell its kind one way only
+  TpuChip("v7x", ("TPU7x",), 32 * MIB, 96 * GIB, (("float8_e4m3fn", NATIVE), ("int8", TO_BF16))),
 )
 
 
 def chip(device_kind: str | None) -> TpuChip | None:
   """The TpuChip of a jax device_kind (any of its spellings), or None."""
   return next((c for c in CHIPS if device_kind in c.device_kinds), None)
+
+
+def tpu_format_refusal(device_kind: str | None, fmt: str) -> str:
+  """Why a TPU's MXU takes no operands of a quantized format (one of QUANT_FORMATS), or "":
+  a chip ragtune does not know is left to its compiler."""
+  c = chip(device_kind)
+  if c is None or ":" not in fmt or c.mxu_path(element_dtype(fmt)):
+    return ""
+  able = [x.name for x in CHIPS if x.mxu_path(element_dtype(fmt))]
+  return f"{device_kind} ({c.name}) has no {element_dtype(fmt)} matmul (Mosaic refuses it); {fmt} runs on {able}"
 
 
 def canonical_kind(device_kind: str) -> str:
