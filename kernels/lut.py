@@ -44,7 +44,7 @@ from typing import Any
 
 from kernels import gpus, registry
 from kernels.backend import KernelConfig
-from kernels.common import FORMATS, OPS, TRAINING_FORMATS, canonical_kind, not_utf8, op_dims, op_order
+from kernels.common import FORMATS, OPS, TRAINING_FORMATS, canonical_kind, not_utf8, op_dims, op_order, scheme
 
 SCHEMA = "ragtune-lut"
 # 2: the Triton config's grid_order was replaced by the launch-order bands group_m / group_k.
@@ -398,7 +398,8 @@ class Lut:
     self, op: str = "fwd", *, dtype: Any = None, g: int | None = None, fallback: tuple[int, int, int] | None = None
   ) -> LutFn:
     """A megablox-compatible LutFn over this LUT's entries of the megablox backend
-    (pallas_tpu) for `op`; entries of other backends are not read, so a GPU's LUT has none.
+    (pallas_tpu) for `op` on plain operands; entries of other backends and of quantized
+    formats are not read, so a GPU's LUT has none.
 
     It takes the op's own (m, k, n), as megablox passes them: (m, k, n) for fwd and
     tgmm, (m, n, k) for dlhs; and returns plain-int (tm, tk, tn): the nearest entry's
@@ -408,10 +409,12 @@ class Lut:
     """
     if op not in OPS:
       raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    # megablox multiplies plain operands: a quantized format's tiling is not for it.
+    plain = Lut(self.device_kind, [e for e in self.entries() if not scheme(e.dtype)], source=self.source)
 
     def fn(m: int, k: int, n: int):
       fm, fk, fn_ = op_dims(op, int(m), int(k), int(n))  # op_dims is its own inverse
-      e = self.query(op, fm, fk, fn_, g, dtype, backend=registry.megablox_backend())
+      e = plain.query(op, fm, fk, fn_, g, dtype, backend=registry.megablox_backend())
       tiling = e.config.tiling() if e is not None else fallback
       if tiling is None:
         return None

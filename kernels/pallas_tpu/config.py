@@ -9,10 +9,15 @@ import itertools
 from typing import Any
 
 from kernels.backend import GridWork
-from kernels.common import CHIPS, chip, itemsize, next_pow2, op_dims, row_tiles
+from kernels.common import CHIPS, chip, element_dtype, itemsize, next_pow2, op_dims, row_tiles, scheme
 
 # No known chip (the CPU interpreter, a newer TPU): the smallest scoped VMEM of those above.
 SAFE_VMEM = min(c.scoped_vmem for c in CHIPS)
+
+
+def sublane_rows(dtype: str) -> int:
+  """Rows of one VMEM tile of a dtype (8 of 32-bit; 16-bit and 8-bit values pack 2 and 4 a row)."""
+  return 8 * (4 // itemsize(dtype))
 
 
 def vmem_limit(device_kind: str | None) -> int:
@@ -24,7 +29,8 @@ def vmem_limit(device_kind: str | None) -> int:
 class TpuConfig:
   """Pallas TPU (megablox) tiling, in the op's own (m, k, n) frame.
 
-  tm: rows per tile; a multiple of 8 (16 for 16-bit dtypes is best). m is padded to it.
+  tm: rows per tile; a multiple of 8, and of a VMEM tile's rows of the dtype (16 of a 16-bit,
+      32 of an 8-bit one) unless one tile covers m (layout_violation). m is padded to it.
   tk: contraction tile; a multiple of 128. A ragged last tile is masked by megablox.
   tn: output-column tile; a multiple of 128.
   """
@@ -46,11 +52,20 @@ class TpuConfig:
     double-buffers the two input tiles and the output tile, and megablox adds an f32
     accumulator of the output tile. gmm: [tm, tk] x [tk, tn] -> [tm, tn], its accumulator
     dropped by XLA when one k tile covers the contraction; tgmm (drhs): [tk, tm] x [tm, tn] ->
-    [tk, tn], accumulated over the rows always. A lower bound: where Mosaic's register
-    allocator spills, its spill slots take VMEM too, which no rule of the tiles foresees
-    (tests/ragtune/test_aot_tpu.py measures both against the compiler)."""
+    [tk, tn], accumulated over the rows always. A quantized format (qgmm.py, forward only):
+    1-byte input tiles, a bf16 output tile and the accumulator as gmm's (int32 or f32), which
+    block128 keeps even in one k tile (its 128-deep slices add into it). The scale blocks
+    ([tm, tk/128] and [tk/128, tn/128] at most) are left out: libtpu's figure counted them
+    in some overflows and not in others.
+    A lower bound: where Mosaic's register allocator spills, its spill slots take VMEM too,
+    which no rule of the tiles foresees (tests/ragtune/test_aot_tpu.py measures both against
+    the compiler)."""
     b = itemsize(dtype)
     _, contraction, _ = op_dims(op, m, k, n)
+    if scheme(dtype):
+      out = self.tm * self.tn
+      acc = out if contraction > self.tk or scheme(dtype) == "block128" else 0
+      return 2 * (self.tk * (self.tm + self.tn) * b + 2 * out) + 4 * acc
     if op == "drhs":
       inputs, out, acc = self.tm * (self.tk + self.tn), self.tk * self.tn, self.tk * self.tn
     else:
@@ -58,7 +73,18 @@ class TpuConfig:
       inputs, acc = self.tk * (self.tm + self.tn), out if contraction > self.tk else 0
     return 2 * (inputs + out) * b + 4 * acc
 
+  def layout_violation(self, dtype: str, m: int) -> str:
+    """Why Mosaic cannot cut lhs [m, k] into [tm, tk] blocks, or "": a block's rows must be a
+    multiple of the dtype's VMEM tile rows (8 32-bit, 16 16-bit, 32 8-bit; E2002
+    "CompileTimeMosaicMisalignedBlockAndTiling") unless one block covers the padded rows."""
+    rows = sublane_rows(dtype)
+    if self.tm % rows and m > self.tm:
+      return f"tm={self.tm} is no multiple of the {rows} rows of a {element_dtype(dtype)} VMEM tile, and m={m} > tm"
+    return ""
+
   def fits(self, op: str, dtype: str, m: int, k: int, n: int, device_kind: str | None = None) -> bool:
+    if op != "drhs" and self.layout_violation(dtype, m):
+      return False
     return self.vmem_bytes(op, dtype, m, k, n) <= vmem_limit(device_kind)
 
   def tiling(self) -> tuple[int, int, int]:
@@ -81,7 +107,7 @@ DEFAULT_TILES = (128, 256, 512, 1024, 2048, 4096)
 
 def default(op: str, dtype: str, m: int, k: int, n: int, g: int, device_kind: str | None = None) -> TpuConfig:
   rows, contraction, cols = op_dims(op, m, k, n)
-  sublanes = 8 * (4 // itemsize(dtype))  # a VMEM tile holds 16 rows of a 16-bit dtype
+  sublanes = sublane_rows(dtype)
   per_group = -(-rows // max(g, 1))
   tm = min(DEFAULT_TM_MAX, max(sublanes, next_pow2(per_group)), max(8, next_pow2(rows)))
   budget = vmem_limit(device_kind) // 2

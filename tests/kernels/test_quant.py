@@ -10,6 +10,7 @@ import pytest
 import kernels
 from kernels import quant, registry
 from kernels.pallas_gpu.config import TritonConfig
+from kernels.pallas_tpu.config import TpuConfig
 
 H100 = "NVIDIA H100 80GB HBM3"
 FP8 = ("float8_e4m3fn:channelwise", "float8_e4m3fn:block128")
@@ -111,7 +112,12 @@ def test_auto_picks_a_backend_that_computes_the_format():
     assert fmt in registry.get("xla").dtypes
   assert registry.auto_backend("gpu", H100, "bfloat16") == registry.auto_backend("gpu", H100) == "pallas_gpu"
   assert registry.auto_backend("gpu", H100, "int8:channelwise") == "xla"
-  assert registry.auto_backend("tpu", "TPU v5 lite", "float8_e4m3fn:block128") == "xla"
+  # A TPU: pallas_tpu's qgmm where the chip's MXU takes the values (v4's takes no 8-bit ones).
+  for fmt in ("float8_e4m3fn:block128", "int8:channelwise"):
+    assert (
+      registry.auto_backend("tpu", "TPU v5 lite", fmt) == registry.auto_backend("tpu", "TPU7x", fmt) == "pallas_tpu"
+    )
+    assert registry.auto_backend("tpu", "TPU v4", fmt) == "xla"
 
 
 def test_triton_config_rules_for_scales():
@@ -189,20 +195,16 @@ def test_adversarial_scales(fmt):
 
 
 @pytest.mark.parametrize("fmt", FP8)
-def test_group_offset(fmt):
+@pytest.mark.parametrize(
+  "backend,config",
+  [("pallas_gpu", TritonConfig(16, 64, 32, 4, 2)), ("pallas_tpu", TpuConfig(32, 128, 128))],
+)
+def test_group_offset(fmt, backend, config):
   """Expert parallelism: rhs and its scales hold groups [1, 3) of 4; other rows come out 0."""
   m, k, n, sizes = 64, 160, 96, [10, 20, 0, 30]
   lq, rq, gs, ls, rs = _operands(fmt, m, k, n, sizes, seed=7)
-  out = kernels.ragged_dot(
-    lq,
-    rq[1:3],
-    gs,
-    lhs_scale=ls,
-    rhs_scale=rs[1:3],
-    group_offset=1,
-    backend="pallas_gpu",
-    config=TritonConfig(16, 64, 32, 4, 2),
-  )
+  kw = dict(group_offset=1, backend=backend, config=config)
+  out = kernels.ragged_dot(lq, rq[1:3], gs, lhs_scale=ls, rhs_scale=rs[1:3], **kw)
   local = np.zeros(m, bool)
   local[10:30] = True
   full = kernels.ragged_dot(lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="xla")
@@ -210,6 +212,12 @@ def test_group_offset(fmt):
   np.testing.assert_array_equal(np.asarray(out, np.float32)[~local], 0.0)
   assert _judge(out, lq, rq, gs, ls, rs, fmt, offset=local)[local].all()
   np.testing.assert_allclose(np.asarray(out, np.float32), want, rtol=2e-2, atol=1e-3 * np.abs(want).max())
+  # f32 output, and (on the TPU kernel) int8 values too
+  if backend == "pallas_tpu":
+    lq, rq, gs, ls, rs = _operands("int8:" + fmt.split(":")[1], m, k, n, sizes, seed=8)
+    out = kernels.ragged_dot(lq, rq[1:3], gs, lhs_scale=ls, rhs_scale=rs[1:3], preferred_element_type=jnp.float32, **kw)
+    assert out.dtype == jnp.float32 and not np.any(np.asarray(out)[~local])
+    assert _judge(out, lq, rq, gs, ls, rs, "int8:" + fmt.split(":")[1], offset=local)[local].all()
 
 
 @pytest.mark.parametrize("fmt", FP8)
