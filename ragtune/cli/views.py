@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from kernels import common
 from ragtune import words
 from ragtune.problems.presets import MODEL_PRESETS
 from ragtune.records.report import DTYPE_ABBREV, config_text
@@ -178,12 +179,28 @@ def _mib(n: int | None) -> str:
 
 def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]]) -> Table:
   """One row per (problem, TpuConfig) compiled deviceless for a TPU of `kind`: the outcome,
-  the static VMEM rule's figure beside the compiler's need and limit where VMEM ran out, and
-  the program's HBM (arguments + outputs from memory_analysis, or need/limit where it ran out)."""
+  how the chip's MXU takes the operands (an 8-bit format natively or converted to bf16:
+  common.TpuChip.mxu), the static VMEM rule's figure beside the compiler's need and limit
+  where VMEM ran out, and the program's HBM (arguments + outputs from memory_analysis, or
+  need/limit where it ran out)."""
   t = _table(
     f"deviceless compile for {kind} (default configs)",
-    ("op", "backend", SHAPE, "config", "outcome", "VMEM MiB rule", "VMEM MiB need/limit", "HBM GiB", "temp MiB", "s"),
+    (
+      "op",
+      "backend",
+      "dtype",
+      SHAPE,
+      "config",
+      "outcome",
+      "MXU",
+      "VMEM MiB rule",
+      "VMEM MiB need/limit",
+      "HBM GiB",
+      "temp MiB",
+      "s",
+    ),
   )
+  chip = common.chip(kind)
   gib = lambda n: f"{n / (1 << 30):.2f}"
   for i, (p, cfg) in enumerate(items):
     rep, outcome = reports[i], reports[i]["outcome"]
@@ -193,12 +210,15 @@ def tpu_compile_table(kind: str, items, reports: dict[int, dict[str, Any]]) -> T
       hbm = f"{gib(mem['used'])}/{gib(mem['limit'])} (out of HBM)"
     else:
       hbm = gib(mem["argument"] + mem["output"]) if "argument" in mem else "-"
+    path = chip.mxu_path(common.element_dtype(p.dtype)) if chip and common.scheme(p.dtype) else ""
     t.add_row(
       p.op,
       p.backend,
+      p.dtype,
       p.shape_label,
       config_text(cfg.to_dict()),
       outcome if outcome == "ok" else f"{outcome}: {rep['error'][:120]}",
+      f"{common.element_dtype(p.dtype)} {path}" if path else "-",
       _mib(cfg.vmem_bytes(p.op, p.dtype, p.m, p.k, p.n)),
       vmem,
       hbm,

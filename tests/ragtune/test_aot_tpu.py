@@ -18,9 +18,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 from conftest import compiler_missing, needs_compiler
+from jax.experimental import pallas as pl
 from typer.testing import CliRunner
 
 import kernels
+import kernels.pallas_tpu.qgmm
 from kernels import common
 from kernels.pallas_tpu import config as tpu
 from kernels.pallas_tpu.config import TpuConfig
@@ -300,3 +302,139 @@ def test_v7x_hbm_is_half_the_chips():
   r = aot.compile_fn("v7x", lambda x: x * 2 + 1, (((100 << 30) // 8,), jnp.float32))  # f32 in and out: 100 GiB
   assert r.outcome == aot.HBM_OOM and r.memory.used == 100 << 30, r
   assert 94 << 30 < r.memory.limit < common.chip("TPU7x").hbm, r.memory
+
+
+# --- quantized operands (kernels/pallas_tpu/qgmm.py) ---------------------------------------
+
+# DeepSeek-V3 under 32-way expert parallelism (shapes/tpu_quant.yaml): decode up and down.
+DSV3_EP32_DECODE = [(16, 7168, 2048, 8), (16, 2048, 7168, 8)]
+# Per chip, the formats its MXU takes natively, and one it takes converted to bf16.
+QUANT_TARGETS = {
+  "v5e": ("int8:channelwise", "int8:block128", "float8_e4m3fn:block128"),
+  "v6e": ("int8:channelwise", "int8:block128", "float8_e4m3fn:channelwise"),
+  "v7x": ("float8_e4m3fn:channelwise", "float8_e4m3fn:block128", "int8:block128"),
+}
+
+
+@pytest.mark.parametrize("target", list(QUANT_TARGETS))
+def test_quantized_defaults_compile(target):
+  """kernels.ragged_dot with scales, as a serving model calls it, with the chip's
+  compile-verified defaults: DeepSeek-V3's decode shapes in each format, and Mixtral's
+  prefill in the chip's channelwise one. (Each default's tiles in VMEM: test_tpu_quantized.)"""
+  mesh, dev = aot.target_mesh(target)
+  cases = [(shape, fmt) for fmt in QUANT_TARGETS[target] for shape in DSV3_EP32_DECODE[: 1 + fmt.endswith("block128")]]
+  cases.append((ANCHORS["mixtral"], QUANT_TARGETS[target][0]))
+  for (m, k, n, g), fmt in cases:
+    with jax.set_mesh(mesh):
+      choice = kernels.explain((m, k), (g, k, n), fmt, backend="pallas_tpu")["fwd"]
+    assert choice.source == "compile-verified", choice
+    assert 2 * choice.config.vmem_bytes("fwd", fmt, m, k, n) <= common.chip(dev.device_kind).scoped_vmem
+    r = aot.compile_ragged_dot(target, m, k, n, g, fmt, backend="pallas_tpu")
+    assert r.ok, f"{target} {fmt} {(m, k, n, g)} {choice.config}: {r.outcome}: {r.error}"
+    assert r.memory.argument > k * n * g  # the 8-bit weights and their scales
+
+
+def test_quantized_vmem_rule_and_tile_rows_are_the_compilers():
+  """The VMEM rule on 8-bit formats: a tiling it prunes overflows with the compiler's need at
+  least the rule's figure; one it keeps near the bound compiles. Mosaic's 8-bit VMEM tile of
+  32 rows: tm=16 over m > 16 is refused (E2002), as layout_violation says."""
+  m, k, n, g = ANCHORS["mixtral"]
+  for target, fmt, cfg, fits in [
+    ("v5e", "int8:channelwise", TpuConfig(1024, 4096, 1024), False),
+    ("v5e", "float8_e4m3fn:block128", TpuConfig(64, 2048, 4096), False),
+    ("v5e", "int8:channelwise", TpuConfig(512, 4096, 1024), True),
+  ]:
+    kind = prune.target_facts(target)["device_kind"]
+    assert cfg.fits("fwd", fmt, m, k, n, kind) == fits
+    r = aot.compile_op(target, "pallas_tpu", "fwd", fmt, m, k, n, g, cfg)
+    if fits:
+      assert r.ok, f"{target} {fmt} {cfg}: {r.outcome}: {r.error}"
+    else:
+      assert r.outcome == aot.VMEM_OOM, f"{target} {fmt} {cfg}: {r.outcome}: {r.error}"
+      assert r.memory.used >= cfg.vmem_bytes("fwd", fmt, m, k, n) > tpu.vmem_limit(kind), (cfg, r.memory)
+  assert TpuConfig(16, 512, 512).layout_violation("int8:channelwise", m)
+  r = aot.compile_fn(
+    "v6e",
+    lambda a, b, s, ls, rs: kernels.pallas_tpu.qgmm.qgmm(
+      a, b, s, ls, rs, config=TpuConfig(32, 512, 512), out_dtype=jnp.bfloat16, interpret=False
+    ),
+    ((256, 1024), jnp.int8),
+    ((2, 1024, 512), jnp.int8),
+    ((2,), jnp.int32),
+    ((256, 1), jnp.float32),
+    ((2, 1, 512), jnp.float32),
+  )
+  assert r.ok, r.error
+  with pytest.raises(Exception, match="E2002|not divisible by tiling"):
+    with jax.set_mesh(aot.target_mesh("v6e")[0]):
+      specs = [jax.ShapeDtypeStruct(s, d) for s, d in [((256, 1024), jnp.int8), ((2, 1024, 512), jnp.int8)]]
+      jax.jit(
+        lambda a, b: pl.pallas_call(  # a [16, 512] block of an int8 [256, 1024] array
+          lambda x, w, o: o.__setitem__(..., jnp.dot(x[...], w[...], preferred_element_type=jnp.int32)),
+          out_shape=jax.ShapeDtypeStruct((256, 512), jnp.int32),
+          grid=(16,),
+          in_specs=[pl.BlockSpec((16, 1024), lambda i: (i, 0)), pl.BlockSpec((None, 1024, 512), lambda i: (0, 0, 0))],
+          out_specs=pl.BlockSpec((16, 512), lambda i: (i, 0)),
+        )(a, b)
+      ).lower(*specs).compile()
+
+
+def test_plan_target_compiles_a_quantized_space_and_v4_is_refused(tmp_path):
+  spec = tmp_path / "q.yaml"
+  spec.write_text("dtype: int8\nscales: block128\nops: [fwd]\nbackends: [pallas_tpu]\nshapes:\n")
+  spec.write_text(spec.read_text() + "  - {m: 256, k: 512, n: 384, g: 2}\n")
+  r = runner.invoke(app, ["plan", str(spec), "--target", "v7x", "-o", str(tmp_path / "v7x"), "-j", "2"])
+  assert r.exit_code == 0, r.output
+  (p,) = shapes.expand(shapes.load_shape_set(spec))
+  rows = list(prune.compile_rows(tmp_path / "v7x").values())
+  assert len(rows) == len(search_space.candidates(p, device_kind="TPU7x")) > 0
+  assert all(x["outcome"] == aot.OK for x in rows), rows
+  r = runner.invoke(app, ["plan", str(spec), "--target", "v4", "-o", str(tmp_path / "v4")])
+  assert r.exit_code != 0 and "TPU v4 (v4) has no int8 matmul" in r.output, r.output
+
+
+_LLO_PROBE = """
+import glob, json, os, re, sys
+import jax, jax.numpy as jnp
+from kernels.pallas_tpu.config import TpuConfig
+from kernels.pallas_tpu.qgmm import qgmm
+from ragtune.deviceless import aot
+found = {}
+for target in ("v5e", "v6e", "v7x"):
+  for dtype in ("int8", "float8_e4m3fn"):
+    before = set(glob.glob(os.path.join(sys.argv[1], "*finalize-llo*")))
+    f = lambda a, b, s, ls, rs: qgmm(a, b, s, ls, rs, config=TpuConfig(32, 256, 256), out_dtype=jnp.bfloat16)
+    r = aot.compile_fn(target, f, ((64, 256), dtype), ((2, 256, 256), dtype), ((2,), jnp.int32),
+                       ((64, 2), jnp.float32), ((2, 2, 2), jnp.float32))
+    assert r.ok, r.error
+    new = set(glob.glob(os.path.join(sys.argv[1], "*finalize-llo*"))) - before
+    text = "".join(open(p).read() for p in new)
+    found[f"{target} {dtype}"] = sorted(set(re.findall(r"matmul_data_format<([a-z0-9_]+)>", text)))
+print(json.dumps(found))
+"""
+
+
+def test_the_mxu_path_is_the_llos(tmp_path):
+  """common.TpuChip.mxu against the compiler: the matmul data format of the LLO Mosaic
+  lowers qgmm's dots to (libtpu's --xla_mosaic_dump_to, set before libtpu loads, so in a
+  process of its own). NATIVE: s8 for int8, e4m3b for fp8; TO_BF16: bf16, or a conversion
+  to it on the way in."""
+  import os
+  import subprocess
+  import sys
+
+  env = {**os.environ, "LIBTPU_INIT_ARGS": f"--xla_mosaic_dump_to={tmp_path}", "JAX_PLATFORMS": "cpu"}
+  out = subprocess.run([sys.executable, "-c", _LLO_PROBE, str(tmp_path)], env=env, capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr[-3000:]
+  found = json.loads(out.stdout.strip().splitlines()[-1])
+  native = {"int8": ["s8"], "float8_e4m3fn": ["e4m3b"]}
+  for key, formats in found.items():
+    target, dtype = key.split()
+    path = common.chip(aot.device_kind(target)).mxu_path(dtype)
+    if path == common.NATIVE:
+      assert formats == native[dtype], (key, formats)
+    else:
+      assert path == common.TO_BF16 and formats and all(f == "bf16" or f.endswith("_to_bf16") for f in formats), (
+        key,
+        formats,
+      )

@@ -369,3 +369,51 @@ def test_fp8_training_compiles_for_h100():
     kern for kern in aot.compile_op("h100", "mosaic_gpu", "drhs", FMT, m, k, n, g, cfg).kernels if kern.mma != "none"
   ]
   assert "tgmm" in kern.name and kern.mma_inputs == "e4m3" and kern.spill_bytes == 0, kern
+
+
+TPU_SMOKE = """dtype: int8
+scales: block128
+ops: [fwd]
+backends: [pallas_tpu]
+max_candidates: 2
+shapes:
+  - {m: 40, k: 200, n: 136, g: 3, group_sizes: [15, 0, 25]}
+  - {m: 40, k: 200, n: 136, g: 3, dtype: float8_e4m3fn, scales: channelwise, group_sizes: [15, 0, 25]}
+"""
+
+
+def test_tpu_quantized_pipeline_reaches_ragged_dot(tmp_path):
+  """pallas_tpu's int8 and fp8 gmm (interpreted) from a sweep to a model's call: per-format
+  LUT entries, verified, taken by kernels.ragged_dot; megablox's LutFn keeps to plain entries."""
+  spec = tmp_path / "q.yaml"
+  spec.write_text(TPU_SMOKE)
+  out = tmp_path / "results"
+  r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+  assert r.exit_code == 0, r.output
+  rows = store.ResultsStore(out).rows()
+  assert {(r.problem.dtype, r.problem.backend) for r in rows} >= {
+    ("int8:block128", "pallas_tpu"),
+    ("float8_e4m3fn:channelwise", "pallas_tpu"),
+  }
+  assert all(r.status == "ok" for r in rows), [r.error for r in rows]
+  lut_file = tmp_path / "lut.json"
+  assert runner.invoke(app, ["export-lut", str(out), "-o", str(lut_file)]).exit_code == 0
+  r = runner.invoke(app, ["verify", str(lut_file)])
+  assert r.exit_code == 0 and " 0 failed" in r.output, r.output
+  lut = kernels.Lut.from_file(lut_file)
+  assert lut.lut_fn()(40, 200, 136) is None  # no bf16 entry: megablox gets none of these tilings
+  rng = np.random.default_rng()
+  x = jnp.asarray(rng.standard_normal((40, 200), np.float32))
+  w = jnp.asarray(rng.standard_normal((3, 200, 136), np.float32) / 14)
+  gs = jnp.asarray([15, 0, 25], jnp.int32)
+  for fmt in ("int8:block128", "float8_e4m3fn:channelwise"):
+    entry = lut.query("fwd", 40, 200, 136, 3, fmt, backend="pallas_tpu")
+    assert entry is not None and entry.dtype == fmt
+    lq, rq, ls, rs = quant.quantize_operands(x, w, fmt)
+    with kernels.use_lut(lut):
+      choice = kernels.explain(lq.shape, rq.shape, fmt, backend="pallas_tpu")["fwd"]
+      assert choice.source == "lut-exact" and choice.config == entry.config
+      got = kernels.ragged_dot(lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="pallas_tpu")
+    value, squares = quant.reference_program(lq, rq, gs, ls, rs)()
+    bound = quant.tolerance(fmt, 200, jnp.bfloat16).bound(np.asarray(value), jnp.sqrt(squares))
+    assert np.all(np.abs(np.asarray(got, np.float64) - np.asarray(value)) <= bound), fmt

@@ -49,7 +49,7 @@ def test_shipped_shape_files_load():
     swept = {p.backend for p in probs}
     # The GPU sets list every GPU backend (a device sweeps those that compile for it); smoke
     # (the CPU pipeline check) and decode Triton only; the fp8 sets the backends with fp8
-    # kernels (and XLA beside them).
+    # kernels (and XLA beside them); the TPU's quantized sets pallas_tpu.
     gpu = {"pallas_gpu", "mosaic_gpu", "mosaic_blackwell"}
     expected = {
       "smoke": {"pallas_gpu"},
@@ -57,6 +57,8 @@ def test_shipped_shape_files_load():
       "fp8_smoke": {"pallas_gpu"},
       "fp8": {"pallas_gpu", "mosaic_gpu", "xla"},
       "fp8_train": {"pallas_gpu", "mosaic_gpu", "xla"},
+      "tpu_quant": {"pallas_tpu", "xla"},
+      "tpu_quant_smoke": {"pallas_tpu"},
     }
     assert swept == expected.get(f.stem, gpu), f
     assert all(p.dtype in kernels.registry.get(p.backend).dtypes for p in probs), f
