@@ -75,8 +75,10 @@ class TpuConfig:
 
   def layout_violation(self, dtype: str, m: int) -> str:
     """Why Mosaic cannot cut lhs [m, k] into [tm, tk] blocks, or "": a block's rows must be a
-    multiple of the dtype's VMEM tile rows (8 32-bit, 16 16-bit, 32 8-bit; E2002
-    "CompileTimeMosaicMisalignedBlockAndTiling") unless one block covers the padded rows."""
+    multiple of the dtype's VMEM tile rows (8 32-bit, 16 16-bit, 32 8-bit) unless one block
+    covers the padded rows. libtpu 0.0.42 (jax 0.10) refuses others (E2002
+    "CompileTimeMosaicMisalignedBlockAndTiling"); 0.0.50 (jax 0.12) lays a 16-row int8 block
+    out, but the rule keeps to the older one on both."""
     rows = sublane_rows(dtype)
     if self.tm % rows and m > self.tm:
       return f"tm={self.tm} is no multiple of the {rows} rows of a {element_dtype(dtype)} VMEM tile, and m={m} > tm"

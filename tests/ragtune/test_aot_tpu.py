@@ -9,6 +9,7 @@ Needs the `tpu` extra (libtpu) and JAX_PLATFORMS=cpu (conftest.py sets it on a h
 accelerator). Skipped where either is missing, except under CI, where that is a failure.
 """
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -365,7 +366,10 @@ def test_quantized_vmem_rule_and_tile_rows_are_the_compilers():
     ((2, 1, 512), jnp.float32),
   )
   assert r.ok, r.error
-  with pytest.raises(Exception, match="E2002|not divisible by tiling"):
+  # libtpu 0.0.42 (jax 0.10) refuses a 16-row block of int8; 0.0.50 (jax 0.12) lays it out.
+  # The rule keeps to the older one: it costs only 16-row int8 tiles over more rows.
+  refused = contextlib.nullcontext() if jax.__version_info__ >= (0, 12) else pytest.raises(Exception, match="E2002")
+  with refused:
     with jax.set_mesh(aot.target_mesh("v6e")[0]):
       specs = [jax.ShapeDtypeStruct(s, d) for s, d in [((256, 1024), jnp.int8), ((2, 1024, 512), jnp.int8)]]
       jax.jit(

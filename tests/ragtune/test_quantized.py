@@ -85,7 +85,7 @@ models:
     ("models:\n  - {model: mixtral-8x7b, tokens: [8], dtype: shipped, scales: block128}\n", r"models\[0\].scales"),
     (
       "dtype: int8\nscales: channelwise\nbackends: [pallas_gpu]\nshapes:\n  - {m: 8, k: 8, n: 8, g: 1}\n",
-      r"q.yaml:5: shapes\[0\]: int8:channelwise is computed by xla; backends lists pallas_gpu",
+      r"q.yaml:5: shapes\[0\]: int8:channelwise is computed by pallas_tpu, xla; backends lists pallas_gpu",
     ),
   ],
 )
