@@ -53,8 +53,8 @@ class TpuConfig:
     accumulator of the output tile. gmm: [tm, tk] x [tk, tn] -> [tm, tn], its accumulator
     dropped by XLA when one k tile covers the contraction; tgmm (drhs): [tk, tm] x [tm, tn] ->
     [tk, tn], accumulated over the rows always. A quantized format (qgmm.py, forward only):
-    1-byte input tiles, a bf16 output tile and the accumulator as gmm's (int32 or f32), which
-    block128 keeps even in one k tile (its 128-deep slices add into it). The scale blocks
+    1-byte input tiles, a bf16 output tile and the accumulator as gmm's (int32 or f32). The
+    scale blocks
     ([tm, tk/128] and [tk/128, tn/128] at most) are left out: libtpu's figure counted them
     in some overflows and not in others.
     A lower bound: where Mosaic's register allocator spills, its spill slots take VMEM too,
@@ -64,7 +64,7 @@ class TpuConfig:
     _, contraction, _ = op_dims(op, m, k, n)
     if scheme(dtype):
       out = self.tm * self.tn
-      acc = out if contraction > self.tk or scheme(dtype) == "block128" else 0
+      acc = out if contraction > self.tk else 0
       return 2 * (self.tk * (self.tm + self.tn) * b + 2 * out) + 4 * acc
     if op == "drhs":
       inputs, out, acc = self.tm * (self.tk + self.tn), self.tk * self.tn, self.tk * self.tn
