@@ -162,12 +162,17 @@ def chip(device_kind: str | None) -> TpuChip | None:
 
 
 def tpu_format_refusal(device_kind: str | None, fmt: str) -> str:
-  """Why a TPU's MXU takes no operands of a quantized format (one of QUANT_FORMATS), or "":
-  a chip ragtune does not know is left to its compiler."""
-  c = chip(device_kind)
-  if c is None or ":" not in fmt or c.mxu_path(element_dtype(fmt)):
+  """Why a TPU's MXU takes no operands of a quantized format (one of QUANT_FORMATS), or "".
+  A TPU ragtune has no facts of (v2, v3, a newer one) is refused too: Mosaic's error is no
+  place to learn it, and XLA's dequantized path runs anywhere."""
+  if ":" not in fmt:
     return ""
+  c = chip(device_kind)
   able = [x.name for x in CHIPS if x.mxu_path(element_dtype(fmt))]
+  if c is None:
+    return f"ragtune knows no 8-bit MXU facts of {device_kind!r}; {fmt} runs on {able}"
+  if c.mxu_path(element_dtype(fmt)):
+    return ""
   return f"{device_kind} ({c.name}) has no {element_dtype(fmt)} matmul (Mosaic refuses it); {fmt} runs on {able}"
 
 

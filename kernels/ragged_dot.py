@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import gpus, quant, registry, target
+from kernels import common, gpus, quant, registry, target
 from kernels import lut as lut_mod
 from kernels.backend import KernelConfig
-from kernels.common import OPS, QUANT_DTYPES, element_dtype
+from kernels.common import OPS, QUANT_DTYPES, TRAINING_FORMATS, element_dtype
 from kernels.common import scheme as common_scheme
 
 logger = logging.getLogger("kernels")
@@ -172,6 +172,7 @@ def _no_tunable_backend(platform: str, device_kind: str, fmt: str | None) -> str
   (for this quantized format, when one is given)."""
   if fmt is not None and registry.auto_backend(platform, device_kind) != registry.REFERENCE:
     why = gpus.fp8_refusal(device_kind) if platform == "gpu" and gpus.peak_class(fmt) == "fp8" else ""
+    why = common.tpu_format_refusal(device_kind, fmt) if platform == "tpu" else why
     because = f" ({why})" if why else ""
     return f"auto on {device_kind!r}: no backend with configs computes {fmt} here{because}, so XLA's op runs"
   return (
@@ -232,7 +233,8 @@ def resolve(
   # A quantized format falls back to a backend that computes it; a plain dtype to the device's
   # backend, which names the others when it lacks that dtype (check_dtype).
   fmt = dtype if ":" in dtype else None
-  fallback = registry.auto_backend(dev.platform, dev.device_kind, fmt) if auto else backend
+  trains = fmt in TRAINING_FORMATS and "drhs" in ops
+  fallback = registry.auto_backend(dev.platform, dev.device_kind, fmt, trains=trains) if auto else backend
   tunable = registry.get(fallback).config_type is not None
   table = lut_mod.active_lut() if auto and tunable else None
   if not tunable:  # no LUT asked; a broken RAGTUNE_LUT still shows

@@ -67,14 +67,18 @@ def default_config(
   return get(backend).default_config(op, dtype, m, k, n, g, device_kind)
 
 
-def auto_backend(platform: str, device_kind: str, dtype: str | None = None) -> str:
+def auto_backend(platform: str, device_kind: str, dtype: str | None = None, *, trains: bool = False) -> str:
   """What backend="auto" falls back to: the highest priority (Backend.priority) among the
   backends that run compiled on this device (and compute in `dtype`, a format of
-  common.FORMATS, when given)."""
+  common.FORMATS, when given; and, with `trains`, its weight gradient too: a training
+  format's three ops go to one backend)."""
   ranked = [
     b
     for b in REGISTRY.values()
-    if b.priority(dtype) > 0 and b.runs_on(platform, device_kind, dtype) and (dtype is None or dtype in b.dtypes)
+    if b.priority(dtype) > 0
+    and b.runs_on(platform, device_kind, dtype)
+    and (dtype is None or dtype in b.dtypes)
+    and (not trains or b.grad_rhs_quantized is not None)
   ]
   if not ranked:
     return REFERENCE

@@ -29,8 +29,8 @@ def vmem_limit(device_kind: str | None) -> int:
 class TpuConfig:
   """Pallas TPU (megablox) tiling, in the op's own (m, k, n) frame.
 
-  tm: rows per tile; a multiple of 8, and of a VMEM tile's rows of the dtype (16 of a 16-bit,
-      32 of an 8-bit one) unless one tile covers m (layout_violation). m is padded to it.
+  tm: rows per tile; a multiple of 8 (16 for 16-bit dtypes is best), and of 32 for 8-bit ones
+      unless one tile covers m (layout_violation). m is padded to it.
   tk: contraction tile; a multiple of 128. A ragged last tile is masked by megablox.
   tn: output-column tile; a multiple of 128.
   """
@@ -53,7 +53,9 @@ class TpuConfig:
     accumulator of the output tile. gmm: [tm, tk] x [tk, tn] -> [tm, tn], its accumulator
     dropped by XLA when one k tile covers the contraction; tgmm (drhs): [tk, tm] x [tm, tn] ->
     [tk, tn], accumulated over the rows always. A quantized format (qgmm.py, forward only):
-    1-byte input tiles, a bf16 output tile and the accumulator as gmm's (int32 or f32). The
+    1-byte input tiles, a bf16 output tile (as tuned; an f32 output's tile is twice that, which
+    a tiling at the bound may lack, where the defaults keep half the VMEM free) and the
+    accumulator as gmm's (int32 or f32). The
     scale blocks
     ([tm, tk/128] and [tk/128, tn/128] at most) are left out: libtpu's figure counted them
     in some overflows and not in others.
@@ -74,13 +76,14 @@ class TpuConfig:
     return 2 * (inputs + out) * b + 4 * acc
 
   def layout_violation(self, dtype: str, m: int) -> str:
-    """Why Mosaic cannot cut lhs [m, k] into [tm, tk] blocks, or "": a block's rows must be a
-    multiple of the dtype's VMEM tile rows (8 32-bit, 16 16-bit, 32 8-bit) unless one block
-    covers the padded rows. libtpu 0.0.42 (jax 0.10) refuses others (E2002
+    """Why Mosaic cannot cut an 8-bit lhs [m, k] into [tm, tk] blocks, or "": a block's rows
+    must be a multiple of an 8-bit VMEM tile's 32 rows unless one block covers the padded
+    rows. libtpu 0.0.42 (jax 0.10) refuses others (E2002
     "CompileTimeMosaicMisalignedBlockAndTiling"); 0.0.50 (jax 0.12) lays a 16-row int8 block
-    out, but the rule keeps to the older one on both."""
+    out, but the rule keeps to the older one on both. (16-bit blocks of 8 rows compile on
+    both: no rule for them.)"""
     rows = sublane_rows(dtype)
-    if self.tm % rows and m > self.tm:
+    if itemsize(dtype) == 1 and self.tm % rows and m > self.tm:
       return f"tm={self.tm} is no multiple of the {rows} rows of a {element_dtype(dtype)} VMEM tile, and m={m} > tm"
     return ""
 

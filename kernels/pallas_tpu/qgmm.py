@@ -10,8 +10,8 @@ kernel: one (tm, tk, tn) step dots an 8-bit [tm, tk] lhs tile into a [tk, tn] rh
   added into an f32 accumulator, as the GPU kernels do. tk and tn are multiples of 128, so a
   tile always carries whole scale blocks.
 
-Which MXU path a chip takes (kernels.common.TpuChip.formats): an int8 one on v5e, v5p and v6e,
-an fp8 one on v7x; elsewhere Mosaic converts the values to bfloat16 on their way in.
+Which MXU path a chip takes (kernels.common.TpuChip.mxu): an int8 one on v5e, v5p and v6e, an
+fp8 one on v7x; the other dtype Mosaic converts to bfloat16 on its way in; v4 takes neither.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def qgmm(
   """[m,k] x [g,k,n] (or [g,n,k] with transpose_rhs) -> [m,n] of quantized operands; rows
   outside the local groups [group_offset, group_offset + g) come out 0."""
   fmt = quant.check(lhs, rhs, lhs_scale, rhs_scale, transpose_rhs=transpose_rhs)
+  if jnp.dtype(out_dtype) not in (jnp.bfloat16, jnp.float32):
+    # Mosaic has no float16 store ("Invalid vector type for load", libtpu 0.0.42)
+    raise TypeError(f"pallas_tpu writes a quantized product as bfloat16 or float32, not {jnp.dtype(out_dtype).name}")
   m, k = lhs.shape
   if why := config.layout_violation(fmt, m):
     raise ValueError(f"TpuConfig {config} on {fmt}: {why}")

@@ -30,7 +30,8 @@ def test_interpreted_against_the_dequantized_reference(case, fmt):
   stored answer."""
   m, k, n, sizes = CASES[case]
   seed = np.random.SeedSequence().entropy % (1 << 31)
-  for transpose_rhs, cfg in ((False, TpuConfig(32, 256, 128)), (True, TpuConfig(64, 128, 256))):
+  layouts = [(False, TpuConfig(32, 256, 128)), (True, TpuConfig(64, 128, 256)), (False, TpuConfig(32, 256, 256))]
+  for transpose_rhs, cfg in layouts:  # the last: 2 x 2 scale blocks in one tile
     lq, rq, gs, ls, rs = _operands(fmt, m, k, n, sizes, seed=seed, transpose_rhs=transpose_rhs)
     out = kernels.ragged_dot(
       lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="pallas_tpu", config=cfg, transpose_rhs=transpose_rhs
@@ -75,8 +76,12 @@ def test_which_chip_takes_which_format():
     assert registry.auto_backend("tpu", "TPU v4", fmt) == "xla"  # XLA dequantizes
     with pytest.raises(ValueError, match=rf"cannot compute {fmt}: TPU v4 \(v4\) has no .* matmul .*use backend='xla'"):
       registry.check_device("pallas_tpu", "tpu", "TPU v4", fmt)
-  assert common.tpu_format_refusal("TPU v9", "int8:block128") == ""  # an unknown chip: its compiler decides
+  # A TPU with no facts (v3, a newer one): XLA's path, not Mosaic's error.
+  assert "knows no 8-bit MXU facts of 'TPU v3'" in common.tpu_format_refusal("TPU v3", "int8:block128")
+  assert registry.auto_backend("tpu", "TPU v3", "int8:block128") == "xla"
   assert common.tpu_format_refusal("TPU v4", "bfloat16") == ""
+  # Training in fp8 (quantize=) needs a weight gradient pallas_tpu has not: all three ops on XLA.
+  assert registry.auto_backend("tpu", "TPU7x", "float8_e4m3fn:block128", trains=True) == "xla"
 
 
 def test_tiling_rules_of_the_8bit_formats():
@@ -88,8 +93,13 @@ def test_tiling_rules_of_the_8bit_formats():
   assert not TpuConfig(16, 128, 128).layout_violation("bfloat16", 64)
   assert not TpuConfig(16, 128, 128).fits("fwd", fmt, 64, 256, 256)
   lq, rq, gs, ls, rs = _operands(fmt, 64, 256, 128, [64], seed=0)
+  call = lambda cfg, **kw: kernels.ragged_dot(
+    lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="pallas_tpu", config=cfg, **kw
+  )
   with pytest.raises(ValueError, match="tm=16 is no multiple of the 32 rows of a int8 VMEM tile"):
-    kernels.ragged_dot(lq, rq, gs, lhs_scale=ls, rhs_scale=rs, backend="pallas_tpu", config=TpuConfig(16, 128, 128))
+    call(TpuConfig(16, 128, 128))
+  with pytest.raises(TypeError, match="bfloat16 or float32, not float16"):  # Mosaic stores no float16
+    call(TpuConfig(32, 128, 128), preferred_element_type=jnp.float16)
   for kind in ("TPU v5 lite", "TPU v6 lite", "TPU7x"):
     for f in FORMATS:
       for m, k, n, g in ((8192, 4096, 14336, 8), (16, 7168, 2048, 8), (40, 200, 96, 3)):
@@ -98,11 +108,10 @@ def test_tiling_rules_of_the_8bit_formats():
         assert all(c.tm % 32 == 0 or c.tm >= m for c in space)
         d = tpu.default("fwd", f, m, k, n, g, kind)
         assert d.fits("fwd", f, m, k, n, kind) and 2 * d.vmem_bytes("fwd", f, m, k, n) <= tpu.vmem_limit(kind)
-  # 1-byte tiles: the same VMEM holds twice bf16's k x n tile.
-  assert (
-    tpu.default("fwd", fmt, 8192, 4096, 14336, 8, "TPU v6 lite").tk
-    >= tpu.default("fwd", "bfloat16", 8192, 4096, 14336, 8, "TPU v6 lite").tk
-  )
+  # 1-byte tiles: the same VMEM holds a larger k x n tile than bf16's.
+  for kind in ("TPU v5 lite", "TPU v6 lite"):
+    q, b = (tpu.default("fwd", f, 8192, 4096, 14336, 8, kind) for f in (fmt, "bfloat16"))
+    assert q.tk * q.tn > b.tk * b.tn, (kind, q, b)
 
 
 def test_lut_fn_serves_megablox_plain_entries_only():
