@@ -282,6 +282,12 @@ def _rows_before(group_sizes, m: int, i):
   return jnp.where(i <= 0, 0, ends[jnp.clip(i - 1, 0, sizes.shape[0] - 1)]).astype(jnp.int32)
 
 
+def pad_rows(x: jax.Array, multiple: int) -> jax.Array:
+  """x with zero rows appended up to a multiple of `multiple` (a kernel's row tile)."""
+  pad = -x.shape[0] % multiple
+  return x if pad == 0 else jnp.pad(x, ((0, pad), *((0, 0),) * (x.ndim - 1)))
+
+
 def local_row_mask(group_sizes, m: int, group_offset, g_local: int) -> jax.Array:
   """True for the rows [m] that belong to one of the local groups."""
   starts, ends = group_row_bounds(group_sizes, m, group_offset, g_local)

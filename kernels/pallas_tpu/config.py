@@ -55,10 +55,8 @@ class TpuConfig:
     [tk, tn], accumulated over the rows always. A quantized format (qgmm.py, forward only):
     1-byte input tiles, a bf16 output tile (as tuned; an f32 output's tile is twice that, which
     a tiling at the bound may lack, where the defaults keep half the VMEM free) and the
-    accumulator as gmm's (int32 or f32). The
-    scale blocks
-    ([tm, tk/128] and [tk/128, tn/128] at most) are left out: libtpu's figure counted them
-    in some overflows and not in others.
+    accumulator as gmm's (int32 or f32). The scale blocks ([tm, tk/128] and [tk/128, tn/128]
+    at most) are left out: libtpu's figure counted them in some overflows and not in others.
     A lower bound: where Mosaic's register allocator spills, its spill slots take VMEM too,
     which no rule of the tiles foresees (tests/ragtune/test_aot_tpu.py measures both against
     the compiler)."""

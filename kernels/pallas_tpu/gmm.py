@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import importlib
 
-import jax
 import jax.numpy as jnp
 
 from kernels import common
@@ -20,18 +19,13 @@ from kernels.pallas_tpu.config import TpuConfig
 _megablox = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
 
 
-def _pad_rows(x: jax.Array, multiple: int) -> jax.Array:
-  pad = -x.shape[0] % multiple
-  return x if pad == 0 else jnp.pad(x, ((0, pad), (0, 0)))
-
-
 def gmm(
   lhs, rhs, group_sizes, *, config: TpuConfig, out_dtype, transpose_rhs=False, group_offset=None, interpret=False
 ):
   m = lhs.shape[0]
   offset = jnp.zeros((), jnp.int32) if group_offset is None else group_offset.astype(jnp.int32)
   out = _megablox.gmm(
-    _pad_rows(lhs, config.tm),
+    common.pad_rows(lhs, config.tm),
     rhs,
     group_sizes.astype(jnp.int32),
     out_dtype,
@@ -56,10 +50,10 @@ def tgmm(lhs, rhs, group_sizes, *, num_groups: int, config: TpuConfig, out_dtype
 def _tgmm(lhs, rhs, group_sizes, offset, *, num_groups, config, out_dtype, interpret):
   offset = offset.astype(jnp.int32)
   # Zero-padded rows lie past sum(group_sizes), so no group reduces over them.
-  lhs_t = _pad_rows(lhs, config.tm).swapaxes(0, 1)
+  lhs_t = common.pad_rows(lhs, config.tm).swapaxes(0, 1)
   return _megablox.tgmm(
     lhs_t,
-    _pad_rows(rhs, config.tm),
+    common.pad_rows(rhs, config.tm),
     group_sizes.astype(jnp.int32),
     out_dtype,
     tiling=config.tiling(),

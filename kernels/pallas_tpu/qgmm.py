@@ -42,12 +42,12 @@ def _scale_operands(fmt, lhs_scale, rhs_scale, *, m_pad, tk, tn, tiles_k, tiles_
   whole array dims where they are not (8, 128)-aligned): lhs [tiles_k, m_pad, tk/128] and
   rhs [g, tiles_k, tiles_n, tk/128, tn/128]. Blocks past k and n get scale 0 (their values
   are masked to 0, or never stored)."""
-  pad_rows = m_pad - lhs_scale.shape[0]
+  extra_rows = m_pad - lhs_scale.shape[0]
   if common.scheme(fmt) == "channelwise":
-    return jnp.pad(lhs_scale, ((0, pad_rows), (0, 0))), rhs_scale
+    return jnp.pad(lhs_scale, ((0, extra_rows), (0, 0))), rhs_scale
   sub, cols = tk // quant.BLOCK, tn // quant.BLOCK
   g, kb, nb = rhs_scale.shape
-  ls = jnp.pad(lhs_scale, ((0, pad_rows), (0, tiles_k * sub - kb)))
+  ls = jnp.pad(lhs_scale, ((0, extra_rows), (0, tiles_k * sub - kb)))
   ls = ls.reshape(m_pad, tiles_k, sub).transpose(1, 0, 2)
   rs = jnp.pad(rhs_scale, ((0, 0), (0, tiles_k * sub - kb), (0, tiles_n * cols - nb)))
   rs = rs.reshape(g, tiles_k, sub, tiles_n, cols).transpose(0, 1, 3, 2, 4)
@@ -197,13 +197,9 @@ def qgmm(
     interpret=interpret,
     cost_estimate=cost,
     name="ragtune_qgmm",
-  )(metadata, offset[None], _pad_rows(lhs, m_pad), rhs, ls, rs)[:m]
+  )(metadata, offset[None], common.pad_rows(lhs, tm), rhs, ls, rs)[:m]
   keep = common.local_row_mask(group_sizes, m, offset, g_local)
   return jnp.where(keep[:, None], out, jnp.zeros((), out.dtype))
-
-
-def _pad_rows(x, rows: int):
-  return x if x.shape[0] == rows else jnp.pad(x, ((0, rows - x.shape[0]), (0, 0)))
 
 
 def _mask_k(x, dim: int, k_rem: int):
