@@ -44,8 +44,8 @@ def main(argv=None):
 
   on_device = jax.default_backend() != "cpu"
   dev = kernels.target.current()
-  fmt = args.dtype if ":" in args.dtype else None  # a quantized format: a backend that computes it here
-  auto = kernels.registry.auto_backend(dev.platform, dev.device_kind, fmt)
+  # A quantized format: a backend that computes it here; a plain dtype: the op's fallback.
+  auto = kernels.registry.auto_backend(dev.platform, dev.device_kind, args.dtype, op=args.op)
   backend = auto if args.backend == "auto" else args.backend
   if args.backend == "auto" and backend == kernels.registry.REFERENCE:
     backend = kernels.registry.tunable()[0]  # a CPU host: still time a Pallas kernel (interpreted), not XLA against XLA

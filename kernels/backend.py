@@ -136,6 +136,9 @@ class Backend:
   format_priority: {format: priority} in place of auto_priority for those formats (of
           common.FORMATS): a backend that is not the fallback for 16-bit operands can be for
           a format it computes on faster tensor cores.
+  op_priority: {op: priority} in place of auto_priority for that op ("fwd", "dlhs" or
+          "drhs") on the plain dtypes it computes: a backend measured faster at one op is
+          the fallback for that op alone (the others keep theirs).
   megablox_lut_fn: its config is megablox's (tm, tk, tn) tiling, served by Lut.lut_fn.
   smem_at_launch: its kernels set their shared memory at launch, so a compiled program
           does not record it; the config's smem_bytes gives it (ragtune's deviceless compile
@@ -183,6 +186,7 @@ class Backend:
   wide_indexing: bool = False
   auto_priority: int = 0
   format_priority: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  op_priority: Mapping[str, int] = dataclasses.field(default_factory=dict)
   megablox_lut_fn: bool = False
   smem_at_launch: bool = False
   grid_work: Callable[..., GridWork] | None = None
@@ -246,9 +250,13 @@ class Backend:
     if why := self.refusal(platform, device_kind, fmt):
       raise ValueError(f"{why}; {hint}")
 
-  def priority(self, dtype: str | None = None) -> int:
-    """Its rank as "auto"'s fallback for operands of `dtype` (None: 16-bit)."""
-    return self.format_priority.get(dtype, self.auto_priority)
+  def priority(self, dtype: str | None = None, op: str | None = None) -> int:
+    """Its rank as "auto"'s fallback for operands of `dtype` (None: 16-bit) in `op` (None:
+    any op)."""
+    if dtype in self.format_priority:
+      return self.format_priority[dtype]
+    plain = dtype is None or (":" not in dtype and dtype in self.dtypes)
+    return self.op_priority.get(op, self.auto_priority) if plain else self.auto_priority
 
   def runs_on(self, platform: str, device_kind: str, fmt: str | None = None) -> bool:
     """Whether it runs compiled on this device (on operands of `fmt`, when given)."""

@@ -219,9 +219,9 @@ def resolve(
   """The Choice of each of `ops` for the forward problem (m, k, n, g); dtype is a format
   of common.FORMATS (a quantized one resolves "fwd" alone).
 
-  An explicit backend runs every op. "auto" falls back to the registry's highest-priority
-  backend that runs compiled on the device (registry.auto_backend); when that one has
-  knobs, each op first asks the active LUT on its own (Lut.query with no backend: the
+  An explicit backend runs every op. "auto" falls back, op by op, to the registry's
+  highest-priority backend that runs compiled on the device (registry.auto_backend); when
+  one has knobs, each op first asks the active LUT on its own (Lut.query with no backend: the
   fastest correct entry at the nearest tuned shape, any backend that runs here, XLA
   included). A config object given for an op under "auto" runs on the backend it belongs
   to; a plain dict on the fallback.
@@ -234,16 +234,20 @@ def resolve(
   # backend, which names the others when it lacks that dtype (check_dtype).
   fmt = dtype if ":" in dtype else None
   trains = fmt in TRAINING_FORMATS and "drhs" in ops
-  fallback = registry.auto_backend(dev.platform, dev.device_kind, fmt, trains=trains) if auto else backend
-  tunable = registry.get(fallback).config_type is not None
+  fallback = {
+    op: registry.auto_backend(dev.platform, dev.device_kind, dtype, trains=trains, op=op) if auto else backend
+    for op in ops
+  }
+  tunable = any(registry.get(name).config_type is not None for name in fallback.values())
   table = lut_mod.active_lut() if auto and tunable else None
   if not tunable:  # no LUT asked; a broken RAGTUNE_LUT still shows
     lut_mod.check_unused_env_lut()
-  why_none = _no_tunable_backend(dev.platform, dev.device_kind, fmt) if auto and fallback == registry.REFERENCE else ""
+  reference = auto and registry.REFERENCE in fallback.values()
+  why_none = _no_tunable_backend(dev.platform, dev.device_kind, fmt) if reference else ""
   out = {}
   for op in ops:
     cfg = given.get(op)
-    name = (registry.backend_of_config(cfg) or fallback) if auto else fallback
+    name = (registry.backend_of_config(cfg) or fallback[op]) if auto else fallback[op]
     cfg = _as_config(name, op, cfg)
     if cfg is not None:
       choice = Choice(op, name, cfg, "explicit")

@@ -67,22 +67,27 @@ def default_config(
   return get(backend).default_config(op, dtype, m, k, n, g, device_kind)
 
 
-def auto_backend(platform: str, device_kind: str, dtype: str | None = None, *, trains: bool = False) -> str:
+def auto_backend(
+  platform: str, device_kind: str, dtype: str | None = None, *, trains: bool = False, op: str | None = None
+) -> str:
   """What backend="auto" falls back to: the highest priority (Backend.priority) among the
-  backends that run compiled on this device (and compute in `dtype`, a format of
-  common.FORMATS, when given; and, with `trains`, its weight gradient too: a training
-  format's three ops go to one backend)."""
+  backends that run compiled on this device (and, for `dtype` a quantized format of
+  common.FORMATS, compute it; with `trains`, its weight gradient too: a training format's
+  three ops go to one backend). `op` ranks by each backend's op_priority where it computes
+  `dtype`; a plain dtype no candidate computes still gets the device's backend, whose error
+  names the others (check_dtype)."""
+  fmt = dtype if dtype is not None and ":" in dtype else None
   ranked = [
     b
     for b in REGISTRY.values()
-    if b.priority(dtype) > 0
-    and b.runs_on(platform, device_kind, dtype)
-    and (dtype is None or dtype in b.dtypes)
+    if b.priority(dtype, op) > 0
+    and b.runs_on(platform, device_kind, fmt)
+    and (fmt is None or fmt in b.dtypes)
     and (not trains or b.grad_rhs_quantized is not None)
   ]
   if not ranked:
     return REFERENCE
-  return max(ranked, key=lambda b: b.priority(dtype)).name
+  return max(ranked, key=lambda b: b.priority(dtype, op)).name
 
 
 def check_dtype(name: str, lhs_dtype, rhs_dtype, compute_dtype: str) -> None:

@@ -103,9 +103,13 @@ BACKEND = Backend(
   interpret_cost=config.INTERPRET_COST,
   interpret_unsupported=interpret_unsupported,
   interpreter_threads=config.INTERPRETER_THREADS,
-  # Below pallas_gpu until a GPU measurement says otherwise; "auto"'s fallback on Hopper
-  # where jax no longer ships Pallas Triton.
+  # Below pallas_gpu for fwd and dlhs: one H200 timed it 25% slower on DeepSeek-V3 up's
+  # forward (its band; docs/design.md). "auto"'s fallback on Hopper where jax no longer ships
+  # Pallas Triton.
   auto_priority=1,
+  # Its tgmm beat pallas_gpu's on every drhs the H200 timed: Mixtral 1.23x, DeepSeek-V3 up
+  # 1.29x, decode 1.48x, a 96-row problem 5.4x (results/nvidia-h200/bench-drhs.csv).
+  op_priority={"drhs": 3},
   # fp8 runs here on fp8 wgmma (QGMMA: Hopper's fp8 peak is twice its 16-bit one); pallas_gpu's
   # Triton converts fp8 to f16 for mma.sync (HMMA), at most the 16-bit rate (the deviceless
   # machine code of both: tests/ragtune/test_quantized.py). On one H100, DeepSeek-V3 up and

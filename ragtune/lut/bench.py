@@ -329,7 +329,9 @@ def bf16_variant(p: Problem, x: dict[str, jax.Array], bench: Bench) -> Variant:
   backend, interpreted) with its default config. Unchecked: unscaled, its result is not the
   problem's."""
   dev = target.current()
-  name = registry.auto_backend(dev.platform, dev.device_kind, "bfloat16") if bench.on_device else bench.backends[0]
+  name = (
+    registry.auto_backend(dev.platform, dev.device_kind, "bfloat16", op=p.op) if bench.on_device else bench.backends[0]
+  )
   q = dataclasses.replace(_as_bf16(p), backend=name)
   cfg = registry.default_config(name, q.op, q.dtype, q.m, q.k, q.n, q.g, device_kind=bench.device_kind)
   if trained(p.op, p.dtype) and p.op == "dlhs":  # float dout; the weights as the forward's values, in bf16

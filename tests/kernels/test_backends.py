@@ -173,12 +173,21 @@ def test_resolve_explicit_backend_and_configs_under_auto(monkeypatch):
 
 
 def test_auto_falls_back_to_mosaic_on_hopper_and_blackwell_where_pallas_triton_is_gone(monkeypatch):
-  """ "auto" keeps pallas_gpu on Hopper and Blackwell; a jax without Pallas Triton gets
+  """ "auto" keeps pallas_gpu on Hopper (but for drhs) and Blackwell; a jax without Pallas Triton gets
   mosaic_gpu on Hopper and mosaic_blackwell on a B200 (an Ampere GPU then gets xla), and
   asking for pallas_gpu by name says why not."""
   reg = kernels.registry
   assert reg.get("pallas_gpu").unavailable() == ""  # this jax ships it
   assert reg.auto_backend("gpu", H100) == "pallas_gpu"
+  # drhs goes to mosaic_gpu's tgmm on Hopper (op_priority), in the 16-bit dtypes it computes.
+  assert [reg.auto_backend("gpu", H100, "bfloat16", op=op) for op in ("fwd", "dlhs", "drhs")] == [
+    "pallas_gpu",
+    "pallas_gpu",
+    "mosaic_gpu",
+  ]
+  assert reg.auto_backend("gpu", H100, "float16", op="drhs") == reg.auto_backend("gpu", H100, op="drhs") == "mosaic_gpu"
+  assert reg.auto_backend("gpu", H100, "float32", op="drhs") == "pallas_gpu"
+  assert reg.auto_backend("gpu", "NVIDIA B200", "bfloat16", op="drhs") == "pallas_gpu"
   gone = dataclasses.replace(reg.get("pallas_gpu"), unavailable=lambda: "jax 9.9 has no Pallas Triton")
   monkeypatch.setitem(reg.REGISTRY, "pallas_gpu", gone)
   assert reg.auto_backend("gpu", H100) == "mosaic_gpu"

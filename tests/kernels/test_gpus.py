@@ -187,6 +187,12 @@ def test_datasheet_peaks_by_format():
   assert gpus.peaks("cpu") == (None, None)
 
 
+def _auto_16bit(kind: str) -> str:
+  """auto's bf16 fallback, and its drhs one where that differs (Backend.op_priority)."""
+  every, drhs = registry.auto_backend("gpu", kind), registry.auto_backend("gpu", kind, op="drhs")
+  return every if drhs == every else f"{every} (drhs: {drhs})"
+
+
 def _doc_cells(g: gpus.Gpu) -> list[str]:
   """docs/gpu.md's "Which GPUs" row of a named GPU, all but its last (deviceless) column."""
   kind = g.device_kind
@@ -198,7 +204,7 @@ def _doc_cells(g: gpus.Gpu) -> list[str]:
     g.arch.name,
     f"{g.arch.smem_per_block // 1024} KiB",
     ", ".join(b.name for b in registry.REGISTRY.values() if b.own_kernels and b.runs_on("gpu", kind)),
-    f"{registry.auto_backend('gpu', kind)} / {registry.auto_backend('gpu', kind, BLOCK128)}",
+    f"{_auto_16bit(kind)} / {registry.auto_backend('gpu', kind, BLOCK128)}",
     f"{g.tflops['bf16']:g} / {f'{fp8:g}' if fp8 else '-'}",
     " / ".join(f"{v.memory_bytes_per_s / 1e9:,.0f}" for v in g.variants),
   ]

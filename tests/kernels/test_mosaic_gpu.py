@@ -639,23 +639,34 @@ def test_auto_exports_each_op_with_its_lut_winner(monkeypatch, winners):
   assert _custom_calls(grad) == per_backend
 
 
-def test_auto_without_an_applicable_entry_falls_back_to_pallas_gpu(monkeypatch):
+def test_auto_without_an_applicable_entry_falls_back_op_by_op(monkeypatch):
+  """With no LUT entry, "auto" on Hopper runs fwd and dlhs on pallas_gpu and drhs on
+  mosaic_gpu's tgmm (its op_priority) in 16-bit; float32, which mosaic_gpu does not compute,
+  runs all three on pallas_gpu."""
   monkeypatch.setattr(kernels.target, "current", lambda: kernels.target.Target("gpu", H100, 132))
   kernels.lut.set_active_lut(kernels.Lut(H100, []))
-  bf = jnp.bfloat16
 
   def loss(x, w, s, backend):
     return jnp.sum(kernels.ragged_dot(x, w, s, backend=backend).astype(jnp.float32) ** 2)
 
-  args = (S((256, 128), bf), S((4, 128, 192), bf), S((4,), jnp.int32))
-  auto = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "auto"), argnums=(0, 1)), *args)
-  assert _custom_calls(auto) == {"pallas_gpu": 3, "mosaic_gpu": 0}
+  def exported(backend, dtype):
+    args = (S((256, 128), dtype), S((4, 128, 192), dtype), S((4,), jnp.int32))
+    return export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, backend), argnums=(0, 1)), *args)
+
+  bf = jnp.bfloat16
+  assert {op: name for op, (name, _) in plan_of("auto", None, 256, 128, 192, 4, bf).items()} == {
+    "fwd": "pallas_gpu",
+    "dlhs": "pallas_gpu",
+    "drhs": "mosaic_gpu",
+  }
+  assert _custom_calls(exported("auto", bf)) == {"pallas_gpu": 2, "mosaic_gpu": 1}
+  assert _custom_calls(exported("auto", jnp.float32)) == {"pallas_gpu": 3, "mosaic_gpu": 0}
   # An explicit backend means that backend, whatever the LUT says.
   from test_backends import _mixed_lut
 
   kernels.lut.set_active_lut(_mixed_lut({"fwd": "xla", "dlhs": "xla", "drhs": "xla"}))
-  explicit = export_for_h100(jax.grad(lambda x, w, s: loss(x, w, s, "mosaic_gpu"), argnums=(0, 1)), *args)
-  assert _custom_calls(explicit) == {"pallas_gpu": 0, "mosaic_gpu": 3}
+  assert _custom_calls(exported("mosaic_gpu", bf)) == {"pallas_gpu": 0, "mosaic_gpu": 3}
+  assert _custom_calls(exported("pallas_gpu", bf)) == {"pallas_gpu": 3, "mosaic_gpu": 0}
 
 
 def test_register_split_shares_out_the_ctas_pool():
