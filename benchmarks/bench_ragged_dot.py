@@ -31,12 +31,13 @@ def main(argv=None):
     ap.add_argument(f"--{dim}", type=int, default=None)
   ap.add_argument("--dtype", default="bfloat16")
   ap.add_argument("--op", default="fwd", choices=kernels.common.OPS)
-  ap.add_argument("--backend", default="auto", help="auto: the device's Pallas backend; pallas_gpu on a CPU host")
+  ap.add_argument("--backend", default="auto", help="auto: the fallback for --op here; pallas_gpu on a CPU host")
   ap.add_argument(
     "--bands",
     default="",
     help="pallas_gpu: also time the config with these launch bands (group_m; group_k for drhs), "
-    "e.g. 1,16,1024 to compare launch orders side by side",
+    "e.g. 1,16,1024 to compare launch orders side by side (a config of another backend, such as "
+    "auto's mosaic_gpu drhs on Hopper, is timed alone)",
   )
   ap.add_argument("--warmup", type=int, default=3)
   ap.add_argument("--iters", type=int, default=20)

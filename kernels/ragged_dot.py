@@ -224,7 +224,7 @@ def resolve(
   one has knobs, each op first asks the active LUT on its own (Lut.query with no backend: the
   fastest correct entry at the nearest tuned shape, any backend that runs here, XLA
   included). A config object given for an op under "auto" runs on the backend it belongs
-  to; a plain dict on the fallback.
+  to; a plain dict on the device's backend (the fallback with no op_priority).
   """
   given = _given_configs(config)
   dev = target.current()
@@ -234,8 +234,13 @@ def resolve(
   # backend, which names the others when it lacks that dtype (check_dtype).
   fmt = dtype if ":" in dtype else None
   trains = fmt in TRAINING_FORMATS and "drhs" in ops
+  # With no config, each op's own fallback (Backend.op_priority); a plain dict is read as the
+  # configs of the device's backend for every op, as before op_priority.
+  device_backend = registry.auto_backend(dev.platform, dev.device_kind, dtype, trains=trains) if auto else backend
   fallback = {
-    op: registry.auto_backend(dev.platform, dev.device_kind, dtype, trains=trains, op=op) if auto else backend
+    op: registry.auto_backend(dev.platform, dev.device_kind, dtype, trains=trains, op=op)
+    if auto and given.get(op) is None
+    else device_backend
     for op in ops
   }
   tunable = any(registry.get(name).config_type is not None for name in fallback.values())

@@ -103,7 +103,7 @@ BACKEND = Backend(
   interpret_cost=config.INTERPRET_COST,
   interpret_unsupported=interpret_unsupported,
   interpreter_threads=config.INTERPRETER_THREADS,
-  # Below pallas_gpu for fwd and dlhs: one H200 timed it 25% slower on DeepSeek-V3 up's
+  # Below pallas_gpu for fwd and dlhs: one H200 timed it 34% longer on DeepSeek-V3 up's
   # forward (its band; docs/design.md). "auto"'s fallback on Hopper where jax no longer ships
   # Pallas Triton.
   auto_priority=1,

@@ -188,6 +188,7 @@ def test_auto_falls_back_to_mosaic_on_hopper_and_blackwell_where_pallas_triton_i
   assert reg.auto_backend("gpu", H100, "float16", op="drhs") == reg.auto_backend("gpu", H100, op="drhs") == "mosaic_gpu"
   assert reg.auto_backend("gpu", H100, "float32", op="drhs") == "pallas_gpu"
   assert reg.auto_backend("gpu", "NVIDIA B200", "bfloat16", op="drhs") == "pallas_gpu"
+  assert reg.auto_backend("tpu", "TPU v5 lite", "bfloat16", op="drhs") == "pallas_tpu"
   gone = dataclasses.replace(reg.get("pallas_gpu"), unavailable=lambda: "jax 9.9 has no Pallas Triton")
   monkeypatch.setitem(reg.REGISTRY, "pallas_gpu", gone)
   assert reg.auto_backend("gpu", H100) == "mosaic_gpu"

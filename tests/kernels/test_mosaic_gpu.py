@@ -661,6 +661,18 @@ def test_auto_without_an_applicable_entry_falls_back_op_by_op(monkeypatch):
   }
   assert _custom_calls(exported("auto", bf)) == {"pallas_gpu": 2, "mosaic_gpu": 1}
   assert _custom_calls(exported("auto", jnp.float32)) == {"pallas_gpu": 3, "mosaic_gpu": 0}
+  # A plain dict (the README's) is the device backend's config for every op; fp8 training
+  # keeps its three ops on one backend (format_priority), whatever op_priority says.
+  readme = {"block_m": 64, "block_k": 64, "block_n": 128, "num_warps": 4, "num_stages": 3}
+  for config in (readme, {"drhs": readme}):
+    plan = plan_of("auto", config, 256, 128, 192, 4, bf)
+    assert {op: name for op, (name, _) in plan.items()} == {
+      "fwd": "pallas_gpu",
+      "dlhs": "pallas_gpu",
+      "drhs": "pallas_gpu",
+    }
+  plan = plan_of("auto", None, 256, 256, 256, 4, "float8_e4m3fn:block128")
+  assert {name for name, _ in plan.values()} == {"mosaic_gpu"} and len(plan) == 3
   # An explicit backend means that backend, whatever the LUT says.
   from test_backends import _mixed_lut
 
