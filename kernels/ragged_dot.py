@@ -234,8 +234,8 @@ def resolve(
   # backend, which names the others when it lacks that dtype (check_dtype).
   fmt = dtype if ":" in dtype else None
   trains = fmt in TRAINING_FORMATS and "drhs" in ops
-  # With no config, each op's own fallback (Backend.op_priority); a plain dict is read as the
-  # configs of the device's backend for every op, as before op_priority.
+  # An op with no config takes its own fallback (Backend.op_priority); a plain dict holds the
+  # device backend's knobs for every op, as the README shows.
   device_backend = registry.auto_backend(dev.platform, dev.device_kind, dtype, trains=trains) if auto else backend
   fallback = {
     op: registry.auto_backend(dev.platform, dev.device_kind, dtype, trains=trains, op=op)
