@@ -235,14 +235,11 @@ def resolve(
   fmt = dtype if ":" in dtype else None
   trains = fmt in TRAINING_FORMATS and "drhs" in ops
   # An op with no config takes its own fallback (Backend.op_priority); a plain dict holds the
-  # device backend's knobs for every op, as the README shows.
-  device_backend = registry.auto_backend(dev.platform, dev.device_kind, dtype, trains=trains) if auto else backend
-  fallback = {
-    op: registry.auto_backend(dev.platform, dev.device_kind, dtype, trains=trains, op=op)
-    if auto and given.get(op) is None
-    else device_backend
-    for op in ops
-  }
+  # device backend's knobs (the fallback of no op) for every op, as the README shows.
+  fallback = dict.fromkeys(ops, backend)
+  if auto:
+    ranked = registry.auto_backends(dev.platform, dev.device_kind, dtype, trains=trains, ops=(None, *ops))
+    fallback = {op: ranked[op if given.get(op) is None else None] for op in ops}
   tunable = any(registry.get(name).config_type is not None for name in fallback.values())
   table = lut_mod.active_lut() if auto and tunable else None
   if not tunable:  # no LUT asked; a broken RAGTUNE_LUT still shows

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernels.backend import Backend, KernelConfig, host_cores, pool_env
+from kernels.common import OPS
 
 # One line per backend. Order matters only for display and for ties (Lut.query).
 _MODULES = (
@@ -76,18 +77,26 @@ def auto_backend(
   three ops go to one backend). `op` ranks by each backend's op_priority where it computes
   `dtype`; a plain dtype no candidate computes still gets the device's backend, whose error
   names the others (check_dtype)."""
+  return auto_backends(platform, device_kind, dtype, trains=trains, ops=(op,))[op]
+
+
+def auto_backends(
+  platform: str, device_kind: str, dtype: str | None = None, *, trains: bool = False, ops: tuple[str | None, ...] = OPS
+) -> dict[str | None, str]:
+  """auto_backend for each of `ops` (None: any op), the device checked once."""
   fmt = dtype if dtype is not None and ":" in dtype else None
-  ranked = [
+  runs = [
     b
     for b in REGISTRY.values()
-    if b.priority(dtype, op) > 0
-    and b.runs_on(platform, device_kind, fmt)
+    if b.runs_on(platform, device_kind, fmt)
     and (fmt is None or fmt in b.dtypes)
     and (not trains or b.grad_rhs_quantized is not None)
   ]
-  if not ranked:
-    return REFERENCE
-  return max(ranked, key=lambda b: b.priority(dtype, op)).name
+  out = {}
+  for op in ops:
+    ranked = [b for b in runs if b.priority(dtype, op) > 0]
+    out[op] = max(ranked, key=lambda b: b.priority(dtype, op)).name if ranked else REFERENCE
+  return out
 
 
 def check_dtype(name: str, lhs_dtype, rhs_dtype, compute_dtype: str) -> None:
